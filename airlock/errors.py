@@ -1,0 +1,74 @@
+"""The one error hierarchy of Airlock.
+
+    AirlockError
+    ├── InvalidRequest        the caller can fix it: say what to change
+    │   ├── UnsafePath        absolute, `..`, NUL, or otherwise escaping path
+    │   └── LimitExceeded     a request above what the policy allows
+    ├── NotFound              unknown id; also anything of another session or tenant
+    ├── PolicyInvalid         a policy file with problems (all of them listed)
+    ├── SandboxError          the engine side failed, not the user's code
+    │   ├── EngineUnavailable Docker is not reachable
+    │   ├── ImageUnavailable  the sandbox image is missing and could not be built
+    │   └── RunnerFailed      the in-container runner broke its protocol
+    └── StoreError            the database or the blob store failed
+
+Lower-layer exceptions (docker, sqlite3, OSError) are translated into these at the
+room boundary with `raise ... from exc`; `tools/errors.py` maps these to MCP tool
+errors in one place. Messages are written for the reader who must act on them.
+"""
+
+from __future__ import annotations
+
+
+class AirlockError(Exception):
+    """Root of every error Airlock raises on purpose."""
+
+
+class InvalidRequest(AirlockError):
+    """The request cannot be carried out as asked; the message says what to change."""
+
+
+class UnsafePath(InvalidRequest):
+    """A path that is absolute, climbs with `..`, or is otherwise not a plain relative path."""
+
+
+class LimitExceeded(InvalidRequest):
+    """A request above a limit of the active policy."""
+
+
+class NotFound(AirlockError):
+    """No such run, artifact or session for this caller.
+
+    Deliberately the same answer for an id that never existed and for one that
+    belongs to someone else, so ids cannot be probed.
+    """
+
+
+class PolicyInvalid(AirlockError):
+    """A policy file that does not validate; `problems` lists every one of them."""
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.source = source
+        self.problems = problems
+        listing = "\n".join(f"  - {p}" for p in problems)
+        super().__init__(f"invalid policy {source}:\n{listing}")
+
+
+class SandboxError(AirlockError):
+    """The sandbox side failed (not the user's code)."""
+
+
+class EngineUnavailable(SandboxError):
+    """The container engine cannot be reached."""
+
+
+class ImageUnavailable(SandboxError):
+    """The sandbox image is missing and could not be built."""
+
+
+class RunnerFailed(SandboxError):
+    """The in-container runner did not follow its protocol."""
+
+
+class StoreError(AirlockError):
+    """The database or the blob store failed."""

@@ -1,0 +1,24 @@
+"""Airlock's records: SQLite (WAL) for sessions, runs, artifacts and session workspaces,
+and a content-addressed blob store for their bytes.
+
+Imports nothing of ours but `airlock.errors`. Failures of sqlite3 or the filesystem come
+out as `StoreError`; a record that is not there is `None` (or an empty list), never
+`NotFound`: deciding what the caller may see is for the layers above.
+"""
+
+from __future__ import annotations
+
+from .blobs import BlobStore
+from .db import SCHEMA_VERSION, Database
+from .records import ArtifactRecord, RunRecord, RunStatus, SessionRecord, WorkspaceFile
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "ArtifactRecord",
+    "BlobStore",
+    "Database",
+    "RunRecord",
+    "RunStatus",
+    "SessionRecord",
+    "WorkspaceFile",
+]
