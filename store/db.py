@@ -1,0 +1,378 @@
+"""The SQLite database: sessions, runs, artifact metadata and session workspaces.
+
+Owns the schema, the one connection and the SQL. Blob contents live in `blobs.py`; who may
+see which row (tenants, sessions) is decided by the callers, which filter by the ids they
+pass. sqlite3 and OSError failures leave this module as `StoreError`; a missing row is
+`None` or an empty list, never an exception.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar, get_args
+
+import anyio.to_thread
+
+from airlock.errors import StoreError
+
+from .records import ArtifactRecord, RunRecord, RunStatus, SessionRecord, WorkspaceFile
+
+_T = TypeVar("_T")
+
+SCHEMA_VERSION = 1
+
+# A second process (e.g. `airlock gc`) may hold the write lock briefly; wait rather than fail.
+_BUSY_TIMEOUT_MS = 5000
+
+_STATUSES = ", ".join(f"'{s}'" for s in get_args(RunStatus))
+
+_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS sessions (
+        id TEXT PRIMARY KEY,
+        tenant TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        last_used_at REAL NOT NULL,
+        expires_at REAL NOT NULL,
+        ended_at REAL,
+        end_reason TEXT,
+        containers_removed INTEGER NOT NULL DEFAULT 0
+    )""",
+    f"""CREATE TABLE IF NOT EXISTS runs (
+        id TEXT PRIMARY KEY,
+        session_id TEXT NOT NULL REFERENCES sessions (id),
+        tenant TEXT NOT NULL,
+        language TEXT NOT NULL,
+        status TEXT NOT NULL CHECK (status IN ({_STATUSES})),
+        created_at REAL NOT NULL,
+        timeout_s INTEGER NOT NULL,
+        limits_json TEXT NOT NULL,
+        code_sha256 TEXT NOT NULL,
+        finished_at REAL,
+        duration_ms INTEGER,
+        exit_code INTEGER,
+        cpu_seconds REAL,
+        peak_memory_bytes INTEGER,
+        stdout_bytes INTEGER NOT NULL DEFAULT 0,
+        stdout_sha256 TEXT,
+        stderr_bytes INTEGER NOT NULL DEFAULT 0,
+        stderr_sha256 TEXT,
+        error TEXT
+    )""",
+    # created_at trails the filter column so "newest first" of one session or tenant is
+    # read straight off the index.
+    "CREATE INDEX IF NOT EXISTS runs_by_session ON runs (session_id, created_at)",
+    "CREATE INDEX IF NOT EXISTS runs_by_tenant ON runs (tenant, created_at)",
+    # The primary key (run_id, path) is also the index for lookups by run_id.
+    """CREATE TABLE IF NOT EXISTS artifacts (
+        run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+        path TEXT NOT NULL,
+        size INTEGER NOT NULL,
+        sha256 TEXT NOT NULL,
+        mime_type TEXT NOT NULL,
+        tenant TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        PRIMARY KEY (run_id, path)
+    )""",
+    """CREATE TABLE IF NOT EXISTS workspace_files (
+        session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+        path TEXT NOT NULL,
+        sha256 TEXT NOT NULL,
+        size INTEGER NOT NULL,
+        PRIMARY KEY (session_id, path)
+    )""",
+)
+
+_SESSION_COLUMNS = (
+    "id, tenant, created_at, last_used_at, expires_at, ended_at, end_reason, containers_removed"
+)
+_RUN_COLUMNS = (
+    "id, session_id, tenant, language, status, created_at, timeout_s, limits_json, code_sha256,"
+    " finished_at, duration_ms, exit_code, cpu_seconds, peak_memory_bytes,"
+    " stdout_bytes, stdout_sha256, stderr_bytes, stderr_sha256, error"
+)
+_ARTIFACT_COLUMNS = "run_id, path, size, sha256, mime_type, tenant, created_at"
+
+
+def _insert_sql(table: str, columns: str) -> str:
+    """An INSERT of `columns` taking named parameters of the same names."""
+    placeholders = ", ".join(f":{c.strip()}" for c in columns.split(","))
+    return f"INSERT INTO {table} ({columns}) VALUES ({placeholders})"
+
+
+_INSERT_SESSION = _insert_sql("sessions", _SESSION_COLUMNS)
+_INSERT_RUN = _insert_sql("runs", _RUN_COLUMNS)
+_INSERT_ARTIFACT = _insert_sql("artifacts", _ARTIFACT_COLUMNS)
+
+
+def _run_params(rec: RunRecord) -> dict[str, Any]:
+    params = rec.model_dump()
+    params["limits_json"] = json.dumps(params.pop("limits"), sort_keys=True)
+    return params
+
+
+def _run_from_row(row: sqlite3.Row) -> RunRecord:
+    fields = dict(row)
+    fields["limits"] = json.loads(fields.pop("limits_json"))
+    return RunRecord.model_validate(fields)
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    # Create the file 0600 ourselves: SQLite gives the -wal and -shm files the same mode.
+    os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+    # isolation_level=None: no implicit transactions; writes open their own (see _write).
+    conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+    try:
+        conn.row_factory = sqlite3.Row
+        # First, so that even switching to WAL waits out another process's lock.
+        conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
+        (mode,) = conn.execute("PRAGMA journal_mode = WAL").fetchone()
+        if mode != "wal":
+            raise StoreError(f"database {path}: cannot switch to WAL mode (still {mode!r})")
+        conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute("PRAGMA foreign_keys = ON")
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            (version,) = conn.execute("PRAGMA user_version").fetchone()
+            if version > SCHEMA_VERSION:
+                raise StoreError(
+                    f"database {path} has schema version {version}, newer than this "
+                    f"Airlock understands ({SCHEMA_VERSION}); upgrade Airlock"
+                )
+            for statement in _SCHEMA:
+                conn.execute(statement)
+            if version < SCHEMA_VERSION:
+                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+class Database:
+    """The Airlock database; one connection, used by one thread at a time.
+
+    Every method hops to a worker thread, so the event loop never waits on disk.
+    """
+
+    def __init__(self, path: Path, conn: sqlite3.Connection) -> None:
+        """Use `Database.open`; this only wraps an already prepared connection."""
+        self._path = path
+        self._conn = conn
+        self._lock = threading.Lock()
+
+    @classmethod
+    async def open(cls, path: Path) -> Database:
+        """Open (creating if needed) the database at `path`, with its parent directory."""
+        try:
+            conn = await anyio.to_thread.run_sync(_connect, path)
+        except (sqlite3.Error, OSError) as exc:
+            raise StoreError(f"cannot open database {path}: {exc}") from exc
+        return cls(path, conn)
+
+    async def close(self) -> None:
+        """Close the connection; later calls raise `StoreError`."""
+        await self._call(lambda conn: conn.close())
+
+    async def _call(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
+        def locked() -> _T:
+            with self._lock:
+                try:
+                    return fn(self._conn)
+                except sqlite3.Error as exc:
+                    raise StoreError(f"database {self._path}: {exc}") from exc
+
+        return await anyio.to_thread.run_sync(locked)
+
+    async def _write(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
+        """Run `fn` in one transaction: all of its changes are kept, or none."""
+
+        def transaction(conn: sqlite3.Connection) -> _T:
+            # IMMEDIATE takes the write lock up front, so a concurrent writer in another
+            # process makes us wait (busy_timeout) instead of failing halfway.
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                result = fn(conn)
+                conn.execute("COMMIT")
+            except BaseException:
+                # SQLite may already have rolled back on its own (e.g. disk full).
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            return result
+
+        return await self._call(transaction)
+
+    async def _fetch(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        return await self._call(lambda conn: conn.execute(sql, params).fetchall())
+
+    # Sessions
+
+    async def create_session(self, rec: SessionRecord) -> None:
+        """Insert a new session; an existing id is a `StoreError`."""
+        params = rec.model_dump()
+        await self._write(lambda conn: conn.execute(_INSERT_SESSION, params))
+
+    async def get_session(self, session_id: str) -> SessionRecord | None:
+        rows = await self._fetch(
+            f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?", (session_id,)
+        )
+        return SessionRecord.model_validate(dict(rows[0])) if rows else None
+
+    async def touch_session(
+        self, session_id: str, *, last_used_at: float, expires_at: float
+    ) -> None:
+        """Record a use of a live session and its new expiry; an ended session stays as it was."""
+        await self._write(
+            lambda conn: conn.execute(
+                "UPDATE sessions SET last_used_at = ?, expires_at = ?"
+                " WHERE id = ? AND ended_at IS NULL",
+                (last_used_at, expires_at, session_id),
+            )
+        )
+
+    async def end_session(
+        self, session_id: str, *, ended_at: float, reason: str, containers_removed: int
+    ) -> None:
+        """Record the end of a session; the first end wins, later ones change nothing."""
+        await self._write(
+            lambda conn: conn.execute(
+                "UPDATE sessions SET ended_at = ?, end_reason = ?, containers_removed = ?"
+                " WHERE id = ? AND ended_at IS NULL",
+                (ended_at, reason, containers_removed, session_id),
+            )
+        )
+
+    async def list_live_sessions(self) -> list[SessionRecord]:
+        """Sessions not yet ended, oldest first."""
+        rows = await self._fetch(
+            f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE ended_at IS NULL"
+            " ORDER BY created_at, rowid"
+        )
+        return [SessionRecord.model_validate(dict(row)) for row in rows]
+
+    # Runs
+
+    async def create_run(self, rec: RunRecord) -> None:
+        """Insert a new run; its session must exist and its id must be new (else `StoreError`)."""
+        params = _run_params(rec)
+        await self._write(lambda conn: conn.execute(_INSERT_RUN, params))
+
+    async def finish_run(self, rec: RunRecord) -> None:
+        """Overwrite the outcome fields of the run `rec.id` (status through error).
+
+        The fields fixed at creation (session, tenant, language, limits, code) are kept.
+        A run that was never created is a `StoreError`: its outcome would be lost.
+        """
+        params = _run_params(rec)
+
+        def update(conn: sqlite3.Connection) -> int:
+            return conn.execute(
+                "UPDATE runs SET status = :status, finished_at = :finished_at,"
+                " duration_ms = :duration_ms, exit_code = :exit_code,"
+                " cpu_seconds = :cpu_seconds, peak_memory_bytes = :peak_memory_bytes,"
+                " stdout_bytes = :stdout_bytes, stdout_sha256 = :stdout_sha256,"
+                " stderr_bytes = :stderr_bytes, stderr_sha256 = :stderr_sha256,"
+                " error = :error"
+                " WHERE id = :id",
+                params,
+            ).rowcount
+
+        if await self._write(update) == 0:
+            raise StoreError(f"database {self._path}: cannot finish unknown run {rec.id!r}")
+
+    async def get_run(self, run_id: str) -> RunRecord | None:
+        rows = await self._fetch(f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = ?", (run_id,))
+        return _run_from_row(rows[0]) if rows else None
+
+    async def list_runs(
+        self, *, session_id: str | None = None, tenant: str | None = None, limit: int = 50
+    ) -> list[RunRecord]:
+        """Runs matching every filter given, newest first, at most `limit` of them."""
+        if limit < 0:
+            # SQLite reads a negative LIMIT as "no limit".
+            raise ValueError(f"limit must be >= 0, not {limit}")
+        where: list[str] = []
+        params: list[Any] = []
+        if session_id is not None:
+            where.append("session_id = ?")
+            params.append(session_id)
+        if tenant is not None:
+            where.append("tenant = ?")
+            params.append(tenant)
+        sql = f"SELECT {_RUN_COLUMNS} FROM runs"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        # rowid breaks ties between runs created within the same clock tick.
+        sql += " ORDER BY created_at DESC, rowid DESC LIMIT ?"
+        params.append(limit)
+        return [_run_from_row(row) for row in await self._fetch(sql, params)]
+
+    async def mark_unfinished_runs(
+        self, *, status: RunStatus, error: str, finished_at: float
+    ) -> int:
+        """Close every run still `running` (left by a server that died); return how many."""
+        return await self._write(
+            lambda conn: (
+                conn.execute(
+                    "UPDATE runs SET status = ?, error = ?, finished_at = ?"
+                    " WHERE status = 'running'",
+                    (status, error, finished_at),
+                ).rowcount
+            )
+        )
+
+    # Artifacts
+
+    async def add_artifacts(self, records: Sequence[ArtifactRecord]) -> None:
+        """Insert all of `records` or none; a (run_id, path) already present is a `StoreError`."""
+        params = [rec.model_dump() for rec in records]
+        await self._write(lambda conn: conn.executemany(_INSERT_ARTIFACT, params))
+
+    async def get_artifact(self, run_id: str, path: str) -> ArtifactRecord | None:
+        rows = await self._fetch(
+            f"SELECT {_ARTIFACT_COLUMNS} FROM artifacts WHERE run_id = ? AND path = ?",
+            (run_id, path),
+        )
+        return ArtifactRecord.model_validate(dict(rows[0])) if rows else None
+
+    async def list_artifacts(self, run_id: str) -> list[ArtifactRecord]:
+        """The artifacts of one run, ordered by path."""
+        rows = await self._fetch(
+            f"SELECT {_ARTIFACT_COLUMNS} FROM artifacts WHERE run_id = ? ORDER BY path",
+            (run_id,),
+        )
+        return [ArtifactRecord.model_validate(dict(row)) for row in rows]
+
+    # Session workspaces
+
+    async def get_workspace(self, session_id: str) -> list[WorkspaceFile]:
+        """The files of a session's workspace, ordered by path; empty if it has none."""
+        rows = await self._fetch(
+            "SELECT path, sha256, size FROM workspace_files WHERE session_id = ? ORDER BY path",
+            (session_id,),
+        )
+        return [WorkspaceFile.model_validate(dict(row)) for row in rows]
+
+    async def replace_workspace(self, session_id: str, files: Sequence[WorkspaceFile]) -> None:
+        """Make `files` the whole workspace of the session, in one transaction."""
+        params = [(session_id, f.path, f.sha256, f.size) for f in files]
+
+        def replace(conn: sqlite3.Connection) -> None:
+            conn.execute("DELETE FROM workspace_files WHERE session_id = ?", (session_id,))
+            conn.executemany(
+                "INSERT INTO workspace_files (session_id, path, sha256, size) VALUES (?, ?, ?, ?)",
+                params,
+            )
+
+        await self._write(replace)

@@ -1,0 +1,80 @@
+"""The records the store keeps: frozen pydantic models, one per table row.
+
+Plain data only: no SQL, no file access, no policy. Timestamps are float UNIX seconds.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+RunStatus = Literal["running", "ok", "error", "timeout", "oom", "killed"]
+"""`running` until the run finishes; `error` means the engine side failed (see `error`),
+never that the user's code exited non-zero (that is `ok` with an `exit_code`)."""
+
+
+class SessionRecord(BaseModel):
+    """A session lease: who owns it, when it expires, and how it ended."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    tenant: str
+    created_at: float
+    last_used_at: float
+    expires_at: float
+    ended_at: float | None = None
+    end_reason: str | None = None
+    containers_removed: int = 0
+
+
+class RunRecord(BaseModel):
+    """One `run_code` call: what was asked for, and once finished, what came of it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    session_id: str
+    tenant: str
+    language: str
+    status: RunStatus
+    created_at: float
+    timeout_s: int
+    limits: dict[str, Any]
+    code_sha256: str
+    finished_at: float | None = None
+    duration_ms: int | None = None
+    exit_code: int | None = None
+    cpu_seconds: float | None = None
+    peak_memory_bytes: int | None = None
+    stdout_bytes: int = 0
+    stdout_sha256: str | None = None
+    stderr_bytes: int = 0
+    stderr_sha256: str | None = None
+    error: str | None = None
+    """Why the engine side failed, if it did; None for a run that went as planned."""
+
+
+class ArtifactRecord(BaseModel):
+    """A file a run left in `/workspace`; its content is the blob named by `sha256`."""
+
+    model_config = ConfigDict(frozen=True)
+
+    run_id: str
+    path: str
+    size: int
+    sha256: str
+    mime_type: str
+    tenant: str
+    created_at: float
+
+
+class WorkspaceFile(BaseModel):
+    """One file of a session's workspace; its content is the blob named by `sha256`."""
+
+    model_config = ConfigDict(frozen=True)
+
+    path: str
+    sha256: str
+    size: int

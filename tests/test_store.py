@@ -1,0 +1,412 @@
+"""Tests of the store room: the SQLite database and the blob store, on real files."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import stat
+from collections.abc import AsyncIterator
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from airlock.errors import StoreError
+from store import (
+    SCHEMA_VERSION,
+    ArtifactRecord,
+    BlobStore,
+    Database,
+    RunRecord,
+    SessionRecord,
+    WorkspaceFile,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+async def db(tmp_path: Path) -> AsyncIterator[Database]:
+    database = await Database.open(tmp_path / "airlock.db")
+    yield database
+    await database.close()
+
+
+def session(id: str = "s1", *, tenant: str = "t1", created_at: float = 100.0) -> SessionRecord:
+    return SessionRecord(
+        id=id,
+        tenant=tenant,
+        created_at=created_at,
+        last_used_at=created_at,
+        expires_at=created_at + 600,
+    )
+
+
+def run(
+    id: str = "r1", *, session_id: str = "s1", tenant: str = "t1", created_at: float = 200.0
+) -> RunRecord:
+    return RunRecord(
+        id=id,
+        session_id=session_id,
+        tenant=tenant,
+        language="python",
+        status="running",
+        created_at=created_at,
+        timeout_s=30,
+        limits={"memory_bytes": 256 << 20, "pids": 64, "egress": ["api.example.com"]},
+        code_sha256="c" * 64,
+    )
+
+
+def artifact(path: str, *, run_id: str = "r1") -> ArtifactRecord:
+    return ArtifactRecord(
+        run_id=run_id,
+        path=path,
+        size=3,
+        sha256="a" * 64,
+        mime_type="text/plain",
+        tenant="t1",
+        created_at=300.0,
+    )
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+# Sessions
+
+
+async def test_created_session_reads_back_equal(db: Database) -> None:
+    await db.create_session(session())
+    assert await db.get_session("s1") == session()
+
+
+async def test_unknown_session_reads_as_none(db: Database) -> None:
+    assert await db.get_session("nope") is None
+
+
+async def test_touch_moves_last_used_and_expiry(db: Database) -> None:
+    await db.create_session(session())
+    await db.touch_session("s1", last_used_at=150.0, expires_at=750.0)
+    got = await db.get_session("s1")
+    assert got is not None
+    assert (got.last_used_at, got.expires_at) == (150.0, 750.0)
+
+
+async def test_touch_leaves_ended_session_unchanged(db: Database) -> None:
+    await db.create_session(session())
+    await db.end_session("s1", ended_at=120.0, reason="end_session", containers_removed=0)
+    before = await db.get_session("s1")
+    await db.touch_session("s1", last_used_at=150.0, expires_at=750.0)
+    assert await db.get_session("s1") == before
+
+
+async def test_ending_twice_keeps_the_first_end(db: Database) -> None:
+    await db.create_session(session())
+    await db.end_session("s1", ended_at=120.0, reason="end_session", containers_removed=2)
+    await db.end_session("s1", ended_at=130.0, reason="shutdown", containers_removed=0)
+    got = await db.get_session("s1")
+    assert got is not None
+    assert (got.ended_at, got.end_reason, got.containers_removed) == (120.0, "end_session", 2)
+
+
+async def test_live_sessions_leave_out_ended_ones_oldest_first(db: Database) -> None:
+    await db.create_session(session("late", created_at=110.0))
+    await db.create_session(session("ended", created_at=90.0))
+    await db.create_session(session("early", created_at=100.0))
+    await db.end_session("ended", ended_at=120.0, reason="idle", containers_removed=1)
+    assert [s.id for s in await db.list_live_sessions()] == ["early", "late"]
+
+
+async def test_duplicate_session_id_raises_store_error_from_sqlite(db: Database) -> None:
+    await db.create_session(session())
+    with pytest.raises(StoreError) as info:
+        await db.create_session(session())
+    assert isinstance(info.value.__cause__, sqlite3.IntegrityError)
+
+
+# Runs
+
+
+async def test_created_run_reads_back_equal_with_its_limits(db: Database) -> None:
+    await db.create_session(session())
+    await db.create_run(run())
+    assert await db.get_run("r1") == run()
+
+
+async def test_unknown_run_reads_as_none(db: Database) -> None:
+    assert await db.get_run("nope") is None
+
+
+async def test_run_of_unknown_session_raises_store_error(db: Database) -> None:
+    with pytest.raises(StoreError):
+        await db.create_run(run(session_id="nope"))
+    assert await db.get_run("r1") is None
+
+
+async def test_finish_overwrites_outcome_and_keeps_creation_fields(db: Database) -> None:
+    await db.create_session(session())
+    await db.create_run(run())
+    outcome: dict[str, Any] = {
+        "status": "ok",
+        "finished_at": 201.5,
+        "duration_ms": 1500,
+        "exit_code": 3,
+        "cpu_seconds": 0.25,
+        "peak_memory_bytes": 12 << 20,
+        "stdout_bytes": 10,
+        "stdout_sha256": "d" * 64,
+        "stderr_bytes": 4,
+        "stderr_sha256": "e" * 64,
+        "error": None,
+    }
+    # A finished record that also tries to rewrite a creation field: only the outcome lands.
+    await db.finish_run(run().model_copy(update={**outcome, "language": "bash"}))
+    assert await db.get_run("r1") == run().model_copy(update=outcome)
+
+
+async def test_finishing_unknown_run_raises_store_error(db: Database) -> None:
+    with pytest.raises(StoreError, match="unknown run"):
+        await db.finish_run(run("nope").model_copy(update={"status": "ok"}))
+
+
+async def test_list_runs_filters_and_orders_newest_first(db: Database) -> None:
+    await db.create_session(session("s1", tenant="t1"))
+    await db.create_session(session("s2", tenant="t1"))
+    await db.create_session(session("s3", tenant="t2"))
+    await db.create_run(run("old", session_id="s1", created_at=1.0))
+    await db.create_run(run("new", session_id="s1", created_at=3.0))
+    await db.create_run(run("other-session", session_id="s2", created_at=2.0))
+    await db.create_run(run("other-tenant", session_id="s3", tenant="t2", created_at=4.0))
+
+    assert [r.id for r in await db.list_runs(session_id="s1")] == ["new", "old"]
+    assert [r.id for r in await db.list_runs(tenant="t1")] == ["new", "other-session", "old"]
+    assert [r.id for r in await db.list_runs(session_id="s3", tenant="t1")] == []
+    assert [r.id for r in await db.list_runs()] == ["other-tenant", "new", "other-session", "old"]
+
+
+async def test_list_runs_returns_at_most_limit_newest(db: Database) -> None:
+    await db.create_session(session())
+    for i in range(5):
+        await db.create_run(run(f"r{i}", created_at=float(i)))
+    assert [r.id for r in await db.list_runs(limit=2)] == ["r4", "r3"]
+
+
+async def test_list_runs_orders_same_timestamp_by_insertion(db: Database) -> None:
+    await db.create_session(session())
+    await db.create_run(run("first", created_at=5.0))
+    await db.create_run(run("second", created_at=5.0))
+    assert [r.id for r in await db.list_runs()] == ["second", "first"]
+
+
+async def test_list_runs_rejects_negative_limit(db: Database) -> None:
+    with pytest.raises(ValueError):
+        await db.list_runs(limit=-1)
+
+
+async def test_mark_unfinished_closes_only_running_runs_and_counts_them(db: Database) -> None:
+    await db.create_session(session())
+    await db.create_run(run("a"))
+    await db.create_run(run("b"))
+    await db.create_run(run("done"))
+    done = run("done").model_copy(update={"status": "ok", "finished_at": 201.0})
+    await db.finish_run(done)
+
+    count = await db.mark_unfinished_runs(
+        status="killed", error="server restarted", finished_at=9.0
+    )
+
+    assert count == 2
+    for run_id in ("a", "b"):
+        got = await db.get_run(run_id)
+        assert got is not None
+        assert (got.status, got.error, got.finished_at) == ("killed", "server restarted", 9.0)
+    assert await db.get_run("done") == done
+    assert await db.mark_unfinished_runs(status="killed", error="again", finished_at=10.0) == 0
+
+
+# Artifacts
+
+
+async def test_artifacts_list_by_path_and_get_one(db: Database) -> None:
+    await db.create_session(session())
+    await db.create_run(run("r1"))
+    await db.create_run(run("r2"))
+    await db.add_artifacts([artifact("out/b.txt"), artifact("a.txt"), artifact("x", run_id="r2")])
+
+    assert [a.path for a in await db.list_artifacts("r1")] == ["a.txt", "out/b.txt"]
+    assert await db.get_artifact("r1", "out/b.txt") == artifact("out/b.txt")
+    assert await db.get_artifact("r1", "x") is None
+    assert await db.list_artifacts("nope") == []
+
+
+async def test_add_artifacts_stores_none_when_one_fails(db: Database) -> None:
+    await db.create_session(session())
+    await db.create_run(run())
+    with pytest.raises(StoreError):
+        await db.add_artifacts([artifact("a.txt"), artifact("a.txt")])
+    assert await db.list_artifacts("r1") == []
+
+
+# Session workspaces
+
+
+async def test_replace_workspace_drops_old_files_of_that_session_only(db: Database) -> None:
+    await db.create_session(session("s1"))
+    await db.create_session(session("s2"))
+    old = WorkspaceFile(path="old.txt", sha256="1" * 64, size=1)
+    await db.replace_workspace("s1", [old])
+    await db.replace_workspace("s2", [old])
+
+    new = [
+        WorkspaceFile(path="z.txt", sha256="2" * 64, size=2),
+        WorkspaceFile(path="dir/a.txt", sha256="3" * 64, size=3),
+    ]
+    await db.replace_workspace("s1", new)
+
+    assert await db.get_workspace("s1") == sorted(new, key=lambda f: f.path)
+    assert await db.get_workspace("s2") == [old]
+
+
+async def test_unknown_session_has_empty_workspace(db: Database) -> None:
+    assert await db.get_workspace("nope") == []
+
+
+async def test_failed_workspace_replace_keeps_the_old_workspace(db: Database) -> None:
+    await db.create_session(session())
+    old = WorkspaceFile(path="old.txt", sha256="1" * 64, size=1)
+    await db.replace_workspace("s1", [old])
+    twice = WorkspaceFile(path="dup.txt", sha256="2" * 64, size=2)
+    with pytest.raises(StoreError):
+        await db.replace_workspace("s1", [twice, twice])
+    assert await db.get_workspace("s1") == [old]
+
+
+# The database file
+
+
+async def test_concurrent_writes_from_many_tasks_all_land(db: Database) -> None:
+    await db.create_session(session())
+    async with anyio.create_task_group() as tg:
+        for i in range(50):
+            tg.start_soon(db.create_run, run(f"r{i}", created_at=float(i)))
+    assert len(await db.list_runs(limit=100)) == 50
+
+
+async def test_records_survive_close_and_reopen(tmp_path: Path) -> None:
+    path = tmp_path / "data" / "airlock.db"
+    db = await Database.open(path)
+    await db.create_session(session())
+    await db.create_run(run())
+    await db.add_artifacts([artifact("a.txt")])
+    workspace = [WorkspaceFile(path="a.txt", sha256="a" * 64, size=3)]
+    await db.replace_workspace("s1", workspace)
+    await db.close()
+
+    db = await Database.open(path)
+    try:
+        assert await db.get_session("s1") == session()
+        assert await db.get_run("r1") == run()
+        assert await db.list_artifacts("r1") == [artifact("a.txt")]
+        assert await db.get_workspace("s1") == workspace
+    finally:
+        await db.close()
+
+
+async def test_database_file_is_wal_private_and_versioned(db: Database, tmp_path: Path) -> None:
+    path = tmp_path / "airlock.db"
+    with closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
+    assert mode(path) == 0o600
+
+
+async def test_open_refuses_a_newer_schema(tmp_path: Path) -> None:
+    path = tmp_path / "airlock.db"
+    with closing(sqlite3.connect(path)) as conn:
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    with pytest.raises(StoreError, match="upgrade Airlock"):
+        await Database.open(path)
+
+
+async def test_open_below_a_file_raises_store_error_from_oserror(tmp_path: Path) -> None:
+    (tmp_path / "file").write_bytes(b"")
+    with pytest.raises(StoreError) as info:
+        await Database.open(tmp_path / "file" / "airlock.db")
+    assert isinstance(info.value.__cause__, OSError)
+
+
+async def test_calls_after_close_raise_store_error(tmp_path: Path) -> None:
+    db = await Database.open(tmp_path / "airlock.db")
+    await db.close()
+    with pytest.raises(StoreError):
+        await db.get_session("s1")
+
+
+# Blobs
+
+
+async def test_put_returns_sha256_and_read_returns_the_bytes(tmp_path: Path) -> None:
+    blobs = BlobStore(tmp_path / "blobs")
+    data = b"hello, blob"
+    sha = await blobs.put(data)
+    assert sha == hashlib.sha256(data).hexdigest()
+    assert blobs.path(sha) == tmp_path / "blobs" / sha[:2] / sha[2:]
+    assert await blobs.read(sha) == data
+    assert await blobs.exists(sha)
+
+
+async def test_read_honours_offset_and_length(tmp_path: Path) -> None:
+    blobs = BlobStore(tmp_path)
+    sha = await blobs.put(b"0123456789")
+    assert await blobs.read(sha, offset=3, length=4) == b"3456"
+    assert await blobs.read(sha, offset=7) == b"789"
+    assert await blobs.read(sha, offset=8, length=100) == b"89"
+    assert await blobs.read(sha, offset=20) == b""
+    with pytest.raises(ValueError):
+        await blobs.read(sha, offset=-1)
+
+
+async def test_put_twice_keeps_one_file_and_no_temporaries(tmp_path: Path) -> None:
+    blobs = BlobStore(tmp_path / "blobs")
+    first = await blobs.put(b"same")
+    second = await blobs.put(b"same")
+    assert first == second
+    files = [p for p in (tmp_path / "blobs").rglob("*") if p.is_file()]
+    assert files == [blobs.path(first)]
+
+
+async def test_blob_files_are_0600_and_dirs_0700(tmp_path: Path) -> None:
+    blobs = BlobStore(tmp_path / "blobs")
+    path = blobs.path(await blobs.put(b"secret"))
+    assert mode(path) == 0o600
+    assert mode(path.parent) == 0o700
+    assert mode(tmp_path / "blobs") == 0o700
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["../x", "../" + "a" * 61, "A" * 64, "g" * 64, "a" * 63, "a" * 65, "", "/" + "a" * 63],
+)
+def test_path_rejects_anything_but_64_lowercase_hex(tmp_path: Path, name: str) -> None:
+    with pytest.raises(ValueError):
+        BlobStore(tmp_path).path(name)
+
+
+async def test_missing_blob_does_not_exist_and_reading_it_raises_store_error(
+    tmp_path: Path,
+) -> None:
+    blobs = BlobStore(tmp_path)
+    sha = "0" * 64
+    assert not await blobs.exists(sha)
+    with pytest.raises(StoreError) as info:
+        await blobs.read(sha)
+    assert isinstance(info.value.__cause__, FileNotFoundError)
