@@ -1,0 +1,395 @@
+"""The Docker backend: one fresh, hardened, network-less container per job.
+
+Owns the container's whole life: create with every hardening option, attach,
+start, hand the runner its one job, read the exchange, read usage, remove. The
+removal sits in a shielded `finally`, so cancellation, timeouts and engine errors
+all end with the container gone. Also finds and removes containers by label for
+session teardown and for reaping what a dead server left behind.
+
+Blocking Docker SDK calls run in worker threads; the attach stream is read
+asynchronously.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import anyio
+import anyio.abc
+import docker
+import docker.errors
+import requests
+from docker.types import LogConfig, Ulimit
+
+from airlock.errors import (
+    EngineUnavailable,
+    ImageUnavailable,
+    RunnerFailed,
+    SandboxError,
+    UnsafePath,
+)
+
+from .exchange import Exchange, RunnerReport
+from .hatch import pack_inputs, read_outputs, safe_relative_path
+from .instance import LABEL_INSTANCE, Instance
+from .runner import encode_job
+from .spec import JobOutcome, JobSpec, OutputFile, Status, StreamCapture, Usage, WorkspaceEntry
+
+log = logging.getLogger(__name__)
+
+LABEL_SESSION = "airlock.session"
+LABEL_RUN = "airlock.run"
+LABEL_TENANT = "airlock.tenant"
+LABEL_DEADLINE = "airlock.deadline"
+SANDBOX_USER = "1000:1000"
+# Container start and packing the workspace happen outside the user's timeout.
+EXCHANGE_GRACE_S = 15.0
+RECEIVE_CHUNK = 65536
+
+T = TypeVar("T")
+
+
+@contextmanager
+def engine_errors(action: str) -> Iterator[None]:
+    """Translate Docker SDK and transport errors into Airlock's, naming the fix."""
+    try:
+        yield
+    except docker.errors.ImageNotFound as exc:
+        raise ImageUnavailable(
+            f"{action}: the sandbox image is missing; run `airlock image build`"
+        ) from exc
+    except (docker.errors.APIError, docker.errors.DockerException) as exc:
+        if isinstance(exc, docker.errors.APIError) and not _is_connection_error(exc):
+            raise SandboxError(f"{action}: the Docker engine refused: {exc.explanation}") from exc
+        raise EngineUnavailable(
+            f"{action}: cannot reach the Docker engine ({exc}); start it "
+            "(`sudo systemctl start docker`, or `dockerd &`) and check `airlock doctor`"
+        ) from exc
+    except requests.exceptions.RequestException as exc:
+        raise EngineUnavailable(
+            f"{action}: cannot reach the Docker engine ({exc}); start it and check `airlock doctor`"
+        ) from exc
+
+
+def _is_connection_error(exc: docker.errors.APIError) -> bool:
+    return exc.response is None
+
+
+def connect() -> docker.DockerClient:
+    """A client for the engine named by the environment (DOCKER_HOST or the default socket)."""
+    with engine_errors("connecting"):
+        client = docker.from_env(timeout=120)
+        client.ping()
+    return client
+
+
+def container_options(job: JobSpec, *, instance: Instance, deadline: float) -> dict[str, Any]:
+    """Every option of a sandbox container. The hardening lives here and only here."""
+    limits = job.limits
+    memory = f"{limits.memory_mb}m"
+    # The engine ignores `mode=` on these mounts; ownership is what lets the
+    # sandbox user write.
+    owner = "uid=1000,gid=1000"
+    return {
+        "image": job.image,
+        "detach": True,
+        "stdin_open": True,
+        "tty": False,
+        "user": SANDBOX_USER,
+        # The runner's environment comes from the image alone; the user's code
+        # gets the job's environment, which the caller built from an empty dict.
+        "environment": {},
+        "network_mode": "none",
+        "network_disabled": True,
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges:true"],
+        "read_only": True,
+        "tmpfs": {
+            "/workspace": f"rw,exec,nosuid,nodev,size={limits.workspace_mb}m,{owner}",
+            "/tmp": f"rw,noexec,nosuid,nodev,size={limits.tmp_mb}m,{owner}",
+        },
+        "pids_limit": limits.pids,
+        "mem_limit": memory,
+        "memswap_limit": memory,
+        "nano_cpus": int(limits.cpus * 1e9),
+        "ulimits": [Ulimit(name="core", soft=0, hard=0)],
+        "init": True,
+        "ipc_mode": "private",
+        "privileged": False,
+        "runtime": job.runtime,
+        # Output travels over the attach stream; a log driver would copy every
+        # byte of a flood to the host's disk.
+        "log_config": LogConfig(type=LogConfig.types.NONE),
+        "labels": {
+            **instance.labels(),
+            LABEL_SESSION: job.session_id,
+            LABEL_RUN: job.run_id,
+            LABEL_TENANT: job.tenant,
+            LABEL_DEADLINE: str(int(deadline)),
+        },
+    }
+
+
+class DockerBackend:
+    """Runs jobs in Docker containers labelled with this server instance."""
+
+    def __init__(self, client: docker.DockerClient, instance: Instance) -> None:
+        self.client = client
+        self.instance = instance
+        self._mine = f"{LABEL_INSTANCE}={instance.id}"
+
+    async def run(self, job: JobSpec) -> JobOutcome:
+        deadline = time.time() + job.timeout_s + EXCHANGE_GRACE_S
+        options = container_options(job, instance=self.instance, deadline=deadline)
+        container = await self._call(
+            "creating the container", lambda: self.client.containers.create(**options)
+        )
+        try:
+            return await self._exchange(container, job)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._remove(str(container.id))
+
+    async def _exchange(self, container: Any, job: JobSpec) -> JobOutcome:
+        started = time.monotonic()
+        fd = await self._call(
+            "attaching to the container", lambda: _attach(self.client, container.id)
+        )
+        try:
+            await self._call("starting the container", container.start)
+        except BaseException:
+            os.close(fd)
+            raise
+        exchange = Exchange(job)
+        stream = await anyio.abc.SocketStream.from_socket(fd)
+        host_timeout = False
+        async with stream:
+            await stream.send(encode_job(_job_payload(job), pack_inputs(job.files)))
+            with anyio.move_on_after(job.timeout_s + EXCHANGE_GRACE_S) as scope:
+                while not exchange.done:
+                    try:
+                        exchange.feed(await stream.receive(RECEIVE_CHUNK))
+                    except (anyio.EndOfStream, anyio.BrokenResourceError):
+                        break
+            host_timeout = scope.cancelled_caught
+            usage, oom_killed = await self._call(
+                "reading usage", lambda: _final_state(self.client, container.id)
+            )
+        elapsed_ms = int((time.monotonic() - started) * 1000)
+        if exchange.fault is not None and exchange.report is None:
+            raise RunnerFailed(f"the sandbox runner failed: {exchange.fault}")
+        return _outcome(
+            job,
+            exchange,
+            usage,
+            oom_killed=oom_killed,
+            host_timeout=host_timeout,
+            elapsed_ms=elapsed_ms,
+        )
+
+    async def remove_session(self, session_id: str) -> int:
+        """Kill and remove every container of a session; returns how many."""
+        ids = await self._list({"label": [self._mine, f"{LABEL_SESSION}={session_id}"]})
+        await self._remove_many(ids)
+        return len(ids)
+
+    async def remove_all(self) -> int:
+        """Kill and remove every container of this instance (shutdown)."""
+        ids = await self._list({"label": [self._mine]})
+        await self._remove_many(ids)
+        return len(ids)
+
+    async def reap(self, now: float) -> int:
+        """Remove containers of dead instances and those past their deadline."""
+        found = await self._call(
+            "listing containers",
+            lambda: self.client.api.containers(all=True, filters={"label": [LABEL_INSTANCE]}),
+        )
+        doomed = [c["Id"] for c in found if _is_reapable(c.get("Labels") or {}, self.instance, now)]
+        await self._remove_many(doomed)
+        return len(doomed)
+
+    async def live_containers(self, session_id: str | None = None) -> list[str]:
+        labels = [self._mine]
+        if session_id is not None:
+            labels.append(f"{LABEL_SESSION}={session_id}")
+        return await self._list({"label": labels})
+
+    async def _list(self, filters: dict[str, Any]) -> list[str]:
+        found = await self._call(
+            "listing containers", lambda: self.client.api.containers(all=True, filters=filters)
+        )
+        return [c["Id"] for c in found]
+
+    async def _remove_many(self, ids: list[str]) -> None:
+        async with anyio.create_task_group() as tg:
+            for container_id in ids:
+                tg.start_soon(self._remove, container_id)
+
+    async def _remove(self, container_id: str) -> None:
+        try:
+            await anyio.to_thread.run_sync(
+                lambda: self.client.api.remove_container(container_id, force=True, v=True)
+            )
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError as exc:
+            # Already being removed by a concurrent teardown: that one finishes the job.
+            if exc.status_code != 409:
+                log.warning("removing container %s failed: %s", container_id[:12], exc)
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+            log.warning("removing container %s failed: %s", container_id[:12], exc)
+
+    async def _call(self, action: str, fn: Callable[[], T]) -> T:
+        def guarded() -> T:
+            with engine_errors(action):
+                return fn()
+
+        return await anyio.to_thread.run_sync(guarded)
+
+
+def _attach(client: docker.DockerClient, container_id: str) -> int:
+    """The attach connection as a bare file descriptor the caller owns.
+
+    The SDK's `attach_socket` leaves the socket shared with an HTTP response object
+    that closes it again (or warns) whenever it is collected. Taking the descriptor
+    out and closing the response gives the stream one owner. Nothing can be left in
+    the response's read buffer: the runner writes nothing before it gets its job.
+    Uses SDK internals, hence the pinned `docker` major version.
+    """
+    api: Any = client.api
+    response = api._post(
+        api._url("/containers/{0}/attach", container_id),
+        params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1},
+        stream=True,
+    )
+    api._raise_for_status(response)
+    fd: int = response.raw._fp.fp.raw._sock.detach()
+    response.close()
+    return fd
+
+
+def _job_payload(job: JobSpec) -> dict[str, Any]:
+    return {
+        "language": job.language,
+        "code": job.code,
+        "env": job.env,
+        "timeout_s": job.timeout_s,
+        "stream_cap_bytes": job.stream_cap_bytes,
+        "artifact_caps": job.artifact_caps.model_dump(),
+    }
+
+
+def _is_reapable(labels: dict[str, str], instance: Instance, now: float) -> bool:
+    if instance.owner_is_dead(labels):
+        return True
+    try:
+        return float(labels.get(LABEL_DEADLINE, "0")) < now
+    except ValueError:
+        return True
+
+
+def _final_state(client: docker.DockerClient, container_id: str) -> tuple[Usage, bool]:
+    """Usage from the engine (cgroup v1 counters) and whether the OOM killer struck."""
+    state = client.api.inspect_container(container_id)["State"]
+    usage = Usage()
+    if state.get("Running"):
+        stats = client.api.stats(container_id, stream=False, one_shot=True)
+        cpu_ns = (stats.get("cpu_stats") or {}).get("cpu_usage", {}).get("total_usage")
+        peak = (stats.get("memory_stats") or {}).get("max_usage")
+        usage = Usage(
+            cpu_seconds=cpu_ns / 1e9 if cpu_ns else None,
+            peak_memory_bytes=peak or None,
+        )
+    return usage, bool(state.get("OOMKilled"))
+
+
+def _outcome(
+    job: JobSpec,
+    exchange: Exchange,
+    usage: Usage,
+    *,
+    oom_killed: bool,
+    host_timeout: bool,
+    elapsed_ms: int,
+) -> JobOutcome:
+    report = exchange.report
+    notes: list[str] = []
+    if exchange.overflow:
+        notes.append(f"{exchange.overflow}; no files were kept from this run")
+    workspace: tuple[WorkspaceEntry, ...] | None = None
+    files: tuple[OutputFile, ...] = ()
+    if report is not None and not exchange.overflow:
+        listing = _safe_listing(report, notes)
+        kept, refused = read_outputs(bytes(exchange.tar), listing, job.artifact_caps)
+        files = tuple(kept)
+        notes.extend(report.skipped[:100])
+        notes.extend(refused)
+        kept_paths = {f.path for f in kept}
+        workspace = tuple(e for e in listing if not e.changed or e.path in kept_paths)
+    if report is not None:
+        usage = Usage(
+            cpu_seconds=usage.cpu_seconds if usage.cpu_seconds is not None else report.cpu_seconds,
+            peak_memory_bytes=usage.peak_memory_bytes or report.max_rss_bytes,
+        )
+    return JobOutcome(
+        status=_status(report, oom_killed=oom_killed, host_timeout=host_timeout),
+        exit_code=report.exit_code if report else None,
+        duration_ms=report.duration_ms if report else elapsed_ms,
+        stdout=_capture(
+            bytes(exchange.stdout),
+            report.stdout.bytes if report else None,
+            report.stdout.sha256 if report else None,
+        ),
+        stderr=_capture(
+            bytes(exchange.stderr),
+            report.stderr.bytes if report else None,
+            report.stderr.sha256 if report else None,
+        ),
+        files=files,
+        workspace=workspace,
+        notes=tuple(notes),
+        usage=usage,
+    )
+
+
+def _safe_listing(report: RunnerReport, notes: list[str]) -> list[WorkspaceEntry]:
+    listing: list[WorkspaceEntry] = []
+    seen: set[str] = set()
+    for entry in report.workspace:
+        try:
+            ok = safe_relative_path(entry.path) == entry.path and entry.path not in seen
+        except UnsafePath:
+            ok = False
+        if not ok:
+            notes.append(f"{entry.path!r}: not a plain relative path; not kept")
+            continue
+        seen.add(entry.path)
+        listing.append(entry)
+    return listing
+
+
+def _status(report: RunnerReport | None, *, oom_killed: bool, host_timeout: bool) -> Status:
+    if oom_killed:
+        return "oom"
+    if report is None:
+        return "timeout" if host_timeout else "killed"
+    if report.timed_out:
+        return "timeout"
+    if report.oom_kills > 0 and report.exit_code != 0:
+        return "oom"
+    return "ok" if report.exit_code == 0 else "error"
+
+
+def _capture(data: bytes, total: int | None, sha256: str | None) -> StreamCapture:
+    return StreamCapture(
+        data=data,
+        total_bytes=max(total or 0, len(data)),
+        sha256=sha256 or hashlib.sha256(data).hexdigest(),
+    )

@@ -1,0 +1,121 @@
+"""What a backend is asked to do and what it reports back, platform-neutral.
+
+A tool handler turns a call into a `JobSpec`; a backend (Docker today) carries
+it out and returns a `JobOutcome`. Nothing here knows about Docker or MCP.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Language = Literal["python", "bash"]
+Status = Literal["ok", "error", "timeout", "oom", "killed"]
+
+
+class ContainerLimits(BaseModel):
+    """Resource limits of one container, already checked against the policy."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    memory_mb: int
+    cpus: float
+    pids: int
+    workspace_mb: int
+    tmp_mb: int
+
+
+class ArtifactCaps(BaseModel):
+    """What may come back out of /workspace."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_files: int
+    max_file_bytes: int
+    max_total_bytes: int
+
+
+class InputFile(BaseModel):
+    """One file to place under /workspace; `path` is already validated."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    path: str
+    data: bytes
+
+
+class JobSpec(BaseModel):
+    """Everything a backend needs to run one call, and nothing it may not see."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    run_id: str
+    session_id: str
+    tenant: str
+    image: str
+    runtime: str = "runc"
+    language: Language
+    code: str
+    env: dict[str, str]
+    files: tuple[InputFile, ...] = ()
+    timeout_s: float = Field(gt=0)
+    limits: ContainerLimits
+    stream_cap_bytes: int
+    artifact_caps: ArtifactCaps
+
+
+class StreamCapture(BaseModel):
+    """One output stream: the kept prefix plus the size and hash of all of it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    data: bytes = b""
+    total_bytes: int = 0
+    sha256: str = ""
+
+
+class OutputFile(BaseModel):
+    """A new or changed regular file of /workspace, validated by the hatch."""
+
+    model_config = ConfigDict(frozen=True)
+
+    path: str
+    data: bytes
+    sha256: str
+
+
+class WorkspaceEntry(BaseModel):
+    """A regular file present in /workspace when the run ended."""
+
+    model_config = ConfigDict(frozen=True)
+
+    path: str
+    sha256: str
+    size: int
+    changed: bool
+
+
+class Usage(BaseModel):
+    """What the run cost, read from the engine (or the runner when the engine can't say)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    cpu_seconds: float | None = None
+    peak_memory_bytes: int | None = None
+
+
+class JobOutcome(BaseModel):
+    """What happened. A non-zero exit is an outcome, not a failure of the backend."""
+
+    model_config = ConfigDict(frozen=True)
+
+    status: Status
+    exit_code: int | None
+    duration_ms: int
+    stdout: StreamCapture
+    stderr: StreamCapture
+    files: tuple[OutputFile, ...] = ()
+    workspace: tuple[WorkspaceEntry, ...] | None = None
+    notes: tuple[str, ...] = ()
+    usage: Usage = Usage()

@@ -1,0 +1,156 @@
+"""The sandbox image: its content-derived tag, the shape of the built image, and reuse."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import docker.errors
+import pytest
+import requests
+
+from airlock.errors import EngineUnavailable, ImageUnavailable
+from sandbox.image import RUNNER_PATH, build_image, ensure_image, image_exists, image_tag
+
+# The first Docker test may bootstrap the offline base: about a minute, more on a slow mirror.
+pytestmark = pytest.mark.timeout(900)
+
+ENTRYPOINT = ["/usr/bin/python3", "-I", "/opt/airlock/runner.py"]
+
+
+@pytest.fixture
+def unreachable_client() -> Iterator[docker.DockerClient]:
+    # TCP port 1 refuses the connection. (A missing unix socket would do as well, but the
+    # SDK's unix transport leaks the socket of a failed connect, which pytest reports.)
+    # A pinned API version keeps the constructor from asking the engine for one.
+    client = docker.DockerClient(base_url="tcp://127.0.0.1:1", version="1.41")
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def runner(tmp_path: Path) -> Path:
+    path = tmp_path / "runner.py"
+    path.write_bytes(b"print('runner')\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[docker.DockerClient]:
+    try:
+        client = docker.from_env()
+        client.ping()
+    except (docker.errors.DockerException, requests.exceptions.ConnectionError) as exc:
+        if os.environ.get("AIRLOCK_REQUIRE_DOCKER") == "1":
+            pytest.fail(f"Docker is required but not reachable: {exc}")
+        pytest.skip(f"Docker is not reachable: {exc}")
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="module")
+def image(client: docker.DockerClient) -> str:
+    return ensure_image(client, lambda message: None, runner=RUNNER_PATH)
+
+
+def run_in(client: docker.DockerClient, tag: str, *argv: str, user: str = "1000:1000") -> str:
+    output = client.containers.run(
+        tag,
+        entrypoint=argv[0],
+        command=list(argv[1:]),
+        user=user,
+        network_mode="none",
+        read_only=True,
+        remove=True,
+    )
+    assert isinstance(output, bytes)
+    return output.decode()
+
+
+def test_tag_changes_when_runner_bytes_change(runner: Path) -> None:
+    first = image_tag(runner)
+    assert image_tag(runner) == first
+    runner.write_bytes(b"print('runner, changed')\n")
+    assert image_tag(runner) != first
+    assert first.startswith("airlock-sandbox:")
+
+
+def test_tag_differs_between_offline_and_registry_base(runner: Path) -> None:
+    assert image_tag(runner, base="offline") != image_tag(runner, base="registry")
+
+
+def test_missing_runner_is_image_unavailable(tmp_path: Path) -> None:
+    with pytest.raises(ImageUnavailable, match="runner"):
+        image_tag(tmp_path / "absent.py")
+
+
+def test_unreachable_engine_is_engine_unavailable(
+    unreachable_client: docker.DockerClient,
+) -> None:
+    with pytest.raises(EngineUnavailable, match="start the Docker engine"):
+        image_exists(unreachable_client, "airlock-sandbox:any")
+
+
+def test_missing_debootstrap_names_the_install_command(
+    unreachable_client: docker.DockerClient,
+    runner: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    # force skips the "already built?" questions, so the engine is never asked.
+    with pytest.raises(ImageUnavailable, match="apt-get install debootstrap"):
+        build_image(unreachable_client, lambda message: None, force=True, runner=runner)
+
+
+def test_offline_base_without_root_says_root_is_needed(
+    unreachable_client: docker.DockerClient, runner: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(ImageUnavailable, match="needs root"):
+        build_image(unreachable_client, lambda message: None, force=True, runner=runner)
+
+
+@pytest.mark.docker
+def test_image_runs_the_runner_as_the_sandbox_user(client: docker.DockerClient, image: str) -> None:
+    config = client.images.get(image).attrs["Config"]
+    assert config["User"] == "1000:1000"
+    assert config["Entrypoint"] == ENTRYPOINT
+    assert config["WorkingDir"] == "/workspace"
+    assert config["Labels"]["airlock.image"] == "1"
+
+
+@pytest.mark.docker
+def test_image_python_is_3_11(client: docker.DockerClient, image: str) -> None:
+    version = run_in(client, image, "/usr/bin/python3", "-c", "import sys;print(sys.version)")
+    assert version.startswith("3.11.")
+
+
+@pytest.mark.docker
+def test_runner_is_root_owned_and_workspace_belongs_to_sandbox(
+    client: docker.DockerClient, image: str
+) -> None:
+    listing = run_in(
+        client, image, "/usr/bin/stat", "-c", "%u:%g %a %n", "/opt/airlock/runner.py", "/workspace"
+    )
+    assert listing.splitlines() == ["0:0 644 /opt/airlock/runner.py", "1000:1000 755 /workspace"]
+
+
+@pytest.mark.docker
+def test_image_has_no_setuid_or_setgid_files(client: docker.DockerClient, image: str) -> None:
+    # As root, so that no directory is hidden from find.
+    found = run_in(
+        client, image, "/usr/bin/find", "/", "-xdev", "-type", "f", "-perm", "/6000", user="0:0"
+    )
+    assert found == ""
+
+
+@pytest.mark.docker
+def test_ensure_image_again_reuses_the_built_image(client: docker.DockerClient, image: str) -> None:
+    built_id = client.images.get(image).id
+    reported: list[str] = []
+    assert ensure_image(client, reported.append, runner=RUNNER_PATH) == image
+    assert client.images.get(image).id == built_id
+    assert reported == []
