@@ -5,6 +5,7 @@
     │   ├── UnsafePath        absolute, `..`, NUL, or otherwise escaping path
     │   └── LimitExceeded     a request above what the policy allows
     ├── NotFound              unknown id; also anything of another session or tenant
+    ├── SessionEnded          the session ended while a call in it was running
     ├── PolicyInvalid         a policy file with problems (all of them listed)
     ├── SandboxError          the engine side failed, not the user's code
     │   ├── EngineUnavailable Docker is not reachable
@@ -42,6 +43,10 @@ class NotFound(AirlockError):
     Deliberately the same answer for an id that never existed and for one that
     belongs to someone else, so ids cannot be probed.
     """
+
+
+class SessionEnded(AirlockError):
+    """The session ended (end_session, expiry, shutdown) while a call in it was running."""
 
 
 class PolicyInvalid(AirlockError):

@@ -1,1 +1,27 @@
-"""tools"""
+"""Tool handlers: transport-neutral functions the server registers as MCP tools.
+
+Each takes the `Services` and the caller's resolved `Session`; the server owns
+transports, sessions and registration.
+"""
+
+from .artifacts import fetch_artifact, read_artifact_resource
+from .context import Services, Session, iso_time
+from .end_session import teardown_session
+from .errors import tool_errors
+from .models import EndSessionResult, FetchResult, FileArg, RunResult
+from .run_code import run_code
+
+__all__ = [
+    "EndSessionResult",
+    "FetchResult",
+    "FileArg",
+    "RunResult",
+    "Services",
+    "Session",
+    "fetch_artifact",
+    "iso_time",
+    "read_artifact_resource",
+    "run_code",
+    "teardown_session",
+    "tool_errors",
+]

@@ -1,0 +1,57 @@
+"""What a tool handler works with: the services it calls and the caller's session.
+
+The server builds one `Services` at startup and resolves a `Session` for every
+call; handlers take both and never look at the transport.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Protocol
+
+from policies import Policy
+from sandbox import Backend
+from store import BlobStore, Database
+
+
+@dataclass(frozen=True)
+class Session:
+    """The caller's live session lease, already checked against the caller."""
+
+    id: str
+    tenant: str
+    expires_at: float
+
+    @property
+    def expires_at_iso(self) -> str:
+        return iso_time(self.expires_at)
+
+
+class SandboxProvider(Protocol):
+    """The engine side, which may still be starting (connecting, building the image)."""
+
+    async def ready(self) -> tuple[Backend, str]:
+        """The backend and the image to run, once both are available; raises what blocks them."""
+        ...
+
+    def connected(self) -> Backend | None:
+        """The backend if it is up already; teardown needs no image and must not wait for one."""
+        ...
+
+
+@dataclass(frozen=True)
+class Services:
+    db: Database
+    blobs: BlobStore
+    sandbox: SandboxProvider
+    policy: Policy
+    clock: Callable[[], float] = field(default=time.time)
+
+
+def iso_time(timestamp: float) -> str:
+    return (
+        datetime.fromtimestamp(timestamp, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    )
