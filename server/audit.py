@@ -1,0 +1,89 @@
+"""`airlock audit`: what ran, what it cost, what it printed.
+
+Sandbox output is sanitized before it reaches the operator's terminal: it may
+hold escape sequences written to fool exactly that terminal.
+"""
+
+from __future__ import annotations
+
+from airlock.errors import NotFound
+from store import BlobStore, Database, RunRecord
+from tools.context import iso_time
+from tools.envelope import sanitize
+from tools.run_code import STREAM_PATHS
+
+
+def _cpu(run: RunRecord) -> str:
+    return f"{run.cpu_seconds:.2f}s" if run.cpu_seconds is not None else "-"
+
+
+def _memory(run: RunRecord) -> str:
+    if run.peak_memory_bytes is None:
+        return "-"
+    return f"{run.peak_memory_bytes / (1024 * 1024):.1f}MiB"
+
+
+def _duration(run: RunRecord) -> str:
+    return f"{run.duration_ms}ms" if run.duration_ms is not None else "-"
+
+
+async def runs_table(db: Database, *, session_id: str | None, limit: int) -> str:
+    runs = await db.list_runs(session_id=session_id, limit=limit)
+    if not runs:
+        return "no runs recorded"
+    header = ("RUN", "SESSION", "STARTED", "LANG", "STATUS", "EXIT", "DURATION", "CPU", "PEAK MEM")
+    rows = [header] + [
+        (
+            run.id,
+            run.session_id,
+            iso_time(run.created_at),
+            run.language,
+            run.status,
+            "-" if run.exit_code is None else str(run.exit_code),
+            _duration(run),
+            _cpu(run),
+            _memory(run),
+        )
+        for run in runs
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    )
+
+
+async def run_detail(db: Database, blobs: BlobStore, run_id: str) -> str:
+    run = await db.get_run(run_id)
+    if run is None:
+        raise NotFound(f"no run {run_id!r} in this data directory; `airlock audit runs` lists them")
+    lines = [
+        f"run        {run.id}",
+        f"session    {run.session_id} (tenant {run.tenant})",
+        f"started    {iso_time(run.created_at)}",
+        f"finished   {iso_time(run.finished_at) if run.finished_at else '-'}",
+        f"language   {run.language}   code sha256 {run.code_sha256}",
+        f"status     {run.status}   exit {run.exit_code if run.exit_code is not None else '-'}",
+        f"duration   {_duration(run)} (timeout {run.timeout_s}s)",
+        f"usage      cpu {_cpu(run)}, peak memory {_memory(run)}",
+        f"limits     {', '.join(f'{k}={v}' for k, v in sorted(run.limits.items()))}",
+    ]
+    if run.error:
+        lines.append(f"error      {run.error}")
+    artifacts = await db.list_artifacts(run.id)
+    files = [a for a in artifacts if a.path not in STREAM_PATHS.values()]
+    lines.append(f"artifacts  {len(files)}")
+    lines.extend(f"  {sanitize(a.path)}  {a.size} bytes  {a.mime_type}  {a.sha256}" for a in files)
+    kept = {a.path: a for a in artifacts}
+    for name, total, sha in (
+        ("stdout", run.stdout_bytes, run.stdout_sha256),
+        ("stderr", run.stderr_bytes, run.stderr_sha256),
+    ):
+        lines.append(f"--- {name}: {total} bytes, sha256 {sha or '-'} ---")
+        record = kept.get(STREAM_PATHS[name])
+        if record is not None:
+            text = (await blobs.read(record.sha256)).decode("utf-8", errors="replace")
+            lines.append(sanitize(text).rstrip("\n"))
+            if record.size < total:
+                lines.append(f"[kept the first {record.size} of {total} bytes]")
+    return "\n".join(lines)

@@ -1,0 +1,178 @@
+"""The `airlock` command line.
+
+`serve` speaks MCP on stdout, so every command writes logs and progress to
+stderr; only the reports an operator asked for (doctor, audit, policy) go to
+stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import anyio
+
+from airlock import __version__
+from airlock.errors import AirlockError
+from policies import load_policy, policy_json_schema
+from sandbox import connect
+from sandbox.image import build_image
+from store import BlobStore, Database
+
+from .app import build_server
+from .audit import run_detail, runs_table
+from .config import ENV_DATA_DIR, ENV_POLICY, Config
+from .doctor import run_checks
+from .logs import setup_logging
+from .stdio import serve_stdio
+
+log = logging.getLogger("airlock")
+
+
+def _out(text: str) -> None:
+    sys.stdout.write(text + "\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--policy",
+        metavar="PATH",
+        help=f"policy file (TOML); default: ${ENV_POLICY}, else the built-in default policy",
+    )
+    common.add_argument(
+        "--data-dir",
+        metavar="DIR",
+        help=f"where records and artifacts live; default: ${ENV_DATA_DIR}, "
+        "else ~/.local/share/airlock",
+    )
+    common.add_argument("-v", "--verbose", action="store_true", help="log debug details to stderr")
+
+    parser = argparse.ArgumentParser(
+        prog="airlock",
+        description="An MCP server that runs agent-written code in fresh, hardened, "
+        "network-less containers.",
+    )
+    parser.add_argument("--version", action="version", version=f"airlock {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    commands.add_parser(
+        "serve",
+        parents=[common],
+        help="serve MCP over stdio (builds the sandbox image on first use)",
+        description="Serve MCP over stdio. Logs and image-build progress go to stderr.",
+    )
+
+    image = commands.add_parser("image", help="manage the sandbox image").add_subparsers(
+        dest="image_command", metavar="ACTION", required=True
+    )
+    build = image.add_parser(
+        "build", parents=[common], help="build the sandbox image (progress on stderr)"
+    )
+    build.add_argument("--force", action="store_true", help="rebuild even if the image exists")
+    build.add_argument(
+        "--base",
+        choices=["offline", "registry"],
+        default="offline",
+        help="offline: bootstrap Debian with debootstrap (default); "
+        "registry: pull python:3.11-slim",
+    )
+
+    commands.add_parser("doctor", parents=[common], help="check what is missing and print the fix")
+
+    audit = commands.add_parser("audit", help="inspect past runs").add_subparsers(
+        dest="audit_command", metavar="WHAT", required=True
+    )
+    runs = audit.add_parser(
+        "runs", parents=[common], help="list runs with status, duration, CPU, memory"
+    )
+    runs.add_argument("--session", metavar="ID", help="only runs of this session")
+    runs.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
+    run = audit.add_parser("run", parents=[common], help="one run in full, with its output")
+    run.add_argument("run_id", metavar="RUN")
+
+    policy = commands.add_parser("policy", help="validate policies").add_subparsers(
+        dest="policy_command", metavar="ACTION", required=True
+    )
+    check = policy.add_parser("check", help="validate a policy file offline")
+    check.add_argument("path", metavar="PATH", type=Path)
+    policy.add_parser("schema", help="print the policy JSON Schema (for editors)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        sys.exit(2)
+    setup_logging(getattr(args, "verbose", False))
+    try:
+        code = _dispatch(args)
+    except AirlockError as exc:
+        log.error("%s", exc)
+        code = 1
+    except KeyboardInterrupt:
+        code = 130
+    sys.exit(code)
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "policy":
+        return _policy(args)
+    config = Config.resolve(args.data_dir, args.policy)
+    if args.command == "serve":
+        return _serve(config)
+    if args.command == "image":
+        tag = build_image(
+            connect(), lambda line: log.info("%s", line), force=args.force, base=args.base
+        )
+        log.info("sandbox image ready: %s", tag)
+        return 0
+    if args.command == "doctor":
+        return _doctor(config)
+    return anyio.run(_audit, config, args)
+
+
+def _serve(config: Config) -> int:
+    policy = load_policy(config.policy_path)
+    log.info("airlock %s serving MCP on stdio; data in %s", __version__, config.data_dir)
+    serve_stdio(build_server(config, policy))
+    return 0
+
+
+def _doctor(config: Config) -> int:
+    failed = 0
+    for check in run_checks(config):
+        mark = "ok " if check.ok else "MISSING"
+        _out(f"[{mark}] {check.name}: {check.detail}")
+        if not check.ok:
+            failed += 1
+            _out(f"        fix: {check.fix}")
+    _out("all good" if not failed else f"{failed} problem(s) found")
+    return 0 if not failed else 1
+
+
+async def _audit(config: Config, args: argparse.Namespace) -> int:
+    db = await Database.open(config.db_path)
+    try:
+        if args.audit_command == "runs":
+            _out(await runs_table(db, session_id=args.session, limit=args.limit))
+        else:
+            _out(await run_detail(db, BlobStore(config.blobs_dir), args.run_id))
+    finally:
+        await db.close()
+    return 0
+
+
+def _policy(args: argparse.Namespace) -> int:
+    if args.policy_command == "schema":
+        _out(json.dumps(policy_json_schema(), indent=2))
+        return 0
+    load_policy(args.path)
+    _out(f"{args.path}: valid")
+    return 0

@@ -1,0 +1,44 @@
+"""Server configuration: where data lives and which policy applies.
+
+Command-line options win over environment variables, which win over defaults.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+ENV_DATA_DIR = "AIRLOCK_DATA_DIR"
+ENV_POLICY = "AIRLOCK_POLICY"
+LOCAL_TENANT = "local"
+
+
+def default_data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "share"
+    )
+    return Path(base) / "airlock"
+
+
+@dataclass(frozen=True)
+class Config:
+    data_dir: Path
+    policy_path: Path | None = None
+
+    @classmethod
+    def resolve(cls, data_dir: str | None = None, policy: str | None = None) -> Config:
+        chosen_dir = data_dir or os.environ.get(ENV_DATA_DIR)
+        chosen_policy = policy or os.environ.get(ENV_POLICY)
+        return cls(
+            data_dir=Path(chosen_dir).expanduser() if chosen_dir else default_data_dir(),
+            policy_path=Path(chosen_policy).expanduser() if chosen_policy else None,
+        )
+
+    @property
+    def db_path(self) -> Path:
+        return self.data_dir / "airlock.db"
+
+    @property
+    def blobs_dir(self) -> Path:
+        return self.data_dir / "blobs"

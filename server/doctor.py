@@ -1,0 +1,84 @@
+"""`airlock doctor`: what is missing to run sandboxes, and the command that fixes it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from airlock.errors import AirlockError
+from policies import load_policy
+from sandbox import connect
+from sandbox.image import image_exists, image_tag
+
+from .config import Config
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+
+
+def run_checks(config: Config) -> Iterator[Check]:
+    try:
+        policy = load_policy(config.policy_path)
+        yield Check("policy", True, str(config.policy_path or "built-in default"))
+    except AirlockError as exc:
+        policy = None
+        yield Check("policy", False, str(exc), "correct the policy file, or unset AIRLOCK_POLICY")
+    yield _data_dir(config.data_dir)
+    try:
+        client = connect()
+    except AirlockError as exc:
+        yield Check(
+            "docker",
+            False,
+            str(exc),
+            "install and start Docker: `apt-get install docker.io && dockerd &` "
+            "(or `systemctl start docker`)",
+        )
+        return
+    yield Check("docker", True, f"engine {client.version().get('Version', '?')} reachable")
+    configured = policy.sandbox.image if policy is not None else None
+    tag = configured or image_tag()
+    if image_exists(client, tag):
+        yield Check("image", True, tag)
+    elif configured:
+        yield Check("image", False, f"{tag} (named by the policy) is missing", f"docker pull {tag}")
+    else:
+        yield Check(
+            "image",
+            False,
+            f"{tag} is not built yet (`airlock serve` builds it on first use)",
+            "airlock image build",
+        )
+        if shutil.which("debootstrap") is None:
+            yield Check(
+                "debootstrap",
+                False,
+                "needed to build the image offline",
+                "apt-get install debootstrap",
+            )
+
+
+def _data_dir(path: Path) -> Check:
+    try:
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with tempfile.NamedTemporaryFile(dir=path):
+            pass
+    except OSError as exc:
+        return Check(
+            "data dir",
+            False,
+            f"{path} is not writable ({exc.strerror})",
+            "choose another with --data-dir or AIRLOCK_DATA_DIR",
+        )
+    mode = os.stat(path).st_mode & 0o777
+    note = "" if mode & 0o077 == 0 else f" (mode {mode:o}: readable by others; chmod 700 it)"
+    return Check("data dir", True, f"{path}{note}")

@@ -1,0 +1,171 @@
+"""Session leases: Airlock's own sessions, since the 2026-07-28 protocol has none.
+
+A lease belongs to one tenant, has an idle TTL refreshed by each call and a
+maximum lifetime. A call without a session id uses the tenant's default lease
+(created on demand). Ending a lease, for whatever reason, cancels the calls still
+running in it and tears the session down in one step (`tools.teardown_session`).
+An id of another tenant, or of an ended lease, is "unknown session": the same
+answer as for an id that never existed.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import secrets
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+import anyio
+
+from airlock.errors import NotFound, SessionEnded
+from policies import SessionSettings
+from store import SessionRecord
+from tools import EndSessionResult, Services, Session, teardown_session
+
+log = logging.getLogger(__name__)
+
+
+def new_session_id() -> str:
+    return "ses_" + base64.b32encode(secrets.token_bytes(16)).decode().rstrip("=").lower()
+
+
+@dataclass
+class _Lease:
+    id: str
+    tenant: str
+    created_at: float
+    expires_at: float
+    running: set[anyio.CancelScope] = field(default_factory=set)
+
+    def view(self) -> Session:
+        return Session(id=self.id, tenant=self.tenant, expires_at=self.expires_at)
+
+
+class Leases:
+    """The live leases of this server process."""
+
+    def __init__(self, services: Services, settings: SessionSettings) -> None:
+        self._services = services
+        self._settings = settings
+        self._live: dict[str, _Lease] = {}
+        self._defaults: dict[str, str] = {}
+        self._lock = anyio.Lock()
+
+    async def resolve(self, session_id: str | None, tenant: str) -> Session:
+        """The caller's live lease, refreshed; a new default lease when none is named."""
+        now = self._services.clock()
+        async with self._lock:
+            if session_id is None:
+                lease = self._live.get(self._defaults.get(tenant, ""))
+                if lease is None or self._expired(lease, now):
+                    lease = await self._create(tenant, now)
+                    self._defaults[tenant] = lease.id
+            else:
+                lease = self._live.get(session_id)
+                if lease is None or lease.tenant != tenant or self._expired(lease, now):
+                    raise NotFound(
+                        f"unknown session {session_id!r} (it may have ended or expired); "
+                        "omit session_id to use a fresh default session"
+                    )
+            lease.expires_at = min(now + self._settings.idle_ttl_s, self._hard_end(lease))
+        await self._services.db.touch_session(
+            lease.id, last_used_at=now, expires_at=lease.expires_at
+        )
+        return lease.view()
+
+    @asynccontextmanager
+    async def running(self, session: Session) -> AsyncIterator[None]:
+        """Scope of one call in a lease: ending the lease cancels it."""
+        lease = self._live.get(session.id)
+        if lease is None:
+            raise NotFound(f"unknown session {session.id!r}; omit session_id to start a new one")
+        with anyio.CancelScope() as scope:
+            lease.running.add(scope)
+            try:
+                yield
+            finally:
+                lease.running.discard(scope)
+        if scope.cancelled_caught:
+            raise SessionEnded(
+                f"session {session.id} ended while the call was running, so the run was "
+                "stopped; start a new session (omit session_id) to run again"
+            )
+
+    async def end(self, session_id: str | None, tenant: str, *, reason: str) -> EndSessionResult:
+        """End the caller's lease (default lease when no id is given)."""
+        async with self._lock:
+            target = session_id if session_id is not None else self._defaults.get(tenant)
+            lease = self._live.get(target or "")
+            if lease is None or lease.tenant != tenant:
+                raise NotFound(
+                    f"unknown session {session_id!r}; it may have ended already"
+                    if session_id
+                    else "there is no live default session to end"
+                )
+            self._forget(lease)
+        return await self._teardown(lease, reason)
+
+    async def end_all(self, *, reason: str) -> None:
+        async with self._lock:
+            leases = list(self._live.values())
+            for lease in leases:
+                self._forget(lease)
+        async with anyio.create_task_group() as tg:
+            for lease in leases:
+                tg.start_soon(self._teardown, lease, reason)
+
+    async def sweep(self) -> int:
+        """End every lease past its idle TTL or maximum lifetime; returns how many."""
+        now = self._services.clock()
+        async with self._lock:
+            expired = [lease for lease in self._live.values() if self._expired(lease, now)]
+            for lease in expired:
+                self._forget(lease)
+        for lease in expired:
+            await self._teardown(lease, "expired")
+        return len(expired)
+
+    def live_ids(self) -> list[str]:
+        return list(self._live)
+
+    async def _create(self, tenant: str, now: float) -> _Lease:
+        lease = _Lease(id=new_session_id(), tenant=tenant, created_at=now, expires_at=now)
+        lease.expires_at = min(now + self._settings.idle_ttl_s, self._hard_end(lease))
+        await self._services.db.create_session(
+            SessionRecord(
+                id=lease.id,
+                tenant=tenant,
+                created_at=now,
+                last_used_at=now,
+                expires_at=lease.expires_at,
+            )
+        )
+        self._live[lease.id] = lease
+        return lease
+
+    def _forget(self, lease: _Lease) -> None:
+        self._live.pop(lease.id, None)
+        if self._defaults.get(lease.tenant) == lease.id:
+            del self._defaults[lease.tenant]
+        for scope in lease.running:
+            scope.cancel()
+
+    async def _teardown(self, lease: _Lease, reason: str) -> EndSessionResult:
+        with anyio.CancelScope(shield=True):
+            result = await teardown_session(self._services, lease.id, reason=reason)
+        log.info(
+            "session %s ended (%s); %d container(s) removed",
+            lease.id,
+            reason,
+            result.containers_removed,
+        )
+        return result
+
+    def _hard_end(self, lease: _Lease) -> float:
+        return lease.created_at + self._settings.max_lifetime_s
+
+    @staticmethod
+    def _expired(lease: _Lease, now: float) -> bool:
+        return now >= lease.expires_at
