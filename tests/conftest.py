@@ -10,9 +10,11 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import docker
 import pytest
+from mcp.server.mcpserver import MCPServer
 
 from airlock.errors import AirlockError
 from policies import Policy
@@ -66,11 +68,11 @@ def data_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def make_server(data_dir: Path, sandbox_image: str) -> Callable[..., object]:
-    """Build a server on a fresh data dir, with the default policy or the one given."""
+def make_server(data_dir: Path, sandbox_image: str) -> Callable[..., MCPServer]:
+    """Build a server on this test's data dir: `make_server()` for the default policy,
+    `make_server({"limits": {"memory_mb": 128}})` for a policy with those sections."""
 
-    def make(policy: Policy | None = None, **overrides: object) -> object:
-        chosen = policy or Policy.model_validate(overrides) if overrides else policy or Policy()
-        return build_server(Config(data_dir=data_dir), chosen)
+    def make(policy: dict[str, Any] | None = None) -> MCPServer:
+        return build_server(Config(data_dir=data_dir), Policy.model_validate(policy or {}))
 
     return make

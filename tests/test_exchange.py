@@ -1,0 +1,92 @@
+"""Reading a runner's attach stream: framing, caps and hostile input, with no sockets."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import pytest
+
+from sandbox.exchange import Exchange
+from sandbox.runner import FAULT, MAX_FRAME, RESULT, STDOUT, TAR, FrameDecoder, encode_frame
+from sandbox.spec import ArtifactCaps, ContainerLimits, JobSpec
+
+JOB = JobSpec(
+    run_id="run_x",
+    session_id="ses_x",
+    tenant="local",
+    image="img",
+    language="python",
+    code="",
+    env={},
+    timeout_s=1,
+    limits=ContainerLimits(memory_mb=64, cpus=1, pids=16, workspace_mb=8, tmp_mb=8),
+    stream_cap_bytes=10,
+    artifact_caps=ArtifactCaps(max_files=1, max_file_bytes=1, max_total_bytes=1),
+)
+REPORT = {
+    "exit_code": 0,
+    "timed_out": False,
+    "duration_ms": 5,
+    "stdout": {"bytes": 3, "sha256": "x"},
+    "stderr": {"bytes": 0, "sha256": "y"},
+    "workspace": [],
+}
+
+
+def docker_chunk(stream: int, payload: bytes) -> bytes:
+    return struct.pack(">BxxxI", stream, len(payload)) + payload
+
+
+def test_frames_split_across_any_boundary_decode_the_same() -> None:
+    wire = encode_frame(STDOUT, b"abc") + encode_frame(RESULT, b"{}")
+    for cut in range(len(wire) + 1):
+        decoder = FrameDecoder()
+        frames = decoder.feed(wire[:cut]) + decoder.feed(wire[cut:])
+        assert frames == [(STDOUT, b"abc"), (RESULT, b"{}")]
+
+
+@pytest.mark.parametrize(
+    "wire",
+    [b"z\x00\x00\x00\x01a", struct.pack(">cI", STDOUT, MAX_FRAME + 1)],
+    ids=["unknown kind", "oversized"],
+)
+def test_decoder_rejects_hostile_frames(wire: bytes) -> None:
+    with pytest.raises(ValueError):
+        FrameDecoder().feed(wire)
+
+
+def test_exchange_caps_streams_and_reads_the_report() -> None:
+    exchange = Exchange(JOB)
+    payload = encode_frame(STDOUT, b"0123456789abcdef") + encode_frame(
+        RESULT, json.dumps(REPORT).encode()
+    )
+    exchange.feed(docker_chunk(2, b"runner says hi") + docker_chunk(1, payload))
+    assert bytes(exchange.stdout) == b"0123456789"
+    assert bytes(exchange.runner_log) == b"runner says hi"
+    assert exchange.report is not None and exchange.report.exit_code == 0
+    assert exchange.done
+
+
+def test_exchange_stops_at_the_tar_cap() -> None:
+    exchange = Exchange(JOB)
+    exchange.feed(docker_chunk(1, encode_frame(TAR, b"x" * 1_000_000)))
+    exchange.feed(docker_chunk(1, encode_frame(TAR, b"x" * 100_000)))
+    assert exchange.overflow is not None
+    assert exchange.done
+
+
+@pytest.mark.parametrize(
+    ("frame", "fault"),
+    [
+        (encode_frame(RESULT, b"not json"), "unreadable result"),
+        (encode_frame(RESULT, b'{"exit_code": "x"}'), "unreadable result"),
+        (encode_frame(FAULT, b'{"error": "boom"}'), "boom"),
+        (b"?garbage", "corrupt"),
+    ],
+)
+def test_exchange_turns_bad_reports_into_faults(frame: bytes, fault: str) -> None:
+    exchange = Exchange(JOB)
+    exchange.feed(docker_chunk(1, frame))
+    assert exchange.fault is not None and fault in exchange.fault
+    assert exchange.report is None

@@ -1,0 +1,149 @@
+"""The hatch refuses every unsafe path and every non-regular file, and enforces caps."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import tarfile
+
+import pytest
+
+from airlock.errors import UnsafePath
+from sandbox.hatch import pack_inputs, read_outputs, safe_relative_path
+from sandbox.spec import ArtifactCaps, InputFile, WorkspaceEntry
+
+CAPS = ArtifactCaps(max_files=3, max_file_bytes=100, max_total_bytes=150)
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [("a.txt", "a.txt"), ("./a//b/c.txt", "a/b/c.txt"), ("dir/.hidden", "dir/.hidden")],
+)
+def test_accepts_and_normalizes_plain_relative_paths(path: str, expected: str) -> None:
+    assert safe_relative_path(path) == expected
+
+
+@pytest.mark.parametrize(
+    ("path", "reason"),
+    [
+        ("", "1 to 255"),
+        ("/etc/passwd", "absolute"),
+        ("../x", "'..'"),
+        ("a/../../x", "'..'"),
+        ("a/..", "'..'"),
+        ("a\\..\\b", "backslash"),
+        ("a\x00b", "control character"),
+        ("a\nb", "control character"),
+        (".", "names no file"),
+        ("x" * 256, "1 to 255"),
+    ],
+)
+def test_refuses_unsafe_paths_saying_why(path: str, reason: str) -> None:
+    with pytest.raises(UnsafePath, match=reason):
+        safe_relative_path(path)
+
+
+def _tar(members: list[tuple[tarfile.TarInfo, bytes]]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for info, data in members:
+            info.size = len(data) if info.isreg() else 0
+            tar.addfile(info, io.BytesIO(data) if info.isreg() else None)
+    return buffer.getvalue()
+
+
+def _file(name: str, data: bytes) -> tuple[tarfile.TarInfo, bytes]:
+    return tarfile.TarInfo(name), data
+
+
+def _special(name: str, kind: bytes, target: str = "") -> tuple[tarfile.TarInfo, bytes]:
+    info = tarfile.TarInfo(name)
+    info.type = kind
+    info.linkname = target
+    return info, b""
+
+
+def _entry(path: str, data: bytes) -> WorkspaceEntry:
+    return WorkspaceEntry(
+        path=path, sha256=hashlib.sha256(data).hexdigest(), size=len(data), changed=True
+    )
+
+
+def test_keeps_listed_regular_files() -> None:
+    data = _tar([_file("a.txt", b"hello"), _file("d/b.bin", b"\x00\x01")])
+    kept, notes = read_outputs(
+        data, [_entry("a.txt", b"hello"), _entry("d/b.bin", b"\x00\x01")], CAPS
+    )
+    assert [(f.path, f.data) for f in kept] == [("a.txt", b"hello"), ("d/b.bin", b"\x00\x01")]
+    assert notes == []
+
+
+@pytest.mark.parametrize(
+    "member",
+    [
+        _special("link", tarfile.SYMTYPE, "/etc/passwd"),
+        _special("hard", tarfile.LNKTYPE, "/etc/passwd"),
+        _special("fifo", tarfile.FIFOTYPE),
+        _special("dev", tarfile.CHRTYPE),
+        _special("dir", tarfile.DIRTYPE),
+    ],
+)
+def test_refuses_links_devices_and_fifos(member: tuple[tarfile.TarInfo, bytes]) -> None:
+    name = member[0].name
+    kept, notes = read_outputs(_tar([member]), [_entry(name, b"")], CAPS)
+    assert kept == []
+    assert notes and "not a regular file" in notes[0]
+
+
+@pytest.mark.parametrize("name", ["../escape.txt", "/abs.txt", "a/../../b.txt"])
+def test_refuses_members_with_unsafe_names(name: str) -> None:
+    kept, notes = read_outputs(_tar([_file(name, b"x")]), [_entry(name, b"x")], CAPS)
+    assert kept == []
+    assert notes
+
+
+def test_refuses_files_not_listed_or_with_a_different_hash() -> None:
+    data = _tar([_file("unlisted.txt", b"x"), _file("lied.txt", b"real")])
+    kept, notes = read_outputs(data, [_entry("lied.txt", b"claimed")], CAPS)
+    assert kept == []
+    assert any("not listed" in n for n in notes)
+    assert any("does not match" in n for n in notes)
+
+
+def test_refuses_the_reserved_directory() -> None:
+    data = _tar([_file(".airlock/stdout", b"forged")])
+    kept, notes = read_outputs(data, [_entry(".airlock/stdout", b"forged")], CAPS)
+    assert kept == []
+    assert "reserved" in notes[0]
+
+
+def test_enforces_count_file_size_and_total_caps() -> None:
+    files = [
+        ("a", b"x" * 90),
+        ("big", b"x" * 101),
+        ("b", b"x" * 70),
+        ("c", b"x" * 20),
+        ("d", b"x"),
+        ("e", b"x"),
+    ]
+    data = _tar([_file(n, d) for n, d in files])
+    kept, notes = read_outputs(data, [_entry(n, d) for n, d in files], CAPS)
+    assert [f.path for f in kept] == ["a", "c", "d"]
+    assert any("per-file limit" in n for n in notes)
+    assert any("total limit" in n for n in notes)
+    assert any("limit of 3 files" in n for n in notes)
+
+
+def test_reports_a_damaged_archive_instead_of_failing() -> None:
+    data = _tar([_file("a.txt", b"hello")])
+    kept, notes = read_outputs(data[:514], [_entry("a.txt", b"hello")], CAPS)
+    assert kept == []
+    assert any("damaged" in n or "missing" in n for n in notes)
+
+
+def test_inputs_are_packed_owned_by_the_sandbox_user() -> None:
+    packed = pack_inputs([InputFile(path="d/a.txt", data=b"abc")])
+    with tarfile.open(fileobj=io.BytesIO(packed)) as tar:
+        (member,) = tar.getmembers()
+    assert (member.name, member.size, member.uid, member.mode) == ("d/a.txt", 3, 1000, 0o644)
+    assert pack_inputs([]) == b""
