@@ -1,15 +1,32 @@
 """Policies: what the operator allows, as a validated, frozen model.
 
-This room holds the policy model, loading and validating policy files, and the
-default policy shipped with the package. It imports nothing of Airlock's but
-`airlock.errors`; the rooms that enforce a policy import it from here.
+This room holds the policy model, loading and validating policy files, the default
+policy shipped with the package, and the pure helpers that enforcing rooms share
+with it: host canonicalization and matching (`policies.hosts`) and capability
+scopes, path patterns and durations (`policies.capabilities`). It imports nothing
+of Airlock's but `airlock.errors`; the rooms that enforce a policy import it from here.
 """
 
 from __future__ import annotations
 
+from policies.capabilities import (
+    Scope,
+    format_duration,
+    parse_duration,
+    path_matches,
+    resolve_scope,
+)
+from policies.hosts import canonical_host, canonical_host_pattern, host_matches, parse_ip_literal
 from policies.load import load_policy, policy_json_schema
 from policies.model import (
+    BrokerSettings,
+    Capability,
+    Duration,
+    EgressLimits,
+    EgressRule,
+    EgressSettings,
     FileLimits,
+    InjectSpec,
     Limits,
     OutputLimits,
     Policy,
@@ -19,13 +36,29 @@ from policies.model import (
 )
 
 __all__ = [
+    "BrokerSettings",
+    "Capability",
+    "Duration",
+    "EgressLimits",
+    "EgressRule",
+    "EgressSettings",
     "FileLimits",
+    "InjectSpec",
     "Limits",
     "OutputLimits",
     "Policy",
     "PoolSettings",
     "SandboxSettings",
+    "Scope",
     "SessionSettings",
+    "canonical_host",
+    "canonical_host_pattern",
+    "format_duration",
+    "host_matches",
     "load_policy",
+    "parse_duration",
+    "parse_ip_literal",
+    "path_matches",
     "policy_json_schema",
+    "resolve_scope",
 ]

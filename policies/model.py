@@ -5,17 +5,43 @@ files and turning validation errors into messages is `policies.load`; applying a
 policy to a run is the job of the rooms that import this one.
 
 Every section is frozen and rejects unknown keys, so a typo in a policy file is an
-error rather than a setting that silently does nothing. New sections (capabilities,
-egress) are added as further fields of `Policy`, each with a default so that older
-files keep loading.
+error rather than a setting that silently does nothing. New sections are added as
+further fields of `Policy`, each with a default so that older files keep loading.
+
+Capabilities and egress rules are validated here down to their parts: host patterns
+are canonicalized by `policies.hosts`, path patterns and durations are read by
+`policies.capabilities`. Every rejection says what to write instead.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+import ipaddress
+import json
+import re
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
+
+from policies.capabilities import (
+    PARAM_NAME,
+    format_duration,
+    parse_duration,
+    path_placeholders,
+    validate_path_pattern,
+)
+from policies.hosts import canonical_host_pattern
 
 _MIB = 1024 * 1024
 
@@ -153,6 +179,533 @@ class PoolSettings(_Section):
     """Warm containers kept per image; 0 disables the pool; at most 64."""
 
 
+_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
+_SECRET_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # as broker/vault.py names entries
+_HEADER_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+# Headers the proxy itself manages (framing, hop-by-hop, proxy auth): a secret put
+# there would be stripped, or would change how the request is framed.
+_PROXY_HEADERS = frozenset(
+    {
+        "host",
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "upgrade",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "keep-alive",
+    }
+)
+_MAX_GRANT_S = 7 * 86400
+_DURATION_TEXT = r"^(?:[0-9]+d)?(?:[0-9]+h)?(?:[0-9]+m)?(?:[0-9]+s)?$"
+
+
+def _q(text: str) -> str:
+    """`text` in double quotes, as TOML writes strings, for messages."""
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _problem(kind: str, reason: str) -> PydanticCustomError:
+    # The reason goes in as context, so braces in it ("{org}") are kept as written.
+    return PydanticCustomError(kind, "{reason}", {"reason": reason})
+
+
+def _reasoned(kind: str, check: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """`check` with its ValueError turned into a validation error whose message is
+    the reason alone (pydantic would otherwise prefix "Value error, ")."""
+
+    def run(value: Any) -> Any:
+        try:
+            return check(value)
+        except ValueError as exc:
+            raise _problem(kind, str(exc)) from None
+
+    return run
+
+
+def _as_tuple(value: object) -> object:
+    # TOML arrays arrive as lists; the model keeps tuples so a validated policy cannot
+    # change, and strict mode would refuse the list.
+    return tuple(value) if isinstance(value, list) else value
+
+
+def _check_name(value: str) -> str:
+    if not _NAME.fullmatch(value):
+        raise ValueError(
+            f"{_q(value)} is not a valid name; use 1 to 63 lower-case letters, digits "
+            'and hyphens, starting with a letter or digit, such as "github-read"'
+        )
+    return value
+
+
+def _check_param_name(value: str) -> str:
+    if not PARAM_NAME.fullmatch(value):
+        raise ValueError(
+            f"{_q(value)} is not a valid param name; use letters, digits and "
+            'underscores, not starting with a digit, such as "org"'
+        )
+    return value
+
+
+def _check_regex(value: str) -> str:
+    if not value:
+        raise ValueError(
+            "an empty regex matches only an empty value, which is never accepted; write "
+            'the values allowed, such as "[A-Za-z0-9-]{1,39}"'
+        )
+    try:
+        re.compile(value)
+    except re.error as exc:
+        raise ValueError(
+            f"{_q(value)} is not a valid regular expression ({exc}); values must match it "
+            'entirely, so anchors are optional, as in "[A-Za-z0-9-]{1,39}"'
+        ) from None
+    return value
+
+
+def _check_port(value: int) -> int:
+    if not 1 <= value <= 65535:
+        raise ValueError(f"port {value} is out of range; write a port from 1 to 65535, such as 443")
+    return value
+
+
+def _check_method(value: str) -> str:
+    if value in _METHODS:
+        return value
+    upper = value.upper()
+    if upper in _METHODS:
+        raise ValueError(f"methods are case-sensitive; write {_q(upper)}")
+    if upper == "CONNECT":
+        raise ValueError(
+            "CONNECT is how the proxy opens tunnels, not a method a rule allows; list the "
+            'methods sent inside the tunnel, such as "GET"'
+        )
+    if upper == "TRACE":
+        raise ValueError(
+            "TRACE is refused because it echoes the request back, injected secrets "
+            "included; remove it"
+        )
+    raise ValueError(f"{_q(value)} is not an allowed method; use {', '.join(_METHODS)}")
+
+
+def _check_cidr(value: str) -> str:
+    try:
+        if "%" in value:  # ip_network would drop an IPv6 zone id silently
+            raise ValueError(value)
+        network = ipaddress.ip_network(value, strict=False)
+    except ValueError:
+        raise ValueError(
+            f"{_q(value)} is not an IP network; write CIDR notation such as "
+            '"10.1.2.0/24" or "fd00:1::/64"'
+        ) from None
+    if network.prefixlen == 0:
+        raise ValueError(
+            f"{_q(value)} covers every address and would switch the SSRF guard off; "
+            'name the private ranges you mean, such as "10.1.2.0/24"'
+        )
+    return str(network)
+
+
+def _check_secret_name(value: str) -> str:
+    if not _SECRET_NAME.fullmatch(value):
+        raise ValueError(
+            "secret is the name of a vault entry, never its value; use 1 to 64 letters, "
+            'digits, ".", "_" or "-", such as "github_token", and store the value with '
+            "`airlock secrets set`"
+        )
+    return value
+
+
+def _check_header(value: str) -> str:
+    if not _HEADER_TOKEN.fullmatch(value):
+        raise ValueError(
+            f"{_q(value)} is not a valid HTTP header name; use letters, digits and "
+            'hyphens, such as "Authorization"'
+        )
+    if value.lower() in _PROXY_HEADERS:
+        raise ValueError(
+            f"{_q(value)} is managed by the proxy and cannot carry a secret; inject into "
+            'a header such as "Authorization"'
+        )
+    return value
+
+
+def _check_duration(value: Any) -> int:
+    seconds = parse_duration(value)
+    if seconds < 1:
+        raise ValueError('a duration must be at least 1 second; write one such as "15m"')
+    return seconds
+
+
+_Name = Annotated[
+    str,
+    AfterValidator(_reasoned("name", _check_name)),
+    WithJsonSchema({"type": "string", "pattern": f"^{_NAME.pattern}$"}),
+]
+_ParamName = Annotated[
+    str,
+    AfterValidator(_reasoned("param_name", _check_param_name)),
+    WithJsonSchema({"type": "string", "pattern": f"^{PARAM_NAME.pattern}$"}),
+]
+_Regex = Annotated[str, AfterValidator(_reasoned("regex", _check_regex))]
+_HostPattern = Annotated[str, AfterValidator(_reasoned("host", canonical_host_pattern))]
+_Port = Annotated[
+    int,
+    AfterValidator(_reasoned("port", _check_port)),
+    WithJsonSchema({"type": "integer", "minimum": 1, "maximum": 65535}),
+]
+_Method = Annotated[
+    str,
+    AfterValidator(_reasoned("method", _check_method)),
+    WithJsonSchema({"type": "string", "enum": list(_METHODS)}),
+]
+_PathPattern = Annotated[str, AfterValidator(_reasoned("path", validate_path_pattern))]
+_Cidr = Annotated[str, AfterValidator(_reasoned("cidr", _check_cidr))]
+_SecretName = Annotated[
+    str,
+    AfterValidator(_reasoned("secret_name", _check_secret_name)),
+    WithJsonSchema({"type": "string", "pattern": f"^{_SECRET_NAME.pattern}$"}),
+]
+_HeaderName = Annotated[str, AfterValidator(_reasoned("header", _check_header))]
+
+Duration = Annotated[
+    int,
+    BeforeValidator(_reasoned("duration", _check_duration)),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "integer", "minimum": 1},
+                {"type": "string", "pattern": _DURATION_TEXT},
+            ]
+        }
+    ),
+]
+"""A positive duration: "30s", "15m", "1h", "2h30m", "1d" or whole seconds; read as
+int seconds."""
+
+_Hosts = Annotated[tuple[_HostPattern, ...], BeforeValidator(_as_tuple)]
+_Ports = Annotated[tuple[_Port, ...], BeforeValidator(_as_tuple)]
+_Methods = Annotated[tuple[_Method, ...], BeforeValidator(_as_tuple)]
+_Paths = Annotated[tuple[_PathPattern, ...], BeforeValidator(_as_tuple)]
+_Cidrs = Annotated[tuple[_Cidr, ...], BeforeValidator(_as_tuple)]
+_Tls = Literal["terminate", "passthrough"]
+
+
+def _require_hosts(hosts: tuple[str, ...]) -> tuple[str, ...]:
+    if not hosts:
+        raise _problem("hosts_empty", 'list at least one host, such as hosts = ["api.example.com"]')
+    return hosts
+
+
+def _require_ports(ports: tuple[int, ...]) -> tuple[int, ...]:
+    if not ports:
+        raise _problem("ports_empty", "list at least one port, or leave ports out for [443]")
+    return ports
+
+
+def _check_tls_shape(tls: str, methods: tuple[str, ...], paths: tuple[str, ...]) -> None:
+    if tls == "passthrough":
+        if methods or paths:
+            raise _problem(
+                "passthrough_filters",
+                "passthrough tunnels are opaque, so the proxy cannot check methods or "
+                'paths; remove methods and paths or use tls = "terminate"',
+            )
+    elif not methods:
+        raise _problem(
+            "methods_missing",
+            'methods is missing; list the methods allowed, such as methods = ["GET", "HEAD"]',
+        )
+    elif not paths:
+        raise _problem(
+            "paths_missing",
+            'paths is missing; list the paths allowed, such as paths = ["/**"] for all of them',
+        )
+
+
+class InjectSpec(_Section):
+    """How the proxy puts a capability's secret into each request it allows."""
+
+    header: _HeaderName
+    """Request header that carries the secret, such as "Authorization"; required.
+    Headers the proxy manages (Host, Content-Length, Transfer-Encoding, Connection,
+    Upgrade, Proxy-Authorization, Proxy-Connection, TE, Trailer, Keep-Alive) are refused."""
+
+    format: str
+    """Header value with "{secret}" exactly once where the secret goes, such as
+    "Bearer {secret}"; required. The proxy replaces that literal text; no other braces
+    and only printable ASCII are allowed."""
+
+    @field_validator("format")
+    @classmethod
+    def _one_secret_slot(cls, value: str) -> str:
+        if value.count("{secret}") != 1:
+            raise _problem(
+                "inject_format",
+                'format must contain "{secret}" exactly once, where the secret goes, '
+                'such as "Bearer {secret}"',
+            )
+        rest = value.replace("{secret}", "")
+        if "{" in rest or "}" in rest:
+            raise _problem(
+                "inject_format",
+                'format may contain no braces besides "{secret}"; remove the others',
+            )
+        if any(not (" " <= ch <= "~") for ch in rest):
+            raise _problem(
+                "inject_format",
+                "format becomes a header value, so it may hold only printable ASCII "
+                "characters and spaces; remove the others",
+            )
+        return value
+
+
+class Capability(_Section):
+    """Something an agent may ask for by name: HTTP access to some hosts, methods
+    and paths, optionally with a secret the proxy injects, for a limited time."""
+
+    description: str = ""
+    """What the capability is for, shown to the agent and to whoever approves it.
+    Missing or empty means the capability is listed by name only."""
+
+    params: dict[_ParamName, _Regex] = {}
+    """Values the agent fills in, each with the regex the value must fully match
+    (anchors are implied); each is used as a whole path segment "{name}" in paths.
+    Missing or empty: the capability takes no params."""
+
+    hosts: _Hosts
+    """Hosts reachable with this capability; required, at least one. Exact names,
+    "*.example.com" for the subdomains of example.com (not example.com itself), or
+    canonical IP literals. Written names are lowercased, lose a trailing dot and are
+    stored as punycode."""
+
+    ports: _Ports = (443,)
+    """Destination ports; missing means [443]."""
+
+    methods: _Methods = ()
+    """HTTP methods allowed: GET, HEAD, POST, PUT, PATCH, DELETE or OPTIONS. Required
+    with tls = "terminate"; must be left out with "passthrough", whose tunnels the
+    proxy cannot look into."""
+
+    paths: _Paths = ()
+    """Path patterns allowed: "*" is one segment, "**" any number of segments,
+    "{name}" a param. Required with tls = "terminate"; must be left out with
+    "passthrough"."""
+
+    secret: _SecretName | None = None
+    """Name of the vault entry the proxy injects (never the value itself). Missing
+    means no secret; then inject must be missing too."""
+
+    inject: InjectSpec | None = None
+    """Where and how the secret goes into requests; required exactly when secret is set."""
+
+    ttl: Duration = 900
+    """Lifetime of a grant when the agent names none, such as "15m"; missing means
+    15 minutes. At most max_ttl."""
+
+    max_ttl: Duration = 3600
+    """Longest lifetime an agent may ask for, such as "1h"; missing means 1 hour.
+    At most 7 days."""
+
+    approval: Literal["auto", "ask", "deny"] = "ask"
+    """"auto" grants without asking, "ask" asks the human first (and refuses when the
+    client cannot ask), "deny" always refuses. Missing means "ask"."""
+
+    allow_private: _Cidrs = ()
+    """Private or otherwise guarded address ranges (CIDR) these hosts may resolve to,
+    despite the SSRF guard. Missing or empty: none; use only for hosts you run."""
+
+    tls: _Tls = "terminate"
+    """"terminate" (missing means this) lets the proxy see and check each request and
+    inject the secret; "passthrough" is an opaque tunnel that never carries a secret."""
+
+    @field_validator("hosts")
+    @classmethod
+    def _hosts_present(cls, hosts: tuple[str, ...]) -> tuple[str, ...]:
+        return _require_hosts(hosts)
+
+    @field_validator("ports")
+    @classmethod
+    def _ports_present(cls, ports: tuple[int, ...]) -> tuple[int, ...]:
+        return _require_ports(ports)
+
+    @field_validator("paths")
+    @classmethod
+    def _placeholders_declared(
+        cls, paths: tuple[str, ...], info: ValidationInfo
+    ) -> tuple[str, ...]:
+        params = info.data.get("params")
+        if params is None:  # params is invalid itself and reported on its own
+            return paths
+        for pattern in paths:
+            for name in path_placeholders(pattern):
+                if name not in params:
+                    raise _problem(
+                        "undeclared_param",
+                        f"{_q(pattern)} uses {{{name}}}, which params does not declare; "
+                        f'add {name} = "<regex>" to params or take it out of the path',
+                    )
+        return paths
+
+    @field_validator("max_ttl")
+    @classmethod
+    def _max_ttl_bounded(cls, max_ttl: int) -> int:
+        if max_ttl > _MAX_GRANT_S:
+            raise _problem(
+                "max_ttl_too_long",
+                f"max_ttl ({format_duration(max_ttl)}) is longer than 7 days, the longest "
+                'a grant may live; write at most "7d"',
+            )
+        return max_ttl
+
+    @model_validator(mode="after")
+    def _parts_agree(self) -> Capability:
+        if self.tls == "passthrough" and (self.secret is not None or self.inject is not None):
+            raise _problem(
+                "passthrough_secret",
+                "passthrough tunnels are opaque and never carry injected secrets; remove "
+                'secret/inject or use tls = "terminate"',
+            )
+        if self.secret is not None and self.inject is None:
+            raise _problem(
+                "secret_without_inject",
+                "secret is set but inject is missing; add inject = { header = "
+                '"Authorization", format = "Bearer {secret}" } or remove secret',
+            )
+        if self.inject is not None and self.secret is None:
+            raise _problem(
+                "inject_without_secret",
+                'inject is set but secret is missing; add secret = "<vault entry name>" '
+                "or remove inject",
+            )
+        _check_tls_shape(self.tls, self.methods, self.paths)
+        used = {name for pattern in self.paths for name in path_placeholders(pattern)}
+        for name in self.params:
+            if name not in used:
+                raise _problem(
+                    "unused_param",
+                    f"param {_q(name)} is declared but no path uses {{{name}}}, so its "
+                    "value would limit nothing; use it in a path or remove it",
+                )
+        if self.ttl > self.max_ttl:
+            raise _problem(
+                "ttl_above_max",
+                f"ttl ({format_duration(self.ttl)}) is longer than max_ttl "
+                f"({format_duration(self.max_ttl)}); shorten ttl or raise max_ttl",
+            )
+        return self
+
+
+class EgressRule(_Section):
+    """Traffic every run may send without asking for a capability."""
+
+    name: _Name
+    """Name of the rule, shown in the egress log and in denials; required and unique."""
+
+    hosts: _Hosts
+    """Hosts this rule allows; required, at least one. Exact names, "*.example.com"
+    for the subdomains of example.com (not example.com itself), or canonical IP literals."""
+
+    ports: _Ports = (443,)
+    """Destination ports; missing means [443]."""
+
+    methods: _Methods = ()
+    """HTTP methods allowed: GET, HEAD, POST, PUT, PATCH, DELETE or OPTIONS. Required
+    with tls = "terminate"; must be left out with "passthrough"."""
+
+    paths: _Paths = ()
+    """Path patterns allowed: "*" is one segment, "**" any number of segments; rules
+    take no params. Required with tls = "terminate"; must be left out with "passthrough"."""
+
+    tls: _Tls = "terminate"
+    """"terminate" (missing means this) lets the proxy see and check each request;
+    "passthrough" is an opaque tunnel checked by host and port only."""
+
+    allow_private: _Cidrs = ()
+    """Private or otherwise guarded address ranges (CIDR) these hosts may resolve to,
+    despite the SSRF guard. Missing or empty: none; use only for hosts you run."""
+
+    @field_validator("hosts")
+    @classmethod
+    def _hosts_present(cls, hosts: tuple[str, ...]) -> tuple[str, ...]:
+        return _require_hosts(hosts)
+
+    @field_validator("ports")
+    @classmethod
+    def _ports_present(cls, ports: tuple[int, ...]) -> tuple[int, ...]:
+        return _require_ports(ports)
+
+    @field_validator("paths")
+    @classmethod
+    def _no_placeholders(cls, paths: tuple[str, ...]) -> tuple[str, ...]:
+        for pattern in paths:
+            if path_placeholders(pattern):
+                raise _problem(
+                    "rule_placeholder",
+                    f"{_q(pattern)} has a placeholder, but egress rules take no params; "
+                    'write the segment itself, or "*" for any one segment',
+                )
+        return paths
+
+    @model_validator(mode="after")
+    def _parts_agree(self) -> EgressRule:
+        _check_tls_shape(self.tls, self.methods, self.paths)
+        return self
+
+
+class EgressLimits(_Section):
+    """Caps on the network traffic of one run."""
+
+    max_requests: int = Field(default=1000, gt=0)
+    """Most requests one run may send through the proxy."""
+
+    max_request_bytes: int = Field(default=10 * _MIB, gt=0)
+    """Total bytes one run may send upstream, headers and bodies."""
+
+    max_response_bytes: int = Field(default=100 * _MIB, gt=0)
+    """Total bytes one run may receive from upstream, headers and bodies."""
+
+    max_connections: int = Field(default=16, gt=0)
+    """Most connections (tunnels) to the proxy one run may hold open at once."""
+
+
+class EgressSettings(_Section):
+    """Network access every run gets without a capability, and per-run caps."""
+
+    allow: Annotated[tuple[EgressRule, ...], BeforeValidator(_as_tuple)] = ()
+    """Allow rules, written as [[egress.allow]] tables. Missing or empty: runs reach
+    nothing but what granted capabilities allow."""
+
+    limits: EgressLimits = EgressLimits()
+    """Per-run caps on requests, bytes and connections."""
+
+    @field_validator("allow")
+    @classmethod
+    def _names_unique(cls, rules: tuple[EgressRule, ...]) -> tuple[EgressRule, ...]:
+        seen: set[str] = set()
+        for rule in rules:
+            if rule.name in seen:
+                raise _problem(
+                    "duplicate_rule",
+                    f"two rules are named {_q(rule.name)}; give each rule its own name",
+                )
+            seen.add(rule.name)
+        return rules
+
+
+class BrokerSettings(_Section):
+    """Caps on how many capability grants may be live at once."""
+
+    max_capabilities_per_session: int = Field(default=32, gt=0)
+    """Most live grants one session may hold."""
+
+    max_live_grants_per_tenant: int = Field(default=256, gt=0)
+    """Most live grants across all sessions of one tenant."""
+
+
 class Policy(_Section):
     """A complete Airlock policy. Every section may be left out to take its defaults."""
 
@@ -176,3 +729,14 @@ class Policy(_Section):
 
     pool: PoolSettings = PoolSettings()
     """Warm pool of containers."""
+
+    capabilities: dict[_Name, Capability] = {}
+    """Capabilities agents may ask for, by name ([capabilities.NAME] tables; names are
+    lower-case letters, digits and hyphens). Missing or empty: there is nothing to
+    ask for, and every request_capability call is refused."""
+
+    egress: EgressSettings = EgressSettings()
+    """Allow rules every run gets, and per-run traffic caps."""
+
+    broker: BrokerSettings = BrokerSettings()
+    """Caps on live capability grants."""

@@ -41,14 +41,19 @@ def test_packaged_default_loads_to_model_defaults() -> None:
 
 def test_packaged_default_writes_out_every_key() -> None:
     # The shipped file is the operator's documentation, so a new field must appear
-    # in it; only fields whose default is "absent" are left as comments.
+    # in it; only fields whose default is "absent" (None, or no entries, such as
+    # egress.allow) are left as comments.
     text = resources.files("policies").joinpath("default.toml").read_text(encoding="utf-8")
     written = tomllib.loads(text)
     for name, field in Policy.model_fields.items():
         if not isinstance(field.default, BaseModel):
             assert name in written, name
             continue
-        expected = {k for k, f in type(field.default).model_fields.items() if f.default is not None}
+        expected = {
+            k
+            for k, f in type(field.default).model_fields.items()
+            if f.default is not None and f.default != ()
+        }
         assert set(written[name]) == expected, name
 
 
@@ -96,7 +101,7 @@ def test_policy_is_frozen() -> None:
     [
         ("[limits]\nbogus = 1", "limits.bogus: unknown key; remove it or check its spelling"),
         ("bogus = 1", "bogus: unknown key; remove it or check its spelling"),
-        ("[egress]\nallow = []", "egress: unknown key; remove it or check its spelling"),
+        ("[egress]\nbogus = 1", "egress.bogus: unknown key; remove it or check its spelling"),
     ],
 )
 def test_rejects_unknown_key_naming_it(tmp_path: Path, text: str, expected: str) -> None:
@@ -228,6 +233,9 @@ def test_json_schema_describes_the_sections() -> None:
         "files",
         "sessions",
         "pool",
+        "capabilities",
+        "egress",
+        "broker",
     }
     assert schema["additionalProperties"] is False
     limits = schema["$defs"]["Limits"]["properties"]
