@@ -3,7 +3,9 @@
     AirlockError
     ├── InvalidRequest        the caller can fix it: say what to change
     │   ├── UnsafePath        absolute, `..`, NUL, or otherwise escaping path
-    │   └── LimitExceeded     a request above what the policy allows
+    │   ├── LimitExceeded     a request above what the policy allows
+    │   │   └── QuotaExceeded a grant beyond the live-capability quota of a session or tenant
+    │   └── CapabilityDenied  a capability request the policy or the human refused
     ├── NotFound              unknown id; also anything of another session or tenant
     ├── SessionEnded          the session ended while a call in it was running
     ├── PolicyInvalid         a policy file with problems (all of them listed)
@@ -11,7 +13,8 @@
     │   ├── EngineUnavailable Docker is not reachable
     │   ├── ImageUnavailable  the sandbox image is missing and could not be built
     │   └── RunnerFailed      the in-container runner broke its protocol
-    └── StoreError            the database or the blob store failed
+    ├── StoreError            the database or the blob store failed
+    └── VaultError            the secret vault or its key cannot be read, written or decrypted
 
 Lower-layer exceptions (docker, sqlite3, OSError) are translated into these at the
 room boundary with `raise ... from exc`; `tools/errors.py` maps these to MCP tool
@@ -35,6 +38,19 @@ class UnsafePath(InvalidRequest):
 
 class LimitExceeded(InvalidRequest):
     """A request above a limit of the active policy."""
+
+
+class QuotaExceeded(LimitExceeded):
+    """A new grant would exceed a quota of live capabilities; `quota` names which one."""
+
+    def __init__(self, quota: str, limit: int, message: str) -> None:
+        self.quota = quota
+        self.limit = limit
+        super().__init__(message)
+
+
+class CapabilityDenied(InvalidRequest):
+    """A capability request that the policy or the approving human refused; the message says why."""
 
 
 class NotFound(AirlockError):
@@ -77,3 +93,11 @@ class RunnerFailed(SandboxError):
 
 class StoreError(AirlockError):
     """The database or the blob store failed."""
+
+
+class VaultError(AirlockError):
+    """The secret vault or its key cannot be read, written or decrypted.
+
+    An operator problem (key file, permissions, a vault written with another key), never
+    the agent's; the message names the file and the fix, and never a secret value.
+    """

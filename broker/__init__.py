@@ -1,1 +1,38 @@
-"""broker"""
+"""The broker: capabilities, run tokens and the secret vault.
+
+Grants capabilities as leases with hierarchical ids (`tenant/<t>/session/<s>/cap/<id>`),
+expires and revokes them (one prefix ends a session), and enforces quotas on how many are
+live; mints, verifies and revokes the opaque run tokens a sandbox presents to its egress
+proxy; keeps secret values encrypted at rest, each bound to the hosts it may be sent to.
+Every secret value travels as a `Secret`, which never shows it.
+
+Policy decisions (may this capability be granted, with what scope) and the enforcement
+itself (does this request match a grant, inject the header) belong to the callers: the
+broker takes the resolved scope as plain values. Imports nothing of ours but
+`airlock.errors`. All clocks are arguments (`now`); only the vault does file I/O, and it is
+synchronous (call it through `anyio.to_thread`).
+"""
+
+from __future__ import annotations
+
+from .grants import ApprovedBy, Grant, Grants, GrantScope, Tls, grant_prefix
+from .secrets import Secret
+from .tokens import RunClaims, RunTokens
+from .vault import KEY_FILE_ENV, SecretInfo, Vault, load_key, vault_path
+
+__all__ = [
+    "KEY_FILE_ENV",
+    "ApprovedBy",
+    "Grant",
+    "GrantScope",
+    "Grants",
+    "RunClaims",
+    "RunTokens",
+    "Secret",
+    "SecretInfo",
+    "Tls",
+    "Vault",
+    "grant_prefix",
+    "load_key",
+    "vault_path",
+]

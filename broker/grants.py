@@ -1,0 +1,288 @@
+"""Capability grants: leases with hierarchical ids, expiry, revocation and quotas.
+
+Holds the in-process state the enforcement point (the egress proxy) consults on every
+request; nothing here reads policy files, asks a human or touches the network. The caller
+has already checked the request against the policy and passes the resolved scope as plain
+values. Every call takes the clock (`now`, UNIX seconds) as an argument.
+
+A grant id is `tenant/<tenant>/session/<session>/cap/<26 base32 characters>` (128 random
+bits), so ending a session is one `revoke_prefix`. Ids are unguessable, and an id of another
+tenant (or, for `get`, another session) gets exactly the answer an unknown id gets: None.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import secrets
+import threading
+from dataclasses import dataclass, field
+from typing import Literal
+
+from airlock.errors import InvalidRequest, QuotaExceeded
+
+Tls = Literal["terminate", "passthrough"]
+ApprovedBy = Literal["policy", "user"]
+_TLS_MODES = ("terminate", "passthrough")
+_APPROVERS = ("policy", "user")
+
+
+def _check_id_part(what: str, value: str) -> None:
+    # A `/` would let one tenant's or session's name spell another's prefix.
+    if not isinstance(value, str) or not value or "/" in value or not value.isprintable():
+        raise ValueError(f"{what} must be a non-empty printable string without '/': {value!r}")
+
+
+def grant_prefix(tenant: str, session_id: str | None = None) -> str:
+    """The id prefix of every grant of a tenant, or of one session of it, for `revoke_prefix`."""
+    _check_id_part("tenant", tenant)
+    if session_id is None:
+        return f"tenant/{tenant}/"
+    _check_id_part("session_id", session_id)
+    return f"tenant/{tenant}/session/{session_id}/"
+
+
+def _new_grant_id(tenant: str, session_id: str) -> str:
+    token = base64.b32encode(secrets.token_bytes(16)).decode("ascii").rstrip("=").lower()
+    return f"{grant_prefix(tenant, session_id)}cap/{token}"
+
+
+@dataclass(frozen=True)
+class GrantScope:
+    """Where a grant reaches: the resolved hosts, ports, methods and path patterns.
+
+    Each is a non-empty tuple: "any" is never spelled by leaving one out. Matching requests
+    against these is the enforcement point's job.
+    """
+
+    hosts: tuple[str, ...]
+    ports: tuple[int, ...]
+    methods: tuple[str, ...]
+    paths: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        for name in ("hosts", "ports", "methods", "paths"):
+            value = getattr(self, name)
+            if isinstance(value, str | bytes):
+                raise ValueError(f"GrantScope.{name} must be a tuple, not a single value")
+            value = tuple(value)
+            if not value:
+                raise ValueError(f"GrantScope.{name} must not be empty")
+            object.__setattr__(self, name, value)
+        for port in self.ports:
+            if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+                raise ValueError(f"GrantScope.ports holds {port!r}, not a port 1-65535")
+        for name in ("hosts", "methods", "paths"):
+            if not all(isinstance(v, str) and v for v in getattr(self, name)):
+                raise ValueError(f"GrantScope.{name} must hold non-empty strings")
+
+
+@dataclass(frozen=True)
+class Grant:
+    """One granted capability of one session, alive from `created_at` until `expires_at`
+    (exclusive) unless `revoked_at` comes first.
+
+    `secret` is the vault name of the secret to inject (never a value), with the header and
+    format (`"Bearer {secret}"`) to inject it as; a `passthrough` grant never carries one.
+    `allow_private` names the private address ranges the policy opened for this capability.
+    """
+
+    id: str
+    tenant: str
+    session_id: str
+    capability: str
+    params: dict[str, str] = field(hash=False)
+    scope: GrantScope
+    secret: str | None
+    inject_header: str | None
+    inject_format: str | None
+    tls: Tls
+    allow_private: tuple[str, ...]
+    approved_by: ApprovedBy
+    reason: str
+    created_at: float
+    expires_at: float
+    revoked_at: float | None = None
+
+    def live(self, now: float) -> bool:
+        """True while neither revoked nor expired; a grant is dead at exactly `expires_at`."""
+        return self.revoked_at is None and now < self.expires_at
+
+
+class Grants:
+    """The live capability grants of this process, with quotas on how many may be live.
+
+    Thread-safe. Ended (expired or revoked) grants stay visible to `all()` for audit until
+    `forget_ended` drops them.
+    """
+
+    def __init__(self, *, max_per_session: int, max_live_per_tenant: int) -> None:
+        if max_per_session < 1 or max_live_per_tenant < 1:
+            raise ValueError("grant quotas must be at least 1")
+        self._max_per_session = max_per_session
+        self._max_live_per_tenant = max_live_per_tenant
+        self._grants: dict[str, Grant] = {}
+        self._lock = threading.Lock()
+
+    def grant(
+        self,
+        *,
+        tenant: str,
+        session_id: str,
+        capability: str,
+        params: dict[str, str],
+        scope: GrantScope,
+        secret: str | None,
+        inject_header: str | None,
+        inject_format: str | None,
+        tls: Tls,
+        allow_private: tuple[str, ...],
+        approved_by: ApprovedBy,
+        reason: str,
+        ttl_s: int,
+        now: float,
+    ) -> Grant:
+        """Record a new grant of `capability`, live for `ttl_s` seconds from `now`.
+
+        Raises QuotaExceeded (`quota` = "max_per_session" or "max_live_per_tenant") when
+        the session or the tenant already holds as many live grants as allowed, and
+        InvalidRequest for a ttl below one second. Inconsistent injection settings
+        (a secret without header or format, a secret on a passthrough grant) are a
+        ValueError: the policy layer must never produce them.
+        """
+        _check_id_part("tenant", tenant)
+        _check_id_part("session_id", session_id)
+        if isinstance(ttl_s, bool) or not isinstance(ttl_s, int) or ttl_s < 1:
+            raise InvalidRequest(f"ttl_s must be a whole number of seconds, at least 1: {ttl_s!r}")
+        if tls not in _TLS_MODES:
+            raise ValueError(f"tls must be one of {_TLS_MODES}, not {tls!r}")
+        if approved_by not in _APPROVERS:
+            raise ValueError(f"approved_by must be one of {_APPROVERS}, not {approved_by!r}")
+        if secret is not None:
+            if not inject_header or not inject_format or "{secret}" not in inject_format:
+                raise ValueError(
+                    f"capability {capability!r} names a secret but no inject_header and "
+                    "inject_format containing '{secret}'"
+                )
+            if tls != "terminate":
+                raise ValueError(
+                    f"capability {capability!r} names a secret on a passthrough tunnel; "
+                    "secrets are injected only into terminated TLS"
+                )
+        elif inject_header is not None or inject_format is not None:
+            raise ValueError(f"capability {capability!r} has inject settings but no secret")
+
+        with self._lock:
+            in_session = in_tenant = 0
+            for g in self._grants.values():
+                if g.tenant == tenant and g.live(now):
+                    in_tenant += 1
+                    in_session += g.session_id == session_id
+            if in_session >= self._max_per_session:
+                raise QuotaExceeded(
+                    "max_per_session",
+                    self._max_per_session,
+                    f"this session already holds {in_session} live capabilities, the most "
+                    f"allowed (max_per_session = {self._max_per_session}); revoke one with "
+                    "revoke_capability or wait until one expires",
+                )
+            if in_tenant >= self._max_live_per_tenant:
+                raise QuotaExceeded(
+                    "max_live_per_tenant",
+                    self._max_live_per_tenant,
+                    f"this tenant already holds {in_tenant} live capabilities across its "
+                    f"sessions, the most allowed (max_live_per_tenant = "
+                    f"{self._max_live_per_tenant}); revoke some or end idle sessions",
+                )
+            grant_id = _new_grant_id(tenant, session_id)
+            while grant_id in self._grants:  # 128 random bits: never in practice
+                grant_id = _new_grant_id(tenant, session_id)
+            new = Grant(
+                id=grant_id,
+                tenant=tenant,
+                session_id=session_id,
+                capability=capability,
+                params=dict(params),
+                scope=scope,
+                secret=secret,
+                inject_header=inject_header,
+                inject_format=inject_format,
+                tls=tls,
+                allow_private=tuple(allow_private),
+                approved_by=approved_by,
+                reason=reason,
+                created_at=now,
+                expires_at=now + ttl_s,
+            )
+            self._grants[grant_id] = new
+        return new
+
+    def get(self, grant_id: str, *, tenant: str, session_id: str, now: float) -> Grant | None:
+        """The grant if it is live and belongs to this tenant and session; None otherwise.
+
+        Unknown, foreign, expired and revoked ids all give the same None.
+        """
+        g = self._grants.get(grant_id)
+        if g is None or g.tenant != tenant or g.session_id != session_id or not g.live(now):
+            return None
+        return g
+
+    def revoke(self, grant_id: str, *, tenant: str, now: float) -> Grant | None:
+        """End a grant of `tenant` (any of its sessions) at `now`.
+
+        Returns the grant as it now stands: with `revoked_at == now` if it was live, unchanged
+        if it had already ended. None if the tenant has no grant of that id.
+        """
+        with self._lock:
+            g = self._grants.get(grant_id)
+            if g is None or g.tenant != tenant:
+                return None
+            if g.live(now):
+                g = dataclasses.replace(g, revoked_at=now)
+                self._grants[grant_id] = g
+            return g
+
+    def revoke_prefix(self, prefix: str, *, now: float) -> int:
+        """Revoke every live grant whose id starts with `prefix`; how many that was.
+
+        `prefix` must be a whole id level ending in `/`, from `grant_prefix`: e.g.
+        `tenant/<t>/session/<s>/` ends one session, `tenant/<t>/` a whole tenant.
+        """
+        if not prefix.startswith("tenant/") or not prefix.endswith("/"):
+            raise ValueError(f"a grant prefix starts with 'tenant/' and ends with '/': {prefix!r}")
+        count = 0
+        with self._lock:
+            for grant_id, g in self._grants.items():
+                if grant_id.startswith(prefix) and g.live(now):
+                    self._grants[grant_id] = dataclasses.replace(g, revoked_at=now)
+                    count += 1
+        return count
+
+    def live_for_session(self, tenant: str, session_id: str, now: float) -> list[Grant]:
+        """The live grants of one session, oldest first."""
+        with self._lock:
+            grants = list(self._grants.values())
+        return [
+            g for g in grants if g.tenant == tenant and g.session_id == session_id and g.live(now)
+        ]
+
+    def all(self) -> list[Grant]:
+        """Every grant this process still remembers, live or ended, oldest first (for audit)."""
+        with self._lock:
+            return list(self._grants.values())
+
+    def forget_ended(self, before: float) -> int:
+        """Drop grants that ended (expired or were revoked) before `before`; how many.
+
+        Keeps memory bounded in a long-running server once their records are persisted.
+        """
+        with self._lock:
+            # A revocation always comes before the expiry (only live grants are revoked).
+            ended = [
+                grant_id
+                for grant_id, g in self._grants.items()
+                if (g.expires_at if g.revoked_at is None else g.revoked_at) < before
+            ]
+            for grant_id in ended:
+                del self._grants[grant_id]
+        return len(ended)

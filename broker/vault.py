@@ -1,0 +1,377 @@
+"""The secret vault: named secret values encrypted at rest, each bound to the hosts it may reach.
+
+Holds the file format, the key file and AES-GCM; knows nothing of capabilities, runs or
+requests (injection checks the host binding `get` returns). Synchronous: callers on the
+event loop go through `anyio.to_thread`. OSError and decryption failures leave this module
+as `VaultError`; a bad name or host list is `InvalidRequest`. No value ever appears in an
+exception, a repr or a log record.
+
+File format (`data_dir/vault/secrets.json`, 0600, in a 0700 directory, replaced atomically):
+
+    {"version": 1,
+     "secrets": {NAME: {"nonce": B64, "ciphertext": B64, "hosts": [HOST, ...],
+                        "created_at": UNIX_SECONDS}}}
+
+Each entry has its own random 96-bit nonce; the associated data binds the ciphertext to
+the entry's name and sorted hosts, so renaming an entry or widening its hosts in the file
+makes it fail to decrypt instead of sending the value somewhere new.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import fcntl
+import json
+import os
+import re
+import stat
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from airlock.errors import InvalidRequest, VaultError
+
+from .secrets import Secret
+
+FORMAT_VERSION = 1
+KEY_BYTES = 32
+NONCE_BYTES = 12
+KEY_FILE_ENV = "AIRLOCK_VAULT_KEY_FILE"
+"""Environment variable naming a key file; without it the key is `data_dir/vault/key`."""
+
+_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+# One DNS label: letters, digits, inner hyphens. Hosts are stored lowercase, ASCII only.
+_LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
+_AAD_TAG = "airlock-vault-v1"
+
+
+def vault_dir(data_dir: Path) -> Path:
+    """The directory holding the vault file and the default key file."""
+    return data_dir / "vault"
+
+
+def vault_path(data_dir: Path) -> Path:
+    """Where the vault file of a data directory lives."""
+    return vault_dir(data_dir) / "secrets.json"
+
+
+@dataclass(frozen=True)
+class SecretInfo:
+    """What may be shown about a secret: its name, its hosts and when it was set; no value."""
+
+    name: str
+    hosts: tuple[str, ...]
+    created_at: float
+
+
+def load_key(data_dir: Path, env: Mapping[str, str]) -> bytes:
+    """The 32-byte vault key.
+
+    With `AIRLOCK_VAULT_KEY_FILE` in `env`, that file must exist; otherwise the key is
+    `data_dir/vault/key`, generated from `os.urandom` on first use. Either file holds the
+    key in base64 and must not be readable by group or others (VaultError saying
+    "chmod 600 FILE" otherwise).
+    """
+    named = env.get(KEY_FILE_ENV)
+    if named:
+        path = Path(named)
+        if not path.exists():
+            raise VaultError(
+                f"{KEY_FILE_ENV}={path} does not exist; create it with a base64-encoded "
+                f"32-byte key (e.g. `head -c 32 /dev/urandom | base64 > {path}`, then "
+                f"`chmod 600 {path}`), or unset {KEY_FILE_ENV} to use {vault_dir(data_dir)}/key"
+            )
+        return _read_key(path)
+    path = vault_dir(data_dir) / "key"
+    try:
+        if not path.exists():
+            _create_key(path)
+    except OSError as exc:
+        raise VaultError(f"cannot create the vault key {path}: {exc}") from exc
+    return _read_key(path)
+
+
+def _read_key(path: Path) -> bytes:
+    try:
+        mode = path.stat().st_mode
+        if not stat.S_ISREG(mode):
+            raise VaultError(f"vault key {path} is not a regular file")
+        if mode & 0o077:
+            raise VaultError(
+                f"vault key {path} is readable or writable by group or others "
+                f"(mode {stat.S_IMODE(mode):04o}); run `chmod 600 {path}`"
+            )
+        text = path.read_bytes()
+    except OSError as exc:
+        raise VaultError(f"cannot read the vault key {path}: {exc}") from exc
+    try:
+        key = base64.b64decode(text.strip(), validate=True)
+    except (binascii.Error, ValueError):
+        key = b""
+    if len(key) != KEY_BYTES:
+        # Deliberately says nothing about what the file holds.
+        raise VaultError(f"vault key {path} does not hold a base64-encoded {KEY_BYTES}-byte key")
+    return key
+
+
+def _create_key(path: Path) -> None:
+    _make_private_dir(path.parent)
+    data = base64.b64encode(os.urandom(KEY_BYTES)) + b"\n"
+    # Written in full under a temporary name, then linked into place: `link` fails if the
+    # key appeared meanwhile (another process won the race; its key is the key), and no
+    # reader ever sees a half-written file. mkstemp creates 0600.
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".key-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        with contextlib.suppress(FileExistsError):
+            os.link(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    _fsync_dir(path.parent)
+
+
+def _make_private_dir(path: Path) -> None:
+    """Create `path` as 0700 (parents too, as needed); an existing directory is left as is."""
+    if path.is_dir():
+        return
+    _make_private_dir(path.parent)
+    try:
+        path.mkdir(mode=0o700)
+    except FileExistsError:
+        return
+    # mkdir's mode is filtered by the umask; state it outright.
+    path.chmod(0o700)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _normalize_name(name: str) -> str:
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise InvalidRequest(
+            f"secret name {name!r} is not allowed: use 1 to 64 of the characters A-Z a-z 0-9 _ . -"
+        )
+    return name
+
+
+def _normalize_host(host: str) -> str:
+    """Lowercase, no trailing dot; an exact name or `*.` before at least two labels."""
+    if not isinstance(host, str):
+        raise InvalidRequest(f"host {host!r} is not a string")
+    name = host.strip().lower()
+    if name.endswith(".") and not name.endswith(".."):
+        name = name[:-1]
+    if not name.isascii():
+        raise InvalidRequest(f"host {host!r} is not ASCII: write it in punycode (xn--...)")
+    if any(c in name for c in ":/@?#[] "):
+        raise InvalidRequest(
+            f"host {host!r} must be a bare host name, without scheme, port, path or user"
+        )
+    labels = name.split(".")
+    if labels[0] == "*":
+        if len(labels) < 3:
+            raise InvalidRequest(
+                f"host {host!r} is too broad: a wildcard needs at least two labels after "
+                "`*.` (e.g. `*.example.com`)"
+            )
+        labels = labels[1:]
+    if len(name) > 253 or not all(_LABEL.fullmatch(label) for label in labels):
+        raise InvalidRequest(
+            f"host {host!r} is not a valid host name: write `api.example.com` or `*.example.com`"
+        )
+    return name
+
+
+def _normalize_hosts(hosts: Sequence[str]) -> tuple[str, ...]:
+    if isinstance(hosts, str):
+        raise InvalidRequest("hosts must be a list of host names, not one string")
+    normalized = tuple(sorted({_normalize_host(h) for h in hosts}))
+    if not normalized:
+        raise InvalidRequest(
+            "a secret needs at least one host it may be sent to (e.g. `api.github.com`)"
+        )
+    return normalized
+
+
+def _aad(name: str, hosts: tuple[str, ...]) -> bytes:
+    # JSON of a list is unambiguous: no choice of name and hosts collides with another.
+    return json.dumps([_AAD_TAG, name, sorted(hosts)], separators=(",", ":")).encode()
+
+
+class Vault:
+    """The vault file at `path`, opened with `key`; `set`, `get`, `list`, `remove`.
+
+    The file is read on every call (it is small), so a change made by `airlock secrets set`
+    in another process is seen at once. Writes hold an exclusive lock on a sibling lock file
+    (threads and processes alike) and replace the file atomically. Every entry must
+    decrypt with this key before `list`, `set` or `remove` go ahead, so a vault is never
+    half one key and half another.
+    """
+
+    def __init__(self, path: Path, key: bytes) -> None:
+        if not isinstance(key, bytes) or len(key) != KEY_BYTES:
+            raise VaultError(f"a vault key is {KEY_BYTES} bytes")
+        self._path = path
+        self._aead = AESGCM(key)
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    def __repr__(self) -> str:
+        return f"Vault({str(self._path)!r})"
+
+    def set(self, name: str, value: str, hosts: Sequence[str]) -> None:
+        """Store `value` under `name`, to be sent only to `hosts`; replaces an existing entry."""
+        name = _normalize_name(name)
+        bound = _normalize_hosts(hosts)
+        if not isinstance(value, str) or not value:
+            raise InvalidRequest(f"the value of secret {name!r} must be a non-empty string")
+        try:
+            plaintext = value.encode("utf-8")
+        except UnicodeEncodeError:
+            # `from None`: the codec error carries the whole value.
+            raise InvalidRequest(f"the value of secret {name!r} is not valid text") from None
+        nonce = os.urandom(NONCE_BYTES)
+        ciphertext = self._aead.encrypt(nonce, plaintext, _aad(name, bound))
+        entry = {
+            "nonce": base64.b64encode(nonce).decode("ascii"),
+            "ciphertext": base64.b64encode(ciphertext).decode("ascii"),
+            "hosts": list(bound),
+            "created_at": time.time(),
+        }
+        with self._writing() as entries:
+            entries[name] = entry
+
+    def get(self, name: str) -> tuple[Secret, tuple[str, ...]] | None:
+        """The value of `name` and the hosts it may be sent to; None if there is no such secret."""
+        name = _normalize_name(name)
+        entry = self._read().get(name)
+        if entry is None:
+            return None
+        hosts = tuple(entry["hosts"])
+        return Secret(self._decrypt(name, entry).decode("utf-8")), hosts
+
+    def list(self) -> list[SecretInfo]:
+        """Every secret's name, hosts and creation time, by name; never a value."""
+        entries = self._read()
+        for name, entry in entries.items():
+            self._decrypt(name, entry)  # authenticates the hosts shown; the value is dropped
+        return [
+            SecretInfo(name=name, hosts=tuple(e["hosts"]), created_at=e["created_at"])
+            for name, e in sorted(entries.items())
+        ]
+
+    def remove(self, name: str) -> bool:
+        """Delete `name`; False if there was no such secret."""
+        name = _normalize_name(name)
+        with self._writing() as entries:
+            return entries.pop(name, None) is not None
+
+    def _decrypt(self, name: str, entry: dict[str, Any]) -> bytes:
+        try:
+            nonce = base64.b64decode(entry["nonce"], validate=True)
+            ciphertext = base64.b64decode(entry["ciphertext"], validate=True)
+            return self._aead.decrypt(nonce, ciphertext, _aad(name, tuple(entry["hosts"])))
+        except (InvalidTag, binascii.Error, ValueError) as exc:
+            raise VaultError(
+                f"the vault {self._path} cannot be decrypted with this key (entry {name!r} "
+                f"fails authentication): the key is not the one the vault was written with, "
+                f"or the file was altered; check {KEY_FILE_ENV} or restore the vault"
+            ) from exc
+
+    def _read(self) -> dict[str, dict[str, Any]]:
+        """The entries of the file (empty if there is none), each shape-checked."""
+        try:
+            raw = self._path.read_bytes()
+        except FileNotFoundError:
+            return {}
+        except OSError as exc:
+            raise VaultError(f"cannot read the vault {self._path}: {exc}") from exc
+        return self._parse(raw)
+
+    def _parse(self, raw: bytes) -> dict[str, dict[str, Any]]:
+        problem = f"the vault {self._path} is not an Airlock vault file"
+        try:
+            document = json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise VaultError(f"{problem} (not JSON)") from exc
+        if not isinstance(document, dict) or document.get("version") != FORMAT_VERSION:
+            raise VaultError(f"{problem} of version {FORMAT_VERSION}")
+        secrets = document.get("secrets")
+        if not isinstance(secrets, dict):
+            raise VaultError(f"{problem} (no `secrets` object)")
+        for name, entry in secrets.items():
+            if not (
+                isinstance(name, str)
+                and _NAME.fullmatch(name)
+                and isinstance(entry, dict)
+                and isinstance(entry.get("nonce"), str)
+                and isinstance(entry.get("ciphertext"), str)
+                and isinstance(entry.get("hosts"), list)
+                and all(isinstance(h, str) for h in entry["hosts"])
+                and isinstance(entry.get("created_at"), int | float)
+            ):
+                raise VaultError(f"{problem} (entry {name!r} is malformed)")
+        return secrets
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[dict[str, dict[str, Any]]]:
+        """Yield the entries to change under an exclusive lock, then write them back.
+
+        Every existing entry must decrypt with this key first. Nothing is written if the
+        body raises or changes nothing.
+        """
+        try:
+            _make_private_dir(self._path.parent)
+            lock_fd = os.open(
+                self._path.parent / f".{self._path.name}.lock", os.O_RDWR | os.O_CREAT, 0o600
+            )
+        except OSError as exc:
+            raise VaultError(f"cannot write the vault {self._path}: {exc}") from exc
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX)
+            entries = self._read()
+            for name, entry in entries.items():
+                self._decrypt(name, entry)
+            before = dict(entries)
+            yield entries
+            if entries != before:
+                self._write(entries)
+        finally:
+            os.close(lock_fd)  # closing releases the flock
+
+    def _write(self, entries: dict[str, dict[str, Any]]) -> None:
+        document = {"version": FORMAT_VERSION, "secrets": dict(sorted(entries.items()))}
+        data = json.dumps(document, indent=2).encode("utf-8") + b"\n"
+        try:
+            # Same directory, so os.replace is atomic; mkstemp creates the file 0600.
+            fd, tmp = tempfile.mkstemp(dir=self._path.parent, prefix=f".{self._path.name}.")
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, self._path)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+            _fsync_dir(self._path.parent)
+        except OSError as exc:
+            raise VaultError(f"cannot write the vault {self._path}: {exc}") from exc
