@@ -1,0 +1,376 @@
+"""The allow/deny decision: one pure function of frozen request facts and resolved rules.
+
+Belongs here: `Rule` (a granted capability or a policy allow rule, already resolved),
+`RequestFacts` (what the proxy learned about one CONNECT or one request), `Decision`,
+the matching of host patterns, ports, methods and path globs, and `decide`. Does not
+belong here: sockets, TLS, DNS, the SSRF address check (`egress.addresses`, run by the
+caller after an allow, with `Decision.allow_private`), canonicalizing raw input
+(`egress.requests`), checking tokens with the broker (the caller does that and passes
+the outcome in), logging, or reading the clock.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from ipaddress import ip_address
+from typing import Literal
+
+from egress.requests import TargetRejected, canonical_target_host
+
+_INTERNAL_ERROR = "internal error; request denied"
+_PORT_SUFFIX = re.compile(r"[0-9]*")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A granted capability or a policy allow rule, resolved to plain values.
+
+    An empty `hosts`, `ports`, `methods` or `paths` matches nothing; whoever resolves
+    a rule writes `methods=("*",)` for any method and `paths=("/**",)` for any path.
+    Host patterns are exact names (or IP literals), or "*.example.com" for subdomains of
+    any depth (never example.com itself, never an IP literal). Path globs use "*" for
+    one non-empty segment (or part of one) and "**" for any number of segments,
+    including none. `secret` is a vault name, never a value.
+    """
+
+    id: str
+    """The grant id of a capability, or "policy:<name>" for a policy allow rule."""
+    kind: Literal["capability", "policy"]
+    hosts: tuple[str, ...]
+    ports: tuple[int, ...]
+    methods: tuple[str, ...]
+    paths: tuple[str, ...]
+    tls: Literal["terminate", "passthrough"] = "terminate"
+    allow_private: tuple[str, ...] = ()
+    secret: str | None = None
+    inject_header: str | None = None
+    inject_format: str | None = None
+
+
+@dataclass(frozen=True)
+class RequestFacts:
+    """What the proxy knows about one CONNECT or one HTTP request, already canonical."""
+
+    run_live: bool
+    token_valid: bool
+    token_reason: str | None
+    """Why the token is not valid, in one sentence; set by the caller after asking the broker."""
+    stage: Literal["connect", "request"]
+    """Either a CONNECT before TLS ("connect"), or a plaintext absolute-form request or a
+    request inside a terminated tunnel ("request")."""
+    scheme: Literal["http", "https"]
+    host: str
+    """Canonical host from the CONNECT authority or the absolute URL, never from Host."""
+    port: int
+    method: str | None
+    """None at the connect stage."""
+    path: str | None
+    """Normalized (`egress.requests.normalize_path`); None at the connect stage."""
+    host_header: str | None
+    """As received; compared after canonicalization with its port stripped."""
+    sni: str | None
+    """As received in the TLS ClientHello of the tunnel, if any."""
+    upgrade: bool
+    requests_so_far: int
+    """Requests of this run decided before this one."""
+    max_requests: int
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The outcome, always with a one-sentence reason an agent can act on.
+
+    `inject` is (header, format, secret name) when the chosen rule carries a secret;
+    `allow_private` are the operator CIDRs the SSRF check must honour for this request;
+    `passthrough` asks for an opaque tunnel instead of TLS termination.
+    """
+
+    allow: bool
+    reason: str
+    rule_id: str | None = None
+    inject: tuple[str, str, str] | None = None
+    allow_private: tuple[str, ...] = ()
+    passthrough: bool = False
+
+
+def _deny(reason: str, rule_id: str | None = None) -> Decision:
+    return Decision(allow=False, reason=reason, rule_id=rule_id)
+
+
+def _is_ip_literal(host: str) -> bool:
+    try:
+        ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def _canonical_pattern(pattern: str) -> str:
+    pattern = pattern.lower()
+    if pattern.startswith("[") and pattern.endswith("]"):
+        pattern = pattern[1:-1]
+    if ":" in pattern:
+        # IPv6 literals have many spellings; the request side is already compressed.
+        return ip_address(pattern).compressed
+    return pattern[:-1] if pattern.endswith(".") else pattern
+
+
+def _host_matches(pattern: str, host: str) -> bool:
+    if pattern.startswith("*."):
+        suffix = _canonical_pattern(pattern[1:])
+        # ".x.y" at least: "*.com" is refused by policy validation, and refused here too
+        # so a rule that slipped through cannot open a whole TLD. A wildcard never
+        # matches an IP literal, or "*.0.0.1" would match 127.0.0.1.
+        if suffix.count(".") < 2 or _is_ip_literal(host):
+            return False
+        return host.endswith(suffix) and len(host) > len(suffix)
+    return _canonical_pattern(pattern) == host
+
+
+@lru_cache(maxsize=1024)
+def _compile_glob(pattern: str) -> tuple[re.Pattern[str] | None, ...]:
+    # One entry per segment: None for "**", else a regex for that one segment.
+    compiled: list[re.Pattern[str] | None] = []
+    for segment in pattern.split("/"):
+        if segment == "**":
+            compiled.append(None)
+        elif segment == "*":
+            compiled.append(re.compile(r"[^/]+"))
+        else:
+            compiled.append(re.compile("[^/]*".join(re.escape(p) for p in segment.split("*"))))
+    return tuple(compiled)
+
+
+def _path_matches(pattern: str, path: str) -> bool:
+    if not pattern.startswith("/"):
+        return False
+    globs = _compile_glob(pattern)
+    segments = path.split("/")
+    # reachable[j]: the globs seen so far can consume exactly the first j segments.
+    reachable = [True] + [False] * len(segments)
+    for glob in globs:
+        if glob is None:
+            # "**" consumes any number of segments, including none.
+            nxt = [any(reachable[: j + 1]) for j in range(len(segments) + 1)]
+        else:
+            nxt = [False] + [
+                reachable[j] and glob.fullmatch(segments[j]) is not None
+                for j in range(len(segments))
+            ]
+        reachable = nxt
+    return reachable[len(segments)]
+
+
+def _method_matches(allowed: str, method: str) -> bool:
+    # Methods are case-sensitive on the wire; "get" is not GET and matches nothing.
+    return allowed == "*" or allowed.upper() == method
+
+
+def _matches_target(rule: Rule, host: str, port: int) -> bool:
+    return port in rule.ports and any(_host_matches(p, host) for p in rule.hosts)
+
+
+def _matches_request(rule: Rule, method: str, path: str) -> bool:
+    return any(_method_matches(m, method) for m in rule.methods) and any(
+        _path_matches(p, path) for p in rule.paths
+    )
+
+
+def _best(rules: Sequence[Rule]) -> Rule:
+    # A rule with a secret first, so credentials apply; then capabilities before policy
+    # rules; min() keeps the first of equals, which is the caller's order.
+    return min(rules, key=lambda r: (r.secret is None, r.kind != "capability"))
+
+
+def _authority(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _describe(rule: Rule) -> str:
+    if rule.kind == "capability":
+        return f"capability {rule.id}"
+    return f"policy allow rule {rule.id.removeprefix('policy:')}"
+
+
+def _host_header_host(value: str) -> str:
+    # Host is uri-host [":" port]; only the host part is compared, the port is stripped.
+    value = value.strip()
+    if value.startswith("["):
+        close = value.find("]")
+        host, rest = value[: close + 1], value[close + 1 :]
+        if close < 0 or (rest and not (rest[0] == ":" and _PORT_SUFFIX.fullmatch(rest[1:]))):
+            raise TargetRejected("the Host header is malformed")
+        return canonical_target_host(host)
+    host, colon, port = value.rpartition(":")
+    if not colon:
+        return canonical_target_host(value)
+    if ":" in host or not _PORT_SUFFIX.fullmatch(port):
+        raise TargetRejected("the Host header is malformed")
+    return canonical_target_host(host)
+
+
+def _same_host(received: str | None, expected: str, parse: bool) -> bool:
+    if received is None:
+        return True
+    try:
+        host = _host_header_host(received) if parse else canonical_target_host(received)
+    except TargetRejected:
+        return False
+    return host == expected
+
+
+def _decide_connect(facts: RequestFacts, rules: Sequence[Rule]) -> Decision:
+    target = _authority(facts.host, facts.port)
+    matching = [r for r in rules if _matches_target(r, facts.host, facts.port)]
+    if not matching:
+        return _deny(
+            f"no capability or allow rule permits connections to {target}; "
+            "request_capability for it or ask the operator"
+        )
+    # Terminating wins over passthrough when both match: the proxy then sees, checks and
+    # logs every inner request instead of trusting an opaque tunnel.
+    terminating = [r for r in matching if r.tls == "terminate"]
+    if terminating:
+        chosen = _best(terminating)
+        return Decision(
+            allow=True,
+            reason=f"{_describe(chosen)} permits a TLS-terminated tunnel to {target}",
+            rule_id=chosen.id,
+            allow_private=chosen.allow_private,
+        )
+    chosen = _best(matching)
+    if chosen.secret is not None:
+        # An opaque tunnel cannot carry an injected header; fail closed rather than
+        # connect without the credential the rule promises.
+        return _deny(
+            f"{_describe(chosen)} pairs a secret with an opaque (passthrough) tunnel to "
+            f"{target}, which is refused; ask the operator to fix the rule",
+            chosen.id,
+        )
+    return Decision(
+        allow=True,
+        reason=f"{_describe(chosen)} permits an opaque tunnel to {target}",
+        rule_id=chosen.id,
+        allow_private=chosen.allow_private,
+        passthrough=True,
+    )
+
+
+def _decide_request(facts: RequestFacts, rules: Sequence[Rule]) -> Decision:
+    if facts.method is None or facts.path is None:
+        return _deny("the request has no method or path, so it cannot be checked; it is denied")
+    consistent = _same_host(facts.host_header, facts.host, parse=True) and _same_host(
+        facts.sni, facts.host, parse=False
+    )
+    if not consistent and facts.scheme == "https":
+        # Inside a tunnel the destination is the CONNECT authority; a different Host or
+        # SNI is domain fronting, whatever the rules would say about either name.
+        return _deny(
+            "the Host header/SNI does not match the CONNECT target "
+            f"{_authority(facts.host, facts.port)}; send requests only for the host "
+            "you connected to"
+        )
+    if not consistent:
+        return _deny(
+            f"the Host header does not match the URL's host {facts.host}; "
+            "send the request with a matching Host header"
+        )
+    if facts.upgrade:
+        return _deny(
+            "WebSocket upgrades are not allowed through the proxy; use plain HTTP requests"
+        )
+    target = f"{facts.method} {_authority(facts.host, facts.port)}{facts.path}"
+    at_target = [r for r in rules if _matches_target(r, facts.host, facts.port)]
+    matching = [r for r in at_target if _matches_request(r, facts.method, facts.path)]
+    if not matching:
+        hint = " (rules for this host allow other methods or paths)" if at_target else ""
+        return _deny(
+            f"no capability or allow rule permits {target}{hint}; "
+            "request_capability for it or ask the operator"
+        )
+    chosen = _best(matching)
+    if chosen.secret is None:
+        return Decision(
+            allow=True,
+            reason=f"{_describe(chosen)} permits {target}",
+            rule_id=chosen.id,
+            allow_private=chosen.allow_private,
+        )
+    if facts.scheme != "https":
+        return _deny(
+            f"this host's secret is only sent over TLS; use https://{facts.host} instead",
+            chosen.id,
+        )
+    if chosen.tls == "passthrough":
+        return _deny(
+            f"{_describe(chosen)} pairs a secret with a passthrough tunnel, which is refused; "
+            "ask the operator to fix the rule",
+            chosen.id,
+        )
+    if not chosen.inject_header or not chosen.inject_format:
+        # Fail closed: a rule promising a credential that cannot be injected must not
+        # silently send the request without it.
+        return _deny(
+            f"{_describe(chosen)} names a secret but no header to inject it into, so the "
+            "request is refused; ask the operator to fix the rule",
+            chosen.id,
+        )
+    return Decision(
+        allow=True,
+        reason=f"{_describe(chosen)} permits {target} with its secret injected",
+        rule_id=chosen.id,
+        inject=(chosen.inject_header, chosen.inject_format, chosen.secret),
+        allow_private=chosen.allow_private,
+    )
+
+
+def _decide(facts: RequestFacts, rules: Sequence[Rule]) -> Decision:
+    if not facts.run_live:
+        return _deny("this run has ended, so its network access is closed; do not retry")
+    if not facts.token_valid:
+        return _deny(facts.token_reason or "the proxy token is missing or not valid for this run")
+    if facts.requests_so_far >= facts.max_requests:
+        return _deny(
+            f"this run reached its limit of {facts.max_requests} requests; "
+            "no further requests are allowed in this run"
+        )
+    if facts.stage == "connect":
+        return _decide_connect(facts, rules)
+    if facts.stage == "request":
+        return _decide_request(facts, rules)
+    return _deny(_INTERNAL_ERROR)
+
+
+def decide(facts: RequestFacts, rules: Sequence[Rule]) -> Decision:
+    """Decide one CONNECT or one request; deny unless a rule permits it.
+
+    Rule order, first hit wins:
+
+    1. The run is not live: deny.
+    2. The token is not valid: deny with `token_reason`.
+    3. `requests_so_far` has reached `max_requests`: deny.
+    4. Connect stage (method and path not yet known): allow when a rule matches host and
+       port. A terminating rule wins over a passthrough one; the tunnel is passthrough
+       only when every matching rule says so, and a passthrough rule with a secret is
+       denied (an opaque tunnel cannot carry the credential). Otherwise deny.
+    5. Request stage:
+       a. Host header (port stripped) and SNI, when present, must equal the target host
+          after canonicalization; over https that is the CONNECT target. Else deny.
+       b. An Upgrade (WebSocket) request: deny.
+       c. No rule matches host, port, method and path: deny, naming what would be needed.
+       d. Among the matches prefer one with a secret, then a capability over a policy
+          rule, then the first. If it carries a secret: deny over plaintext http, deny on
+          a passthrough rule, deny when it names no header to inject into.
+       e. Allow, with the rule id, the injection (header, format, secret name) and the
+          rule's `allow_private` CIDRs for the caller's address check.
+
+    Any unexpected error is a deny: a decision that could not be made is never an allow.
+    """
+    try:
+        return _decide(facts, rules)
+    except Exception:
+        # Deny is the default value; a bug or a malformed rule must not open the proxy.
+        return _deny(_INTERNAL_ERROR)

@@ -1,0 +1,471 @@
+"""Tests of `egress.decision.decide`: one table row per branch of its rule order.
+
+Each row is (name, facts, rules, expected allow, fragment of the reason). The facts of a
+row are a plain allowed request changed in the fields that matter to it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from egress.decision import Decision, RequestFacts, Rule, decide
+
+API = Rule(
+    id="cap_api",
+    kind="capability",
+    hosts=("api.example.com",),
+    ports=(443,),
+    methods=("GET", "HEAD"),
+    paths=("/repos/acme/**", "/users/*"),
+    secret="api_token",
+    inject_header="Authorization",
+    inject_format="Bearer {secret}",
+)
+PUBLIC = Rule(
+    id="policy:pypi",
+    kind="policy",
+    hosts=("pypi.org", "*.pythonhosted.org"),
+    ports=(443, 80),
+    methods=("*",),
+    paths=("/**",),
+)
+PASS = Rule(
+    id="policy:pinned",
+    kind="policy",
+    hosts=("pinned.example.net",),
+    ports=(443,),
+    methods=("*",),
+    paths=("/**",),
+    tls="passthrough",
+)
+LOCAL = Rule(
+    id="policy:local",
+    kind="policy",
+    hosts=("127.0.0.1", "::1"),
+    ports=(8080,),
+    methods=("GET",),
+    paths=("/health",),
+    allow_private=("127.0.0.0/8", "::1/128"),
+)
+
+REQUEST = RequestFacts(
+    run_live=True,
+    token_valid=True,
+    token_reason=None,
+    stage="request",
+    scheme="https",
+    host="api.example.com",
+    port=443,
+    method="GET",
+    path="/repos/acme/widgets",
+    host_header="api.example.com",
+    sni="api.example.com",
+    upgrade=False,
+    requests_so_far=0,
+    max_requests=100,
+)
+CONNECT = replace(REQUEST, stage="connect", method=None, path=None, host_header=None, sni=None)
+PLAIN = replace(REQUEST, scheme="http", port=80, host="pypi.org", host_header="pypi.org", sni=None)
+
+
+def facts(base: RequestFacts = REQUEST, **changes: Any) -> RequestFacts:
+    return replace(base, **changes)
+
+
+Row = tuple[str, RequestFacts, tuple[Rule, ...], bool, str]
+
+ROWS: list[Row] = [
+    # 1-3: run, token, limit come before anything else, whatever the rules say.
+    ("denies_ended_run", facts(run_live=False), (API,), False, "run has ended"),
+    (
+        "denies_invalid_token_with_its_reason",
+        facts(token_valid=False, token_reason="the run token was revoked"),
+        (API,),
+        False,
+        "the run token was revoked",
+    ),
+    (
+        "denies_invalid_token_without_a_reason",
+        facts(token_valid=False),
+        (API,),
+        False,
+        "proxy token is missing or not valid",
+    ),
+    (
+        "denies_over_request_limit",
+        facts(requests_so_far=100, max_requests=100),
+        (API,),
+        False,
+        "limit of 100 requests",
+    ),
+    (
+        "allows_last_request_under_limit",
+        facts(requests_so_far=99, max_requests=100),
+        (API,),
+        True,
+        "capability cap_api",
+    ),
+    (
+        "denies_limit_before_connect_matching",
+        facts(CONNECT, requests_so_far=5, max_requests=5),
+        (API,),
+        False,
+        "limit of 5",
+    ),
+    # 4: connect stage.
+    ("connect_allows_host_and_port", CONNECT, (API,), True, "TLS-terminated tunnel"),
+    (
+        "connect_denies_unknown_host",
+        facts(CONNECT, host="evil.example.org"),
+        (API,),
+        False,
+        "no capability or allow rule permits connections to evil.example.org:443",
+    ),
+    (
+        "connect_denies_wrong_port",
+        facts(CONNECT, port=8443),
+        (API,),
+        False,
+        "api.example.com:8443",
+    ),
+    ("connect_denies_with_no_rules", CONNECT, (), False, "request_capability"),
+    (
+        "connect_allows_wildcard_subdomain",
+        facts(CONNECT, host="files.pythonhosted.org"),
+        (PUBLIC,),
+        True,
+        "policy allow rule pypi",
+    ),
+    (
+        "connect_allows_deep_wildcard_subdomain",
+        facts(CONNECT, host="a.b.pythonhosted.org"),
+        (PUBLIC,),
+        True,
+        "pypi",
+    ),
+    (
+        "connect_wildcard_excludes_apex",
+        facts(CONNECT, host="pythonhosted.org"),
+        (PUBLIC,),
+        False,
+        "no capability or allow rule",
+    ),
+    (
+        "connect_wildcard_excludes_lookalike",
+        facts(CONNECT, host="evilpythonhosted.org"),
+        (PUBLIC,),
+        False,
+        "no capability or allow rule",
+    ),
+    (
+        "connect_wildcard_over_a_tld_matches_nothing",
+        facts(CONNECT, host="example.com"),
+        (replace(PUBLIC, hosts=("*.com",)),),
+        False,
+        "no capability or allow rule",
+    ),
+    (
+        "connect_wildcard_never_matches_ip_literal",
+        facts(CONNECT, host="127.0.0.1"),
+        (replace(PUBLIC, hosts=("*.0.0.1",)),),
+        False,
+        "no capability or allow rule",
+    ),
+    (
+        "connect_star_pattern_matches_nothing",
+        facts(CONNECT, host="example.com"),
+        (replace(PUBLIC, hosts=("*",)),),
+        False,
+        "no capability or allow rule",
+    ),
+    (
+        "connect_allows_ipv6_literal_in_any_spelling",
+        facts(CONNECT, host="::1", port=8080),
+        (replace(LOCAL, hosts=("[0:0:0:0:0:0:0:1]",)),),
+        True,
+        "policy allow rule local",
+    ),
+    (
+        "connect_names_bracketed_ipv6_target",
+        facts(CONNECT, host="::2", port=8080),
+        (LOCAL,),
+        False,
+        "[::2]:8080",
+    ),
+    (
+        "connect_allows_passthrough",
+        facts(CONNECT, host="pinned.example.net"),
+        (PASS,),
+        True,
+        "opaque tunnel",
+    ),
+    (
+        "connect_prefers_termination_over_passthrough",
+        facts(CONNECT, host="pinned.example.net"),
+        (PASS, replace(PUBLIC, hosts=("pinned.example.net",))),
+        True,
+        "TLS-terminated",
+    ),
+    (
+        "connect_denies_passthrough_with_secret",
+        facts(CONNECT, host="pinned.example.net"),
+        (replace(PASS, secret="tok", inject_header="Authorization", inject_format="{secret}"),),
+        False,
+        "opaque (passthrough) tunnel",
+    ),
+    # 5a: Host header and SNI.
+    ("allows_matching_host_and_sni", REQUEST, (API,), True, "with its secret injected"),
+    (
+        "allows_host_header_with_port_and_case",
+        facts(host_header="API.Example.com.:443"),
+        (API,),
+        True,
+        "cap_api",
+    ),
+    ("allows_absent_host_and_sni", facts(host_header=None, sni=None), (API,), True, "cap_api"),
+    (
+        "denies_host_header_mismatch",
+        facts(host_header="evil.example.org"),
+        (API,),
+        False,
+        "Host header/SNI does not match the CONNECT target api.example.com:443",
+    ),
+    (
+        "denies_host_header_mismatch_even_when_that_host_is_allowed",
+        facts(host_header="pypi.org"),
+        (API, PUBLIC),
+        False,
+        "does not match the CONNECT target",
+    ),
+    (
+        "denies_sni_mismatch",
+        facts(sni="pypi.org"),
+        (API, PUBLIC),
+        False,
+        "does not match the CONNECT target",
+    ),
+    (
+        "denies_malformed_host_header",
+        facts(host_header="api.example.com:x"),
+        (API,),
+        False,
+        "does not match the CONNECT target",
+    ),
+    (
+        "denies_odd_ip_in_host_header",
+        facts(host="127.0.0.1", port=8080, path="/health", sni=None, host_header="127.1"),
+        (LOCAL,),
+        False,
+        "does not match",
+    ),
+    (
+        "allows_bracketed_ipv6_host_header",
+        facts(host="::1", port=8080, path="/health", sni=None, host_header="[::1]:8080"),
+        (LOCAL,),
+        True,
+        "policy allow rule local",
+    ),
+    (
+        "plaintext_denies_host_header_mismatch",
+        facts(PLAIN, host_header="evil.example.org"),
+        (PUBLIC,),
+        False,
+        "Host header does not match the URL's host pypi.org",
+    ),
+    ("plaintext_allows_matching_host", facts(PLAIN, path="/simple/"), (PUBLIC,), True, "pypi"),
+    # 5b: upgrades.
+    (
+        "denies_websocket_upgrade",
+        facts(upgrade=True),
+        (API,),
+        False,
+        "WebSocket upgrades are not allowed",
+    ),
+    # 5c: method and path.
+    (
+        "denies_unlisted_method",
+        facts(method="POST"),
+        (API,),
+        False,
+        "no capability or allow rule permits POST api.example.com:443/repos/acme/widgets "
+        "(rules for this host allow other methods or paths); request_capability",
+    ),
+    ("denies_lowercase_method", facts(method="get"), (API,), False, "permits get"),
+    (
+        "denies_path_outside_globs",
+        facts(path="/repos/other/widgets"),
+        (API,),
+        False,
+        "permits GET api.example.com:443/repos/other/widgets",
+    ),
+    (
+        "denies_unknown_host_without_hint",
+        facts(host="other.example.com", host_header=None, sni=None),
+        (API,),
+        False,
+        "permits GET other.example.com:443/repos/acme/widgets; request_capability",
+    ),
+    ("double_star_matches_zero_segments", facts(path="/repos/acme"), (API,), True, "cap_api"),
+    ("double_star_matches_trailing_slash", facts(path="/repos/acme/"), (API,), True, "cap_api"),
+    ("double_star_matches_deep_path", facts(path="/repos/acme/a/b/c"), (API,), True, "cap_api"),
+    ("single_star_matches_one_segment", facts(path="/users/octocat"), (API,), True, "cap_api"),
+    ("single_star_rejects_two_segments", facts(path="/users/a/b"), (API,), False, "no capability"),
+    ("single_star_rejects_empty_segment", facts(path="/users/"), (API,), False, "no capability"),
+    ("double_slash_matches_no_glob", facts(path="/users//x"), (API,), False, "no capability"),
+    (
+        "glob_is_not_a_prefix_match",
+        facts(path="/repos/acmecorp/x"),
+        (API,),
+        False,
+        "no capability",
+    ),
+    (
+        "star_inside_a_segment_stays_in_the_segment",
+        facts(path="/files/a.json"),
+        (replace(API, paths=("/files/*.json",)),),
+        True,
+        "cap_api",
+    ),
+    (
+        "star_inside_a_segment_does_not_cross_slashes",
+        facts(path="/files/a/b.json"),
+        (replace(API, paths=("/files/*.json",)),),
+        False,
+        "no capability",
+    ),
+    (
+        "glob_specials_other_than_star_are_literal",
+        facts(path="/a/x"),
+        (replace(API, paths=("/a/?",)),),
+        False,
+        "no capability",
+    ),
+    ("empty_methods_match_nothing", REQUEST, (replace(API, methods=()),), False, "no capability"),
+    ("empty_paths_match_nothing", REQUEST, (replace(API, paths=()),), False, "no capability"),
+    (
+        "relative_glob_matches_nothing",
+        REQUEST,
+        (replace(API, paths=("**",)),),
+        False,
+        "no capability",
+    ),
+    # 5d: choosing among matches, and secrets.
+    (
+        "prefers_capability_with_secret_over_policy_without",
+        REQUEST,
+        (replace(PUBLIC, hosts=("api.example.com",)), API),
+        True,
+        "capability cap_api",
+    ),
+    (
+        "prefers_capability_over_policy_among_equals",
+        REQUEST,
+        (
+            replace(PUBLIC, hosts=("api.example.com",)),
+            replace(API, secret=None, id="cap_plain"),
+        ),
+        True,
+        "capability cap_plain",
+    ),
+    (
+        "keeps_first_among_equals",
+        REQUEST,
+        (replace(API, id="cap_one"), replace(API, id="cap_two")),
+        True,
+        "capability cap_one",
+    ),
+    (
+        "denies_secret_over_plaintext",
+        facts(scheme="http", port=80, sni=None),
+        (replace(API, ports=(80,)),),
+        False,
+        "this host's secret is only sent over TLS; use https://api.example.com",
+    ),
+    (
+        "denies_passthrough_rule_with_secret_at_request_stage",
+        REQUEST,
+        (replace(API, tls="passthrough"),),
+        False,
+        "passthrough tunnel",
+    ),
+    (
+        "denies_secret_without_header",
+        REQUEST,
+        (replace(API, inject_header=None),),
+        False,
+        "no header to inject it into",
+    ),
+    (
+        "denies_secret_without_format",
+        REQUEST,
+        (replace(API, inject_format=""),),
+        False,
+        "no header to inject it into",
+    ),
+    # Unexpected errors are denials.
+    (
+        "denies_on_internal_error",
+        REQUEST,
+        (replace(API, hosts=("::not-an-ip",)),),
+        False,
+        "internal error; request denied",
+    ),
+    ("denies_request_without_path", facts(path=None), (API,), False, "no method or path"),
+    (
+        "denies_unknown_stage",
+        facts(stage="handshake"),
+        (API,),
+        False,
+        "internal error; request denied",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("facts_", "rules", "allow", "fragment"),
+    [pytest.param(*row[1:], id=row[0]) for row in ROWS],
+)
+def test_decide(facts_: RequestFacts, rules: tuple[Rule, ...], allow: bool, fragment: str) -> None:
+    decision = decide(facts_, rules)
+    assert decision.allow is allow
+    assert fragment in decision.reason
+    # One sentence: no line breaks, nothing after a final full stop.
+    assert "\n" not in decision.reason
+    assert not decision.reason.endswith(".")
+
+
+def test_allow_carries_rule_injection_and_private_ranges() -> None:
+    assert decide(REQUEST, (API,)) == Decision(
+        allow=True,
+        reason="capability cap_api permits GET api.example.com:443/repos/acme/widgets "
+        "with its secret injected",
+        rule_id="cap_api",
+        inject=("Authorization", "Bearer {secret}", "api_token"),
+    )
+    local = facts(
+        host="127.0.0.1", port=8080, path="/health", host_header="127.0.0.1:8080", sni=None
+    )
+    decision = decide(local, (LOCAL,))
+    assert decision.allow
+    assert decision.rule_id == "policy:local"
+    assert decision.inject is None
+    assert decision.allow_private == ("127.0.0.0/8", "::1/128")
+
+
+def test_connect_decisions_never_inject() -> None:
+    terminated = decide(CONNECT, (API,))
+    assert terminated.allow and not terminated.passthrough and terminated.inject is None
+    passthrough = decide(facts(CONNECT, host="pinned.example.net"), (PASS,))
+    assert passthrough.allow and passthrough.passthrough and passthrough.inject is None
+    assert passthrough.rule_id == "policy:pinned"
+
+
+def test_denials_name_no_secret_and_carry_no_injection() -> None:
+    for row in ROWS:
+        decision = decide(row[1], row[2])
+        if not decision.allow:
+            assert decision.inject is None
+            assert "Bearer" not in decision.reason
