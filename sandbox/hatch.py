@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import unicodedata
 import tarfile
 from collections.abc import Iterable, Sequence
 from pathlib import PurePosixPath
@@ -32,8 +33,16 @@ def safe_relative_path(path: str, *, max_length: int = 255) -> str:
     """
     if not path or len(path) > max_length:
         raise UnsafePath(f"path must be 1 to {max_length} characters long, got {len(path)}")
-    if any(ord(ch) < 0x20 or ch == "\x7f" for ch in path):
-        raise UnsafePath(f"path {path!r} contains a control character; use printable names")
+    # Names travel to clients outside the untrusted envelope (as resource links), so
+    # nothing invisible or control-like may hide in them: no C0/C1 controls, no
+    # format characters (zero-width, bidi, Unicode tags), no line separators.
+    if any(unicodedata.category(ch)[0] == "C" or ch in "\u2028\u2029" for ch in path):
+        raise UnsafePath(
+            f"path {path!r} contains a control or invisible character; use printable names"
+        )
+    if "<" in path or ">" in path:
+        # A name can't pose as envelope markup where it is shown outside the envelope.
+        raise UnsafePath(f"path {path!r} contains '<' or '>'; use plain file names")
     if "\\" in path:
         raise UnsafePath(f"path {path!r} contains a backslash; use '/' between directories")
     pure = PurePosixPath(path)
