@@ -682,6 +682,10 @@ class EgressSettings(_Section):
     limits: EgressLimits = EgressLimits()
     """Per-run caps on requests, bytes and connections."""
 
+    upstream_ca_file: str | None = Field(default=None, min_length=1)
+    """Extra PEM bundle the proxy trusts when it verifies upstream TLS (a private CA).
+    Missing: only the system's trust store."""
+
     @field_validator("allow")
     @classmethod
     def _names_unique(cls, rules: tuple[EgressRule, ...]) -> tuple[EgressRule, ...]:

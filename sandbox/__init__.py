@@ -5,11 +5,12 @@ above this room talks to Docker.
 """
 
 from .backend import Backend
-from .docker import DockerBackend, connect
+from .docker import EXCHANGE_GRACE_S, DockerBackend, connect
 from .hatch import RESERVED_PREFIX, safe_relative_path
 from .spec import (
     ArtifactCaps,
     ContainerLimits,
+    EgressMount,
     InputFile,
     JobOutcome,
     JobSpec,
@@ -20,11 +21,13 @@ from .spec import (
 )
 
 __all__ = [
+    "EXCHANGE_GRACE_S",
     "RESERVED_PREFIX",
     "ArtifactCaps",
     "Backend",
     "ContainerLimits",
     "DockerBackend",
+    "EgressMount",
     "InputFile",
     "JobOutcome",
     "JobSpec",

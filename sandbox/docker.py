@@ -25,7 +25,7 @@ import anyio.abc
 import docker
 import docker.errors
 import requests
-from docker.types import LogConfig, Ulimit
+from docker.types import LogConfig, Mount, Ulimit
 
 from airlock.errors import (
     EngineUnavailable,
@@ -35,6 +35,7 @@ from airlock.errors import (
     UnsafePath,
 )
 
+from .environment import CA_BUNDLE, EGRESS_MOUNT, RELAY_PORT
 from .exchange import Exchange, RunnerReport
 from .hatch import pack_inputs, read_outputs, safe_relative_path
 from .instance import LABEL_INSTANCE, Instance
@@ -48,6 +49,8 @@ LABEL_RUN = "airlock.run"
 LABEL_TENANT = "airlock.tenant"
 LABEL_DEADLINE = "airlock.deadline"
 SANDBOX_USER = "1000:1000"
+# The proxy's socket name inside the mounted directory (egress/proxy.py creates it).
+EGRESS_SOCKET = "proxy.sock"
 # Container start and packing the workspace happen outside the user's timeout.
 EXCHANGE_GRACE_S = 15.0
 RECEIVE_CHUNK = 65536
@@ -126,6 +129,13 @@ def container_options(job: JobSpec, *, instance: Instance, deadline: float) -> d
         # Output travels over the attach stream; a log driver would copy every
         # byte of a flood to the host's disk.
         "log_config": LogConfig(type=LogConfig.types.NONE),
+        # The one host path a sandbox ever sees: a directory holding only the run's
+        # proxy socket, read-only.
+        "mounts": [
+            Mount(target=EGRESS_MOUNT, source=job.egress.socket_dir, type="bind", read_only=True)
+        ]
+        if job.egress
+        else [],
         "labels": {
             **instance.labels(),
             LABEL_SESSION: job.session_id,
@@ -283,6 +293,14 @@ def _job_payload(job: JobSpec) -> dict[str, Any]:
         "timeout_s": job.timeout_s,
         "stream_cap_bytes": job.stream_cap_bytes,
         "artifact_caps": job.artifact_caps.model_dump(),
+        "egress": {
+            "socket": f"{EGRESS_MOUNT}/{EGRESS_SOCKET}",
+            "port": RELAY_PORT,
+            "ca_pem": job.egress.ca_pem,
+            "ca_bundle": CA_BUNDLE,
+        }
+        if job.egress
+        else None,
     }
 
 

@@ -1,19 +1,43 @@
-"""The environment of the user's code inside a sandbox.
+"""The environment of the user's code inside a sandbox, and where egress lives in there.
 
 Built from an empty dict, never from the server's own environment: nothing of
-the host (tokens, paths, cloud credentials) may leak in by default.
+the host (tokens, paths, cloud credentials) may leak in. With egress, the only
+additions point standard clients at the in-container relay and the run's CA.
 """
 
 from __future__ import annotations
 
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
+EGRESS_MOUNT = "/airlock/egress"
+RELAY_PORT = 3128
+CA_BUNDLE = "/tmp/.airlock/ca-bundle.pem"
+CA_VARIABLES = (
+    "SSL_CERT_FILE",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    "NODE_EXTRA_CA_CERTS",
+    "GIT_SSL_CAINFO",
+    "PIP_CERT",
+)
 
 
-def sandbox_environment() -> dict[str, str]:
-    """The complete environment of a run without egress."""
-    return {
+def sandbox_environment(proxy_token: str | None = None) -> dict[str, str]:
+    """The complete environment of a run; `proxy_token` only when the run has egress."""
+    env = {
         "PATH": SANDBOX_PATH,
         "HOME": "/workspace",
         "LANG": "C.UTF-8",
         "PYTHONUNBUFFERED": "1",
     }
+    if proxy_token is None:
+        return env
+    proxy = f"http://airlock:{proxy_token}@127.0.0.1:{RELAY_PORT}"
+    for name in ("HTTP_PROXY", "HTTPS_PROXY"):
+        env[name] = env[name.lower()] = proxy
+    # Empty on purpose: even "localhost" goes through the proxy, which decides.
+    env["NO_PROXY"] = env["no_proxy"] = ""
+    env["AIRLOCK_TOKEN"] = proxy_token
+    env.update(dict.fromkeys(CA_VARIABLES, CA_BUNDLE))
+    # Node's fetch ignores the proxy variables (and tries DNS) without this.
+    env["NODE_USE_ENV_PROXY"] = "1"
+    return env

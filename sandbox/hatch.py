@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import io
-import unicodedata
 import tarfile
+import unicodedata
 from collections.abc import Iterable, Sequence
 from pathlib import PurePosixPath
 

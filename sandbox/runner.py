@@ -31,11 +31,13 @@ import os
 import resource
 import selectors
 import signal
+import socket
 import stat
 import struct
 import subprocess
 import sys
 import tarfile
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -229,9 +231,83 @@ def _kill_everything(proc: subprocess.Popen[bytes]) -> None:
         os.kill(-1, signal.SIGKILL)
 
 
+SYSTEM_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
+
+
+def _start_egress(egress: dict[str, Any]) -> subprocess.Popen[bytes]:
+    """Write the CA bundle and start the relay from 127.0.0.1:<port> to the proxy socket.
+
+    The bundle holds the system roots too, for hosts a policy passes through untouched.
+    """
+    bundle = egress["ca_pem"]
+    with contextlib.suppress(OSError), open(SYSTEM_CA_BUNDLE, encoding="utf-8") as f:
+        bundle = f.read() + "\n" + bundle
+    os.makedirs(os.path.dirname(egress["ca_bundle"]), mode=0o700, exist_ok=True)
+    with open(egress["ca_bundle"], "w", encoding="utf-8") as f:
+        f.write(bundle)
+    relay = subprocess.Popen(
+        [
+            sys.executable,
+            "-I",
+            os.path.abspath(__file__),
+            "--relay",
+            egress["socket"],
+            str(egress["port"]),
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+    )
+    assert relay.stdout is not None
+    if relay.stdout.readline() != b"ready\n":
+        raise RuntimeError("the egress relay did not start")
+    return relay
+
+
+def _relay(socket_path: str, port: int) -> None:
+    """Accept TCP on loopback and bridge each connection to the proxy's unix socket."""
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("127.0.0.1", port))
+    server.listen(64)
+    sys.stdout.write("ready\n")
+    sys.stdout.flush()
+    while True:
+        client, _ = server.accept()
+        threading.Thread(target=_bridge, args=(client, socket_path), daemon=True).start()
+
+
+def _bridge(client: socket.socket, socket_path: str) -> None:
+    upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        upstream.connect(socket_path)
+    except OSError:
+        client.close()
+        upstream.close()
+        return
+    back = threading.Thread(target=_pump, args=(upstream, client), daemon=True)
+    back.start()
+    _pump(client, upstream)
+    back.join()
+    client.close()
+    upstream.close()
+
+
+def _pump(source: socket.socket, sink: socket.socket) -> None:
+    try:
+        while data := source.recv(READ_CHUNK):
+            sink.sendall(data)
+    except OSError:
+        pass
+    finally:
+        with contextlib.suppress(OSError):
+            sink.shutdown(socket.SHUT_WR)
+
+
 def _run(job: dict[str, Any], out: BinaryIO) -> dict[str, Any]:
     argv, filename = _command(job["language"])
     os.makedirs(CODE_DIR, mode=0o700, exist_ok=True)
+    if job.get("egress"):
+        _start_egress(job["egress"])
     with open(os.path.join(CODE_DIR, filename), "w", encoding="utf-8") as f:
         f.write(job["code"])
     streams = {
@@ -377,4 +453,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--relay"]:
+        _relay(sys.argv[2], int(sys.argv[3]))
+    else:
+        main()

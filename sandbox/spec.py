@@ -45,6 +45,15 @@ class InputFile(BaseModel):
     data: bytes
 
 
+class EgressMount(BaseModel):
+    """The run's way out: a host directory holding only the proxy socket, and the CA to trust."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    socket_dir: str
+    ca_pem: str
+
+
 class JobSpec(BaseModel):
     """Everything a backend needs to run one call, and nothing it may not see."""
 
@@ -63,6 +72,7 @@ class JobSpec(BaseModel):
     limits: ContainerLimits
     stream_cap_bytes: int
     artifact_caps: ArtifactCaps
+    egress: EgressMount | None = None
 
 
 class StreamCapture(BaseModel):

@@ -6,9 +6,11 @@ containers) before it closes anything. Tool functions here only resolve the
 caller's session and hand over to `tools`.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations` here: the SDK reads the tool signatures at
+# registration, and `Resolve(ask_user)` names a function local to `build_server`.
 
 import logging
+import os
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -16,18 +18,32 @@ from dataclasses import dataclass
 from typing import Annotated, Literal
 
 import anyio
-from mcp.server.mcpserver import MCPServer
+from mcp.server.elicitation import AcceptedElicitation, CancelledElicitation, ElicitationResult
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
+from mcp.server.mcpserver.resolve import Elicit, Resolve
 from mcp.types import CallToolResult, ToolAnnotations
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 import tools
 from airlock import __version__
 from airlock.errors import AirlockError, NotFound
+from broker import Grants, RunTokens, Vault, load_key, vault_path
+from egress import Egress
 from policies import Policy
 from sandbox.instance import Instance
 from store import BlobStore, Database
-from tools import EndSessionResult, FetchResult, FileArg, RunResult, Services, tool_errors
+from tools import (
+    CapabilityResult,
+    EndSessionResult,
+    FetchResult,
+    FileArg,
+    RevokeResult,
+    RunResult,
+    Services,
+    tool_errors,
+)
+from tools.capabilities import approval_question, check_request, describe_offer
 
 from .config import LOCAL_TENANT, Config
 from .engine import Engine
@@ -70,12 +86,34 @@ class _Live:
 def build_server(config: Config, policy: Policy, *, tenant: str = LOCAL_TENANT) -> MCPServer:
     live = _Live()
     instance = Instance.current()
+    offer = describe_offer(policy)
 
     @asynccontextmanager
     async def lifespan(_: MCPServer) -> AsyncIterator[None]:
         db = await Database.open(config.db_path)
         engine = Engine(policy, instance)
-        services = Services(db=db, blobs=BlobStore(config.blobs_dir), sandbox=engine, policy=policy)
+        grants = Grants(
+            max_per_session=policy.broker.max_capabilities_per_session,
+            max_live_per_tenant=policy.broker.max_live_grants_per_tenant,
+        )
+        tokens = RunTokens()
+        vault = Vault(vault_path(config.data_dir), load_key(config.data_dir, os.environ))
+        services = Services(
+            db=db,
+            blobs=BlobStore(config.blobs_dir),
+            sandbox=engine,
+            policy=policy,
+            grants=grants,
+            tokens=tokens,
+            vault=vault,
+            egress=Egress(
+                root=config.data_dir / "egress",
+                settings=policy.egress,
+                grants=grants,
+                tokens=tokens,
+                vault=vault,
+            ),
+        )
         leases = Leases(services, policy.sessions)
         live.services, live.leases = services, leases
         try:
@@ -122,6 +160,13 @@ def build_server(config: Config, policy: Policy, *, tenant: str = LOCAL_TENANT) 
             int | None,
             Field(description="Wall-clock limit in seconds (default 30; the policy caps it)."),
         ] = None,
+        capabilities: Annotated[
+            list[str],
+            Field(
+                description="capability_id values from request_capability: the network access "
+                "this run may use (none: no network except what the policy allows everyone)."
+            ),
+        ] = [],  # noqa: B006 - pydantic copies defaults; the schema needs a plain []
         session_id: SessionArg = None,
     ) -> Annotated[CallToolResult, RunResult]:
         """Run code in a fresh, isolated container with no network and no credentials.
@@ -143,6 +188,7 @@ def build_server(config: Config, policy: Policy, *, tenant: str = LOCAL_TENANT) 
                     language=language,
                     files=files,
                     timeout_s=timeout_s,
+                    capabilities=capabilities,
                 )
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -197,6 +243,81 @@ def build_server(config: Config, policy: Policy, *, tenant: str = LOCAL_TENANT) 
             return await leases.end(session_id, tenant, reason="end_session")
         raise AssertionError("unreachable")  # pragma: no cover
 
+    async def ask_user(
+        capability: str, params: dict[str, str] | None, reason: str, ctx: Context
+    ) -> Elicit[Approval] | Approval | str:
+        """Ask the human, through MCP elicitation, when the capability needs approval."""
+        services, _ = live.get()
+        try:
+            cap = check_request(services, capability, params or {})
+        except AirlockError:
+            return "not_asked"  # the tool body reports the precise problem
+        if cap.approval != "ask":
+            return "not_asked"
+        capabilities = ctx.client_capabilities
+        if capabilities is None or capabilities.elicitation is None:
+            return "unsupported"
+        return Elicit(approval_question(capability, cap, params or {}, reason), Approval)
+
+    @mcp.tool(
+        title="Ask for network access",
+        description=REQUEST_CAPABILITY_DOC + "\n\n" + offer,
+        annotations=ToolAnnotations(
+            read_only_hint=False,
+            destructive_hint=False,
+            idempotent_hint=False,
+            open_world_hint=False,
+        ),
+    )
+    async def request_capability(
+        capability: Annotated[str, Field(description="Name of a capability the policy offers.")],
+        reason: Annotated[
+            str, Field(max_length=500, description="Why you need it; shown to the human.")
+        ],
+        answer: Annotated[ElicitationResult[Approval], Resolve(ask_user)],
+        params: Annotated[
+            dict[str, str] | None,
+            Field(description='Values for the capability\'s parameters, e.g. {"org": "acme"}.'),
+        ] = None,
+        ttl_s: Annotated[
+            int | None, Field(description="Lifetime in seconds (default: the policy's ttl).")
+        ] = None,
+        session_id: SessionArg = None,
+    ) -> CapabilityResult:
+        services, leases = live.get()
+        with tool_errors():
+            session = await leases.resolve(session_id, tenant)
+            return await tools.request_capability(
+                services,
+                session,
+                capability=capability,
+                params=params or {},
+                ttl_s=ttl_s,
+                reason=reason,
+                approval=_approval(answer),
+            )
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    @mcp.tool(
+        title="Revoke network access",
+        annotations=ToolAnnotations(
+            read_only_hint=False,
+            destructive_hint=True,
+            idempotent_hint=True,
+            open_world_hint=False,
+        ),
+    )
+    async def revoke_capability(
+        capability_id: Annotated[str, Field(description="capability_id to revoke.")],
+        session_id: SessionArg = None,
+    ) -> RevokeResult:
+        """Revoke a capability now: every later request of any run using it is refused."""
+        services, leases = live.get()
+        with tool_errors():
+            session = await leases.resolve(session_id, tenant)
+            return await tools.revoke_capability(services, session, capability_id=capability_id)
+        raise AssertionError("unreachable")  # pragma: no cover
+
     @mcp.resource(
         "airlock://runs/{run_id}/artifacts/{+path}",
         name="artifact",
@@ -213,6 +334,31 @@ def build_server(config: Config, policy: Policy, *, tenant: str = LOCAL_TENANT) 
             raise ResourceError(str(exc)) from exc
 
     return mcp
+
+
+class Approval(BaseModel):
+    """The human's answer to a capability request."""
+
+    approve: bool = Field(description="Allow this access for the requested time?")
+
+
+REQUEST_CAPABILITY_DOC = """\
+Ask for scoped, expiring network access for your code. The policy (and, for some capabilities,
+a human) decides. You get a capability_id to pass to run_code(capabilities=[...]); you never
+see a secret or a token: the egress proxy adds credentials on the way out."""
+
+
+def _approval(answer: object) -> tools.Approval:
+    if isinstance(answer, AcceptedElicitation):
+        data = answer.data
+        if isinstance(data, Approval):
+            return "approved" if data.approve else "declined"
+        if data in ("unsupported", "not_asked"):
+            return data  # type: ignore[no-any-return]
+        return "declined"
+    if isinstance(answer, CancelledElicitation):
+        return "cancelled"
+    return "declined"
 
 
 async def _housekeeping(leases: Leases, engine: Engine) -> None:

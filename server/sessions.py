@@ -154,7 +154,7 @@ class Leases:
 
     async def _teardown(self, lease: _Lease, reason: str) -> EndSessionResult:
         with anyio.CancelScope(shield=True):
-            result = await teardown_session(self._services, lease.id, reason=reason)
+            result = await teardown_session(self._services, lease.id, lease.tenant, reason=reason)
         log.info(
             "session %s ended (%s); %d container(s) removed",
             lease.id,

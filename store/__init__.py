@@ -10,13 +10,25 @@ from __future__ import annotations
 
 from .blobs import BlobStore
 from .db import SCHEMA_VERSION, Database
-from .records import ArtifactRecord, RunRecord, RunStatus, SessionRecord, WorkspaceFile
+from .records import (
+    ArtifactRecord,
+    EgressRecord,
+    EgressVerdict,
+    GrantRecord,
+    RunRecord,
+    RunStatus,
+    SessionRecord,
+    WorkspaceFile,
+)
 
 __all__ = [
     "SCHEMA_VERSION",
     "ArtifactRecord",
     "BlobStore",
     "Database",
+    "EgressRecord",
+    "EgressVerdict",
+    "GrantRecord",
     "RunRecord",
     "RunStatus",
     "SessionRecord",

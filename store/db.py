@@ -20,7 +20,15 @@ import anyio.to_thread
 
 from airlock.errors import StoreError
 
-from .records import ArtifactRecord, RunRecord, RunStatus, SessionRecord, WorkspaceFile
+from .records import (
+    ArtifactRecord,
+    EgressRecord,
+    GrantRecord,
+    RunRecord,
+    RunStatus,
+    SessionRecord,
+    WorkspaceFile,
+)
 
 _T = TypeVar("_T")
 
@@ -85,6 +93,42 @@ _SCHEMA = (
         size INTEGER NOT NULL,
         PRIMARY KEY (session_id, path)
     )""",
+    """CREATE TABLE IF NOT EXISTS egress_log (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        time REAL NOT NULL,
+        tenant TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        run_id TEXT NOT NULL,
+        capability TEXT,
+        method TEXT NOT NULL,
+        host TEXT NOT NULL,
+        port INTEGER NOT NULL,
+        path TEXT NOT NULL,
+        status INTEGER NOT NULL,
+        bytes_in INTEGER NOT NULL,
+        bytes_out INTEGER NOT NULL,
+        duration_ms INTEGER NOT NULL,
+        decision TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        resolved_ip TEXT,
+        injected_json TEXT NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS egress_by_run ON egress_log (run_id, seq)",
+    "CREATE INDEX IF NOT EXISTS egress_by_session ON egress_log (session_id, seq)",
+    """CREATE TABLE IF NOT EXISTS grants (
+        id TEXT PRIMARY KEY,
+        tenant TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        capability TEXT NOT NULL,
+        params_json TEXT NOT NULL,
+        scope_json TEXT NOT NULL,
+        approved_by TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        expires_at REAL NOT NULL,
+        revoked_at REAL
+    )""",
+    "CREATE INDEX IF NOT EXISTS grants_by_tenant ON grants (tenant, created_at)",
 )
 
 _SESSION_COLUMNS = (
@@ -96,6 +140,14 @@ _RUN_COLUMNS = (
     " stdout_bytes, stdout_sha256, stderr_bytes, stderr_sha256, error"
 )
 _ARTIFACT_COLUMNS = "run_id, path, size, sha256, mime_type, tenant, created_at"
+_EGRESS_COLUMNS = (
+    "time, tenant, session_id, run_id, capability, method, host, port, path, status,"
+    " bytes_in, bytes_out, duration_ms, decision, reason, resolved_ip, injected_json"
+)
+_GRANT_COLUMNS = (
+    "id, tenant, session_id, capability, params_json, scope_json, approved_by, reason,"
+    " created_at, expires_at, revoked_at"
+)
 
 
 def _insert_sql(table: str, columns: str) -> str:
@@ -107,6 +159,30 @@ def _insert_sql(table: str, columns: str) -> str:
 _INSERT_SESSION = _insert_sql("sessions", _SESSION_COLUMNS)
 _INSERT_RUN = _insert_sql("runs", _RUN_COLUMNS)
 _INSERT_ARTIFACT = _insert_sql("artifacts", _ARTIFACT_COLUMNS)
+_INSERT_EGRESS = _insert_sql("egress_log", _EGRESS_COLUMNS)
+_INSERT_GRANT = _insert_sql("grants", _GRANT_COLUMNS)
+
+
+def _json_fields(params: dict[str, Any], *names: str) -> dict[str, Any]:
+    """Store the model fields `names` as `<name>_json` columns."""
+    for name in names:
+        params[f"{name}_json"] = json.dumps(params.pop(name), sort_keys=True)
+    return params
+
+
+def _from_json_fields(row: sqlite3.Row, *names: str) -> dict[str, Any]:
+    fields = dict(row)
+    for name in names:
+        fields[name] = json.loads(fields.pop(f"{name}_json"))
+    return fields
+
+
+def _where(filters: dict[str, Any]) -> tuple[str, tuple[Any, ...]]:
+    """A WHERE clause for the filters that are set (column names are ours, never input)."""
+    chosen = {column: value for column, value in filters.items() if value is not None}
+    if not chosen:
+        return "", ()
+    return " WHERE " + " AND ".join(f"{c} = ?" for c in chosen), tuple(chosen.values())
 
 
 def _run_params(rec: RunRecord) -> dict[str, Any]:
@@ -353,6 +429,60 @@ class Database:
             (run_id,),
         )
         return [ArtifactRecord.model_validate(dict(row)) for row in rows]
+
+    # Egress decisions and capability grants
+
+    async def add_egress(self, records: Sequence[EgressRecord]) -> None:
+        params = [_json_fields(rec.model_dump(), "injected") for rec in records]
+        if params:
+            await self._write(lambda conn: conn.executemany(_INSERT_EGRESS, params))
+
+    async def list_egress(
+        self,
+        *,
+        tenant: str | None = None,
+        session_id: str | None = None,
+        run_id: str | None = None,
+        limit: int = 200,
+    ) -> list[EgressRecord]:
+        """Egress decisions, oldest first, of one run, session or tenant (or all)."""
+        if limit < 0:
+            raise ValueError("limit must be 0 or more")
+        where, args = _where({"tenant": tenant, "session_id": session_id, "run_id": run_id})
+        rows = await self._fetch(
+            f"SELECT {_EGRESS_COLUMNS} FROM (SELECT seq, {_EGRESS_COLUMNS} FROM egress_log"
+            f"{where} ORDER BY seq DESC LIMIT ?) ORDER BY seq",
+            (*args, limit),
+        )
+        return [EgressRecord.model_validate(_from_json_fields(row, "injected")) for row in rows]
+
+    async def record_grant(self, rec: GrantRecord) -> None:
+        params = _json_fields(rec.model_dump(), "params", "scope")
+        await self._write(lambda conn: conn.execute(_INSERT_GRANT, params))
+
+    async def mark_grants_revoked(self, grant_ids: Sequence[str], *, at: float) -> None:
+        rows = [(at, grant_id) for grant_id in grant_ids]
+        if rows:
+            await self._write(
+                lambda conn: conn.executemany(
+                    "UPDATE grants SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", rows
+                )
+            )
+
+    async def list_grants(
+        self, *, tenant: str | None = None, session_id: str | None = None, limit: int = 100
+    ) -> list[GrantRecord]:
+        """Grants, newest first."""
+        if limit < 0:
+            raise ValueError("limit must be 0 or more")
+        where, args = _where({"tenant": tenant, "session_id": session_id})
+        rows = await self._fetch(
+            f"SELECT {_GRANT_COLUMNS} FROM grants{where} ORDER BY created_at DESC LIMIT ?",
+            (*args, limit),
+        )
+        return [
+            GrantRecord.model_validate(_from_json_fields(row, "params", "scope")) for row in rows
+        ]
 
     # Session workspaces
 

@@ -78,3 +78,67 @@ class WorkspaceFile(BaseModel):
     path: str
     sha256: str
     size: int
+
+
+EgressVerdict = Literal["allow", "deny", "error"]
+
+
+class EgressRecord(BaseModel):
+    """One egress decision: a request, or a connection refused before any request.
+
+    Header values and query values are never part of a record; `path` keeps query
+    keys with their values removed. `bytes_out` is what the sandbox sent upstream,
+    `bytes_in` what came back.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    time: float
+    tenant: str
+    session_id: str
+    run_id: str
+    capability: str | None
+    method: str
+    host: str
+    port: int
+    path: str
+    status: int
+    bytes_in: int
+    bytes_out: int
+    duration_ms: int
+    decision: EgressVerdict
+    reason: str
+    resolved_ip: str | None = None
+    injected: tuple[str, ...] = ()
+
+    def summary(self) -> dict[str, str | int]:
+        """What a run result shows the agent."""
+        return {
+            "method": self.method,
+            "host": self.host,
+            "port": self.port,
+            "path": self.path,
+            "status": self.status,
+            "decision": self.decision,
+            "reason": self.reason,
+            "bytes_in": self.bytes_in,
+            "bytes_out": self.bytes_out,
+        }
+
+
+class GrantRecord(BaseModel):
+    """A capability grant as audited: who asked for what, who approved, how long it lived."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    tenant: str
+    session_id: str
+    capability: str
+    params: dict[str, str]
+    scope: dict[str, list[str] | list[int]]
+    approved_by: str
+    reason: str
+    created_at: float
+    expires_at: float
+    revoked_at: float | None = None

@@ -19,6 +19,8 @@ from store import (
     ArtifactRecord,
     BlobStore,
     Database,
+    EgressRecord,
+    GrantRecord,
     RunRecord,
     SessionRecord,
     WorkspaceFile,
@@ -410,3 +412,69 @@ async def test_missing_blob_does_not_exist_and_reading_it_raises_store_error(
     with pytest.raises(StoreError) as info:
         await blobs.read(sha)
     assert isinstance(info.value.__cause__, FileNotFoundError)
+
+
+def _egress(run_id: str, seq: int, **overrides: Any) -> EgressRecord:
+    fields: dict[str, Any] = {
+        "time": float(seq),
+        "tenant": "t1",
+        "session_id": "s1",
+        "run_id": run_id,
+        "capability": None,
+        "method": "GET",
+        "host": "api.example.com",
+        "port": 443,
+        "path": f"/x/{seq}?q=",
+        "status": 200,
+        "bytes_in": 10,
+        "bytes_out": 0,
+        "duration_ms": 3,
+        "decision": "allow",
+        "reason": "allowed by policy rule pypi",
+        "resolved_ip": "93.184.216.34",
+        "injected": ("github_token",),
+    }
+    fields.update(overrides)
+    return EgressRecord(**fields)
+
+
+async def test_egress_records_round_trip_oldest_first_and_filter(tmp_path: Path) -> None:
+    db = await Database.open(tmp_path / "a.db")
+    try:
+        await db.add_egress([_egress("r1", 1), _egress("r2", 2, session_id="s2"), _egress("r1", 3)])
+        by_run = await db.list_egress(run_id="r1")
+        by_session = await db.list_egress(session_id="s2")
+        latest = await db.list_egress(limit=1)
+    finally:
+        await db.close()
+    assert [r.path for r in by_run] == ["/x/1?q=", "/x/3?q="]
+    assert by_run[0].injected == ("github_token",)
+    assert [r.run_id for r in by_session] == ["r2"]
+    assert [r.time for r in latest] == [3.0]
+
+
+async def test_grants_are_recorded_and_revocation_kept_once(tmp_path: Path) -> None:
+    grant = GrantRecord(
+        id="tenant/t1/session/s1/cap/abc",
+        tenant="t1",
+        session_id="s1",
+        capability="github-read",
+        params={"org": "acme"},
+        scope={"hosts": ["api.github.com"], "ports": [443]},
+        approved_by="user",
+        reason="read issues",
+        created_at=1.0,
+        expires_at=901.0,
+    )
+    db = await Database.open(tmp_path / "a.db")
+    try:
+        await db.record_grant(grant)
+        await db.mark_grants_revoked([grant.id], at=5.0)
+        await db.mark_grants_revoked([grant.id], at=9.0)
+        (stored,) = await db.list_grants(tenant="t1")
+        other = await db.list_grants(tenant="t2")
+    finally:
+        await db.close()
+    assert stored.revoked_at == 5.0
+    assert stored.params == {"org": "acme"}
+    assert other == []

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol
 
+from broker import Grants, RunTokens, Vault
+from egress import Egress
 from policies import Policy
 from sandbox import Backend
 from store import BlobStore, Database
@@ -48,6 +50,10 @@ class Services:
     blobs: BlobStore
     sandbox: SandboxProvider
     policy: Policy
+    grants: Grants
+    tokens: RunTokens
+    vault: Vault
+    egress: Egress
     clock: Callable[[], float] = field(default=time.time)
 
 

@@ -1,16 +1,26 @@
 """end_session: the one teardown of a session, whatever ended it.
 
-Kills and removes every container of the session and records the end. Artifacts
-and run records stay: they outlive the box.
+In one step: revokes every capability and run token of the session (so its
+proxies refuse the very next request), kills and removes every container of the
+session, and records the end. Artifacts and run records stay: they outlive the box.
 """
 
 from __future__ import annotations
+
+from broker import grant_prefix
 
 from .context import Services
 from .models import EndSessionResult
 
 
-async def teardown_session(services: Services, session_id: str, *, reason: str) -> EndSessionResult:
+async def teardown_session(
+    services: Services, session_id: str, tenant: str, *, reason: str
+) -> EndSessionResult:
+    now = services.clock()
+    revoked = [g.id for g in services.grants.live_for_session(tenant, session_id, now)]
+    services.grants.revoke_prefix(grant_prefix(tenant, session_id), now=now)
+    services.tokens.revoke_session(tenant, session_id)
+    await services.db.mark_grants_revoked(revoked, at=now)
     backend = services.sandbox.connected()
     removed = await backend.remove_session(session_id) if backend is not None else 0
     record = await services.db.get_session(session_id)

@@ -99,3 +99,33 @@ class EndSessionResult(BaseModel):
     session_id: str
     containers_removed: int
     ended: bool = Field(description="False when the session had already ended.")
+
+
+class ScopeInfo(BaseModel):
+    """What a grant lets a run reach."""
+
+    hosts: list[str]
+    ports: list[int]
+    methods: list[str]
+    paths: list[str]
+
+
+class CapabilityResult(BaseModel):
+    """Structured result of request_capability. The id is all a run needs; no secret, no token."""
+
+    capability_id: str
+    capability: str
+    scope: ScopeInfo
+    expires_at: str = Field(description="ISO 8601 UTC time the grant ends.")
+    approved_by: Literal["policy", "user"]
+    session_id: str
+    session_expires_at: str
+
+
+class RevokeResult(BaseModel):
+    """Structured result of revoke_capability."""
+
+    capability_id: str
+    revoked: bool
+    session_id: str
+    session_expires_at: str

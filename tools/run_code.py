@@ -21,9 +21,11 @@ from mcp.types import CallToolResult, ResourceLink, TextContent
 from airlock.errors import InvalidRequest, LimitExceeded, UnsafePath
 from policies import Policy
 from sandbox import (
+    EXCHANGE_GRACE_S,
     RESERVED_PREFIX,
     ArtifactCaps,
     ContainerLimits,
+    EgressMount,
     InputFile,
     JobOutcome,
     JobSpec,
@@ -31,9 +33,10 @@ from sandbox import (
     safe_relative_path,
 )
 from sandbox.environment import sandbox_environment
-from store import ArtifactRecord, RunRecord, WorkspaceFile
+from store import ArtifactRecord, EgressRecord, RunRecord, WorkspaceFile
 
 from .artifacts import artifact_uri, guess_mime_type
+from .capabilities import live_grants
 from .context import Services, Session
 from .envelope import clip, new_nonce, wrap
 from .models import ArtifactInfo, FileArg, RunResult, StreamResult, UsageInfo
@@ -55,6 +58,7 @@ async def run_code(
     language: str,
     files: Sequence[FileArg],
     timeout_s: int | None,
+    capabilities: Sequence[str] = (),
 ) -> CallToolResult:
     policy = services.policy
     timeout = _timeout(timeout_s, policy)
@@ -63,6 +67,7 @@ async def run_code(
             f"code is over {MAX_CODE_BYTES} bytes; put large data in `files` instead"
         )
     call_files = _decode_files(files, policy)
+    grants = live_grants(services, session, list(capabilities))
     backend, image = await services.sandbox.ready()
     inputs = await _workspace_inputs(services, session, call_files)
     run_id = new_run_id()
@@ -103,10 +108,30 @@ async def run_code(
             max_total_bytes=policy.files.max_artifact_total_bytes,
         ),
     )
+    egress_log: list[EgressRecord] = []
     try:
-        outcome = await backend.run(job)
+        if services.egress.needed(grants):
+            async with services.egress.open(
+                tenant=session.tenant,
+                session_id=session.id,
+                run_id=run_id,
+                grants=grants,
+                deadline=services.clock() + timeout + EXCHANGE_GRACE_S,
+            ) as run_egress:
+                egress_log = run_egress.records
+                plan = run_egress.plan
+                job = job.model_copy(
+                    update={
+                        "env": sandbox_environment(proxy_token=plan.token.reveal()),
+                        "egress": EgressMount(socket_dir=str(plan.socket_dir), ca_pem=plan.ca_pem),
+                    }
+                )
+                outcome = await backend.run(job)
+        else:
+            outcome = await backend.run(job)
     except BaseException as exc:
         with anyio.CancelScope(shield=True):
+            await services.db.add_egress(egress_log)
             await services.db.finish_run(
                 record.model_copy(
                     update={
@@ -118,6 +143,7 @@ async def run_code(
             )
         raise
     with anyio.CancelScope(shield=True):
+        await services.db.add_egress(egress_log)
         artifacts = await _keep_artifacts(services, session, run_id, outcome)
         stream_uris = await _keep_streams(services, session, run_id, outcome)
         if outcome.workspace is not None:
@@ -138,7 +164,7 @@ async def run_code(
                 }
             )
         )
-    return _result(services.policy, session, run_id, outcome, artifacts, stream_uris)
+    return _result(services.policy, session, run_id, outcome, artifacts, stream_uris, egress_log)
 
 
 def _timeout(timeout_s: int | None, policy: Policy) -> int:
@@ -292,6 +318,7 @@ def _result(
     outcome: JobOutcome,
     artifacts: list[ArtifactInfo],
     stream_uris: dict[str, str],
+    egress_log: Sequence[EgressRecord],
 ) -> CallToolResult:
     inline = policy.output.inline_bytes
     streams = {
@@ -313,6 +340,7 @@ def _result(
             peak_memory_bytes=outcome.usage.peak_memory_bytes,
         ),
         notes=list(outcome.notes),
+        egress=[r.summary() for r in egress_log],
     )
     content: list[Any] = [TextContent(type="text", text=_summary_text(result))]
     content.extend(
@@ -360,6 +388,13 @@ def _summary_text(result: RunResult) -> str:
     if result.artifacts:
         listing = "\n".join(f"{a.path} ({a.size} bytes, {a.mime_type})" for a in result.artifacts)
         lines.append(wrap(listing, run_id=result.run_id, stream="artifacts", nonce=nonce))
+    if result.egress:
+        requests = "\n".join(
+            f"{e['decision']} {e['method']} {e['host']}:{e['port']}{e['path']} -> {e['status']}: "
+            f"{e['reason']}"
+            for e in result.egress
+        )
+        lines.append(wrap(requests, run_id=result.run_id, stream="egress", nonce=nonce))
     if result.notes:
         lines.append(
             wrap("\n".join(result.notes), run_id=result.run_id, stream="notes", nonce=nonce)

@@ -1,0 +1,180 @@
+"""Opening and closing one run's egress: token, CA, socket directory, proxy task.
+
+`Egress.open` is an async context manager around the run: on entry it mints the
+run token, creates the run's CA and socket directory and starts the proxy; on
+exit (however the run ends) it stops the proxy, revokes the token and deletes
+the directory. The rules a request is decided against are read from the broker
+on every request, so a revocation takes effect on the next request.
+"""
+
+from __future__ import annotations
+
+import shutil
+import ssl
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import anyio
+
+from broker import Grant, Grants, RunClaims, RunTokens, Secret, Vault
+from policies import EgressSettings
+from store import EgressRecord
+
+from .decision import Rule
+from .proxy import Resolver, RunIdentity, RunProxy, system_resolver
+from .tls import RunCA
+
+SOCKET_DIR = "socket"
+PRIVATE_DIR = "private"
+
+
+@dataclass(frozen=True)
+class EgressPlan:
+    """What the sandbox needs to reach its proxy: nothing secret but the run token."""
+
+    socket_dir: Path
+    ca_pem: str
+    token: Secret
+
+
+@dataclass
+class RunEgress:
+    plan: EgressPlan
+    records: list[EgressRecord] = field(default_factory=list)
+
+
+def _rule_of_grant(grant: Grant) -> Rule:
+    return Rule(
+        id=grant.id,
+        kind="capability",
+        hosts=grant.scope.hosts,
+        ports=grant.scope.ports,
+        methods=grant.scope.methods,
+        paths=grant.scope.paths,
+        tls=grant.tls,
+        allow_private=grant.allow_private,
+        secret=grant.secret,
+        inject_header=grant.inject_header,
+        inject_format=grant.inject_format,
+    )
+
+
+def upstream_context(ca_file: str | None) -> ssl.SSLContext:
+    """How the proxy verifies upstream servers: the system store, plus the operator's CA."""
+    context = ssl.create_default_context()
+    context.set_alpn_protocols(["http/1.1"])
+    if ca_file:
+        context.load_verify_locations(cafile=ca_file)
+    return context
+
+
+class Egress:
+    """Everything the proxies of one server share."""
+
+    def __init__(
+        self,
+        *,
+        root: Path,
+        settings: EgressSettings,
+        grants: Grants,
+        tokens: RunTokens,
+        vault: Vault,
+        clock: Callable[[], float] = time.time,
+        resolver: Resolver = system_resolver,
+    ) -> None:
+        self._root = root
+        self._settings = settings
+        self._grants = grants
+        self._tokens = tokens
+        self._vault = vault
+        self._clock = clock
+        self._resolver = resolver
+        self._upstream_tls = upstream_context(settings.upstream_ca_file)
+        self._policy_rules = tuple(
+            Rule(
+                id=f"policy:{rule.name}",
+                kind="policy",
+                hosts=rule.hosts,
+                ports=rule.ports,
+                methods=rule.methods,
+                paths=rule.paths,
+                tls=rule.tls,
+                allow_private=rule.allow_private,
+            )
+            for rule in settings.allow
+        )
+
+    def needed(self, grants: Sequence[Grant]) -> bool:
+        return bool(grants) or bool(self._policy_rules)
+
+    @asynccontextmanager
+    async def open(
+        self, *, tenant: str, session_id: str, run_id: str, grants: Sequence[Grant], deadline: float
+    ) -> AsyncIterator[RunEgress]:
+        now = self._clock()
+        expires_at = min([deadline, *(g.expires_at for g in grants)])
+        token = self._tokens.mint(
+            tenant=tenant,
+            session_id=session_id,
+            run_id=run_id,
+            grant_ids=tuple(g.id for g in grants),
+            expires_at=expires_at,
+            now=now,
+        )
+        run_dir = self._root / run_id
+        socket_dir = run_dir / SOCKET_DIR
+        try:
+            self._root.mkdir(mode=0o700, parents=True, exist_ok=True)
+            run_dir.mkdir(mode=0o700)
+            # Only this directory is mounted into the sandbox; its user must be able to
+            # enter it (the umask may have taken bits from mkdir's mode).
+            socket_dir.mkdir()
+            socket_dir.chmod(0o755)
+            ca = RunCA(run_id, run_dir / PRIVATE_DIR)
+            egress = RunEgress(
+                plan=EgressPlan(socket_dir=socket_dir, ca_pem=ca.pem.decode(), token=token)
+            )
+            proxy = RunProxy(
+                RunIdentity(tenant=tenant, session_id=session_id, run_id=run_id),
+                ca=ca,
+                authorize=lambda presented: self._tokens.verify(
+                    presented, run_id=run_id, now=self._clock()
+                ),
+                rules=self._rules,
+                lookup_secret=self._lookup_secret,
+                limits=self._settings.limits,
+                upstream_tls=self._upstream_tls,
+                record=egress.records.append,
+                resolver=self._resolver,
+            )
+            async with anyio.create_task_group() as tg:
+                await tg.start(proxy.serve, socket_dir)
+                try:
+                    yield egress
+                finally:
+                    proxy.live = False
+                    tg.cancel_scope.cancel()
+        finally:
+            self._tokens.revoke_run(run_id)
+            shutil.rmtree(run_dir, ignore_errors=True)
+
+    def _rules(self, claims: RunClaims) -> list[Rule]:
+        now = self._clock()
+        rules = [
+            _rule_of_grant(grant)
+            for grant_id in claims.grant_ids
+            if (
+                grant := self._grants.get(
+                    grant_id, tenant=claims.tenant, session_id=claims.session_id, now=now
+                )
+            )
+            is not None
+        ]
+        rules.extend(self._policy_rules)
+        return rules
+
+    async def _lookup_secret(self, name: str) -> tuple[Secret, tuple[str, ...]] | None:
+        return await anyio.to_thread.run_sync(self._vault.get, name)

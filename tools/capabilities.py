@@ -1,0 +1,183 @@
+"""request_capability and revoke_capability: the agent asks, the policy (and maybe a human) decides.
+
+A grant is a lease in the broker, bound to the caller's session; the agent gets
+its id and resolved scope, never a secret and never a token.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from airlock.errors import CapabilityDenied, InvalidRequest, LimitExceeded, NotFound
+from broker import Grant, GrantScope
+from policies import Capability, Policy
+from policies.capabilities import resolve_scope
+from store import GrantRecord
+
+from .context import Services, Session, iso_time
+from .models import CapabilityResult, RevokeResult, ScopeInfo
+
+# How the human answered, as the server learnt it from elicitation.
+Approval = Literal["approved", "declined", "cancelled", "unsupported", "not_asked"]
+
+
+def describe_offer(policy: Policy) -> str:
+    """The capabilities the policy offers, for the tool description."""
+    caps = policy.capabilities
+    if not caps:
+        return "This server's policy offers no capabilities."
+    lines = ["Capabilities this server's policy offers:"]
+    for name, cap in sorted(caps.items()):
+        params = ", ".join(sorted(cap.params)) or "none"
+        lines.append(
+            f"- {name}: {cap.description or 'no description'} (hosts {', '.join(cap.hosts)}; "
+            f"params: {params}; approval: {cap.approval})"
+        )
+    return "\n".join(lines)
+
+
+def approval_question(cap_name: str, cap: Capability, params: dict[str, str], reason: str) -> str:
+    filled = ", ".join(f"{k}={v}" for k, v in sorted(params.items())) or "no parameters"
+    return (
+        f"An agent asks for capability '{cap_name}' ({cap.description or 'no description'}) "
+        f"with {filled}: {', '.join(cap.methods) or 'any traffic'} to {', '.join(cap.hosts)}. "
+        f"The agent's stated reason: {reason!r}. Allow it?"
+    )
+
+
+def check_request(services: Services, capability: str, params: dict[str, str]) -> Capability:
+    """The capability if the policy could grant it with these params (before any human is asked)."""
+    cap = services.policy.capabilities.get(capability)
+    if cap is None:
+        offered = ", ".join(sorted(services.policy.capabilities)) or "none"
+        raise NotFound(f"unknown capability {capability!r}; this server offers: {offered}")
+    if cap.approval == "deny":
+        raise CapabilityDenied(f"the policy denies capability {capability!r}; ask the operator")
+    try:
+        resolve_scope(cap, params)
+    except ValueError as exc:
+        raise InvalidRequest(f"capability {capability!r}: {exc}") from exc
+    return cap
+
+
+async def request_capability(
+    services: Services,
+    session: Session,
+    *,
+    capability: str,
+    params: dict[str, str],
+    ttl_s: int | None,
+    reason: str,
+    approval: Approval,
+) -> CapabilityResult:
+    cap = check_request(services, capability, params)
+    scope = resolve_scope(cap, params)
+    ttl = cap.ttl if ttl_s is None else ttl_s
+    if ttl < 1:
+        raise InvalidRequest("ttl_s must be at least 1 second")
+    if ttl > cap.max_ttl:
+        raise LimitExceeded(
+            f"ttl_s={ttl} is above the maximum of {cap.max_ttl} s for {capability!r}; ask for less"
+        )
+    approved_by: Literal["policy", "user"] = "policy"
+    if cap.approval == "ask":
+        if approval == "unsupported":
+            raise CapabilityDenied(
+                f"capability {capability!r} needs a human's approval, and this client cannot ask "
+                "(it does not support elicitation); use a client that does, or ask the operator"
+            )
+        if approval != "approved":
+            raise CapabilityDenied(f"the user did not approve capability {capability!r}")
+        approved_by = "user"
+    now = services.clock()
+    passthrough = cap.tls == "passthrough"
+    grant = services.grants.grant(
+        tenant=session.tenant,
+        session_id=session.id,
+        capability=capability,
+        params=dict(params),
+        scope=GrantScope(
+            hosts=scope.hosts,
+            ports=scope.ports,
+            # An opaque tunnel is decided on host and port alone; these say "anything inside".
+            methods=("*",) if passthrough else scope.methods,
+            paths=("/**",) if passthrough else scope.paths,
+        ),
+        secret=cap.secret,
+        inject_header=cap.inject.header if cap.inject else None,
+        inject_format=cap.inject.format if cap.inject else None,
+        tls=cap.tls,
+        allow_private=cap.allow_private,
+        approved_by=approved_by,
+        reason=reason,
+        ttl_s=ttl,
+        now=now,
+    )
+    await services.db.record_grant(_record(grant))
+    return CapabilityResult(
+        capability_id=grant.id,
+        capability=capability,
+        scope=ScopeInfo(
+            hosts=list(scope.hosts),
+            ports=list(scope.ports),
+            methods=list(scope.methods),
+            paths=list(scope.paths),
+        ),
+        expires_at=iso_time(grant.expires_at),
+        approved_by=approved_by,
+        session_id=session.id,
+        session_expires_at=session.expires_at_iso,
+    )
+
+
+async def revoke_capability(
+    services: Services, session: Session, *, capability_id: str
+) -> RevokeResult:
+    now = services.clock()
+    grant = services.grants.revoke(capability_id, tenant=session.tenant, now=now)
+    if grant is None or grant.session_id != session.id:
+        raise NotFound(f"unknown capability id {capability_id!r} in this session")
+    await services.db.mark_grants_revoked([grant.id], at=now)
+    return RevokeResult(
+        capability_id=grant.id,
+        revoked=True,
+        session_id=session.id,
+        session_expires_at=session.expires_at_iso,
+    )
+
+
+def live_grants(services: Services, session: Session, capability_ids: list[str]) -> list[Grant]:
+    """The grants a run asked for, each live and of the caller's session."""
+    now = services.clock()
+    grants = []
+    for capability_id in dict.fromkeys(capability_ids):
+        grant = services.grants.get(
+            capability_id, tenant=session.tenant, session_id=session.id, now=now
+        )
+        if grant is None:
+            raise NotFound(
+                f"capability {capability_id!r} is unknown, expired or revoked in this session; "
+                "request it again with request_capability"
+            )
+        grants.append(grant)
+    return grants
+
+
+def _record(grant: Grant) -> GrantRecord:
+    return GrantRecord(
+        id=grant.id,
+        tenant=grant.tenant,
+        session_id=grant.session_id,
+        capability=grant.capability,
+        params=dict(grant.params),
+        scope={
+            "hosts": list(grant.scope.hosts),
+            "ports": list(grant.scope.ports),
+            "methods": list(grant.scope.methods),
+            "paths": list(grant.scope.paths),
+        },
+        approved_by=grant.approved_by,
+        reason=grant.reason,
+        created_at=grant.created_at,
+        expires_at=grant.expires_at,
+    )
