@@ -27,29 +27,94 @@ def _duration(run: RunRecord) -> str:
     return f"{run.duration_ms}ms" if run.duration_ms is not None else "-"
 
 
+def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+    everything = [header, *rows]
+    widths = [max(len(row[i]) for row in everything) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in everything
+    )
+
+
 async def runs_table(db: Database, *, session_id: str | None, limit: int) -> str:
     runs = await db.list_runs(session_id=session_id, limit=limit)
     if not runs:
         return "no runs recorded"
     header = ("RUN", "SESSION", "STARTED", "LANG", "STATUS", "EXIT", "DURATION", "CPU", "PEAK MEM")
-    rows = [header] + [
-        (
-            run.id,
-            run.session_id,
-            iso_time(run.created_at),
-            run.language,
-            run.status,
-            "-" if run.exit_code is None else str(run.exit_code),
-            _duration(run),
-            _cpu(run),
-            _memory(run),
-        )
-        for run in runs
-    ]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in rows
+    return _table(
+        header,
+        [
+            (
+                run.id,
+                run.session_id,
+                iso_time(run.created_at),
+                run.language,
+                run.status,
+                "-" if run.exit_code is None else str(run.exit_code),
+                _duration(run),
+                _cpu(run),
+                _memory(run),
+            )
+            for run in runs
+        ],
+    )
+
+
+async def egress_table(
+    db: Database, *, session_id: str | None, run_id: str | None, limit: int
+) -> str:
+    records = await db.list_egress(session_id=session_id, run_id=run_id, limit=limit)
+    if not records:
+        return "no egress recorded"
+    header = ("TIME", "RUN", "DECISION", "STATUS", "REQUEST", "IN", "OUT", "IP", "REASON")
+    return _table(
+        header,
+        [
+            (
+                iso_time(r.time),
+                r.run_id,
+                r.decision,
+                str(r.status),
+                sanitize(f"{r.method} {r.host}:{r.port}{r.path}"),
+                str(r.bytes_in),
+                str(r.bytes_out),
+                r.resolved_ip or "-",
+                sanitize(r.reason) + (f" [injected {', '.join(r.injected)}]" if r.injected else ""),
+            )
+            for r in records
+        ],
+    )
+
+
+async def grants_table(db: Database, *, session_id: str | None, limit: int) -> str:
+    grants = await db.list_grants(session_id=session_id, limit=limit)
+    if not grants:
+        return "no capabilities granted"
+    header = (
+        "GRANTED",
+        "CAPABILITY",
+        "PARAMS",
+        "APPROVED BY",
+        "EXPIRES",
+        "REVOKED",
+        "SESSION",
+        "REASON",
+    )
+    return _table(
+        header,
+        [
+            (
+                iso_time(g.created_at),
+                g.capability,
+                ",".join(f"{k}={v}" for k, v in sorted(g.params.items())) or "-",
+                g.approved_by,
+                iso_time(g.expires_at),
+                iso_time(g.revoked_at) if g.revoked_at else "-",
+                g.session_id,
+                sanitize(g.reason),
+            )
+            for g in grants
+        ],
     )
 
 

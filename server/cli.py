@@ -8,8 +8,10 @@ stdout.
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,13 +20,14 @@ import anyio
 
 from airlock import __version__
 from airlock.errors import AirlockError
+from broker import Vault, load_key, vault_path
 from policies import load_policy, policy_json_schema
 from sandbox import connect
 from sandbox.image import build_image
 from store import BlobStore, Database
 
 from .app import build_server
-from .audit import run_detail, runs_table
+from .audit import egress_table, grants_table, run_detail, runs_table
 from .config import ENV_DATA_DIR, ENV_POLICY, Config
 from .doctor import run_checks
 from .logs import setup_logging
@@ -94,6 +97,36 @@ def _parser() -> argparse.ArgumentParser:
     runs.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
     run = audit.add_parser("run", parents=[common], help="one run in full, with its output")
     run.add_argument("run_id", metavar="RUN")
+    egress = audit.add_parser(
+        "egress", parents=[common], help="egress decisions: where runs tried to go, and why"
+    )
+    egress.add_argument("--session", metavar="ID", help="only this session")
+    egress.add_argument("--run", metavar="RUN", help="only this run")
+    egress.add_argument("--limit", type=int, default=200, help="at most this many (default 200)")
+    grants = audit.add_parser(
+        "capabilities", parents=[common], help="capability grants: who asked, who approved"
+    )
+    grants.add_argument("--session", metavar="ID", help="only this session")
+    grants.add_argument("--limit", type=int, default=100, help="at most this many (default 100)")
+
+    secrets = commands.add_parser(
+        "secrets", help="manage the encrypted secret vault (values are never shown)"
+    ).add_subparsers(dest="secrets_command", metavar="ACTION", required=True)
+    put = secrets.add_parser(
+        "set",
+        parents=[common],
+        help="store a secret; the value is read from stdin, never from the command line",
+    )
+    put.add_argument("name", metavar="NAME")
+    put.add_argument(
+        "--hosts",
+        required=True,
+        metavar="HOST[,HOST...]",
+        help="hosts the secret may be sent to (e.g. api.github.com)",
+    )
+    secrets.add_parser("list", parents=[common], help="names and hosts of stored secrets")
+    remove = secrets.add_parser("rm", parents=[common], help="delete a secret")
+    remove.add_argument("name", metavar="NAME")
 
     policy = commands.add_parser("policy", help="validate policies").add_subparsers(
         dest="policy_command", metavar="ACTION", required=True
@@ -135,6 +168,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return 0
     if args.command == "doctor":
         return _doctor(config)
+    if args.command == "secrets":
+        return _secrets(config, args)
     return anyio.run(_audit, config, args)
 
 
@@ -162,10 +197,33 @@ async def _audit(config: Config, args: argparse.Namespace) -> int:
     try:
         if args.audit_command == "runs":
             _out(await runs_table(db, session_id=args.session, limit=args.limit))
+        elif args.audit_command == "egress":
+            _out(await egress_table(db, session_id=args.session, run_id=args.run, limit=args.limit))
+        elif args.audit_command == "capabilities":
+            _out(await grants_table(db, session_id=args.session, limit=args.limit))
         else:
             _out(await run_detail(db, BlobStore(config.blobs_dir), args.run_id))
     finally:
         await db.close()
+    return 0
+
+
+def _secrets(config: Config, args: argparse.Namespace) -> int:
+    vault = Vault(vault_path(config.data_dir), load_key(config.data_dir, os.environ))
+    if args.secrets_command == "set":
+        if sys.stdin.isatty():
+            value = getpass.getpass(f"value of {args.name} (not echoed): ")
+        else:
+            value = sys.stdin.read().rstrip("\r\n")
+        hosts = [h.strip() for h in args.hosts.split(",") if h.strip()]
+        vault.set(args.name, value, hosts)
+        log.info("stored secret %s for %s", args.name, ", ".join(hosts))
+    elif args.secrets_command == "list":
+        stored = vault.list()
+        _out("\n".join(f"{s.name}  {', '.join(s.hosts)}" for s in stored) or "no secrets stored")
+    elif not vault.remove(args.name):
+        log.error("no secret named %s", args.name)
+        return 1
     return 0
 
 

@@ -1,0 +1,106 @@
+"""The `airlock` command line as an operator uses it, in real subprocesses."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+AIRLOCK = str(Path(sys.executable).with_name("airlock"))
+
+
+def airlock(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [AIRLOCK, *args], input=stdin, capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def test_help_lists_every_command() -> None:
+    result = airlock("--help")
+    assert result.returncode == 0
+    for command in ("serve", "image", "doctor", "audit", "policy", "secrets"):
+        assert command in result.stdout
+
+
+def test_secret_value_comes_from_stdin_and_is_never_shown_or_stored_in_clear(
+    tmp_path: Path,
+) -> None:
+    value = "sk-live-7d1f3a9c0b"
+    stored = airlock(
+        "secrets",
+        "set",
+        "github_token",
+        "--hosts",
+        "api.github.com",
+        "--data-dir",
+        str(tmp_path),
+        stdin=value + "\n",
+    )
+    listed = airlock("secrets", "list", "--data-dir", str(tmp_path))
+    assert stored.returncode == 0, stored.stderr
+    assert listed.stdout.strip() == "github_token  api.github.com"
+    for output in (stored.stdout, stored.stderr, listed.stdout, listed.stderr):
+        assert value not in output
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            assert value.encode() not in path.read_bytes(), path
+    removed = airlock("secrets", "rm", "github_token", "--data-dir", str(tmp_path))
+    assert removed.returncode == 0
+    assert airlock("secrets", "list", "--data-dir", str(tmp_path)).stdout.strip() == (
+        "no secrets stored"
+    )
+    assert airlock("secrets", "rm", "github_token", "--data-dir", str(tmp_path)).returncode == 1
+
+
+def test_secret_needs_hosts(tmp_path: Path) -> None:
+    result = airlock("secrets", "set", "x", "--data-dir", str(tmp_path), stdin="v")
+    assert result.returncode == 2
+    assert "--hosts" in result.stderr
+
+
+def test_policy_check_lists_every_problem_and_fails(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[limits]\ntimeout_s = 0\nbogus = 1\n[capabilities.x]\nhosts = ["*"]\n')
+    result = airlock("policy", "check", str(bad))
+    assert result.returncode == 1
+    assert "limits.timeout_s" in result.stderr
+    assert "limits.bogus" in result.stderr
+    assert "capabilities.x" in result.stderr
+
+
+def test_policy_check_accepts_the_shipped_default() -> None:
+    default = Path(__file__).resolve().parent.parent / "policies" / "default.toml"
+    result = airlock("policy", "check", str(default))
+    assert result.returncode == 0
+    assert "valid" in result.stdout
+
+
+def test_policy_schema_is_json_schema_of_the_policy() -> None:
+    schema = json.loads(airlock("policy", "schema").stdout)
+    assert {"limits", "capabilities", "egress"} <= set(schema["properties"])
+
+
+@pytest.mark.docker
+def test_doctor_reports_engine_image_and_data_dir(tmp_path: Path) -> None:
+    result = airlock("doctor", "--data-dir", str(tmp_path / "d"))
+    assert result.returncode == 0, result.stdout
+    assert "[ok ] docker" in result.stdout
+    assert "[ok ] image" in result.stdout
+    assert "[ok ] data dir" in result.stdout
+
+
+def test_doctor_names_the_fix_for_an_unreachable_engine(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [AIRLOCK, "doctor", "--data-dir", str(tmp_path)],
+        env={"PATH": "/usr/bin:/bin", "DOCKER_HOST": "tcp://127.0.0.1:1"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert "MISSING] docker" in result.stdout
+    assert "fix:" in result.stdout
