@@ -18,6 +18,7 @@ from .spec import (
     StreamCapture,
     Usage,
     WorkspaceEntry,
+    limits_of,
 )
 
 __all__ = [
@@ -36,5 +37,6 @@ __all__ = [
     "Usage",
     "WorkspaceEntry",
     "connect",
+    "limits_of",
     "safe_relative_path",
 ]

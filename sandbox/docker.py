@@ -16,8 +16,8 @@ import hashlib
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any, TypeVar
 
 import anyio
@@ -39,8 +39,11 @@ from .environment import CA_BUNDLE, EGRESS_MOUNT, RELAY_PORT
 from .exchange import Exchange, RunnerReport
 from .hatch import pack_inputs, read_outputs, safe_relative_path
 from .instance import LABEL_INSTANCE, Instance
+from .pool import MAX_AGE_S as POOL_MAX_AGE_S
+from .pool import Profile, WarmPool
 from .runner import encode_job
 from .spec import JobOutcome, JobSpec, OutputFile, Status, StreamCapture, Usage, WorkspaceEntry
+from .usage import read_usage
 
 log = logging.getLogger(__name__)
 
@@ -92,15 +95,17 @@ def connect() -> docker.DockerClient:
     return client
 
 
-def container_options(job: JobSpec, *, instance: Instance, deadline: float) -> dict[str, Any]:
+def container_options(
+    profile: Profile, *, labels: dict[str, str], egress_dir: str | None = None
+) -> dict[str, Any]:
     """Every option of a sandbox container. The hardening lives here and only here."""
-    limits = job.limits
+    limits = profile.limits
     memory = f"{limits.memory_mb}m"
     # The engine ignores `mode=` on these mounts; ownership is what lets the
     # sandbox user write.
     owner = "uid=1000,gid=1000"
     return {
-        "image": job.image,
+        "image": profile.image,
         "detach": True,
         "stdin_open": True,
         "tty": False,
@@ -125,60 +130,144 @@ def container_options(job: JobSpec, *, instance: Instance, deadline: float) -> d
         "init": True,
         "ipc_mode": "private",
         "privileged": False,
-        "runtime": job.runtime,
+        "runtime": profile.runtime,
         # Output travels over the attach stream; a log driver would copy every
         # byte of a flood to the host's disk.
         "log_config": LogConfig(type=LogConfig.types.NONE),
         # The one host path a sandbox ever sees: a directory holding only the run's
         # proxy socket, read-only.
-        "mounts": [
-            Mount(target=EGRESS_MOUNT, source=job.egress.socket_dir, type="bind", read_only=True)
-        ]
-        if job.egress
+        "mounts": [Mount(target=EGRESS_MOUNT, source=egress_dir, type="bind", read_only=True)]
+        if egress_dir
         else [],
-        "labels": {
-            **instance.labels(),
-            LABEL_SESSION: job.session_id,
-            LABEL_RUN: job.run_id,
-            LABEL_TENANT: job.tenant,
-            LABEL_DEADLINE: str(int(deadline)),
-        },
+        "labels": labels,
     }
 
 
-class DockerBackend:
-    """Runs jobs in Docker containers labelled with this server instance."""
+def profile_of(job: JobSpec) -> Profile:
+    return Profile(image=job.image, runtime=job.runtime, limits=job.limits)
 
-    def __init__(self, client: docker.DockerClient, instance: Instance) -> None:
+
+class DockerBackend:
+    """Runs jobs in Docker containers labelled with this server instance.
+
+    `running()` (entered for the server's lifetime) owns the background work:
+    the warm pool's refill and the removal of containers after their reply.
+    Without it, containers are removed before `run` returns.
+    """
+
+    def __init__(
+        self, client: docker.DockerClient, instance: Instance, *, pool_size: int = 0
+    ) -> None:
         self.client = client
         self.instance = instance
         self._mine = f"{LABEL_INSTANCE}={instance.id}"
+        self.pool = WarmPool(pool_size, self._start_pooled, self._remove)
+        self._background: anyio.abc.TaskGroup | None = None
+        # Containers handed a job, by session: pooled ones carry no session label.
+        self._active: dict[str, set[str]] = {}
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        async with anyio.create_task_group() as tg:
+            self._background = tg
+            refill = anyio.CancelScope()
+
+            async def refill_pool() -> None:
+                with refill:
+                    await self.pool.refill_forever()
+
+            tg.start_soon(refill_pool)
+            try:
+                yield
+            finally:
+                refill.cancel()
+                self._background = None
+                with anyio.CancelScope(shield=True):
+                    await self._remove_many(self.pool.drain())
 
     async def run(self, job: JobSpec) -> JobOutcome:
-        deadline = time.time() + job.timeout_s + EXCHANGE_GRACE_S
-        options = container_options(job, instance=self.instance, deadline=deadline)
+        pooled = None if job.egress else self.pool.take(profile_of(job))
+        if pooled is None:
+            container_id = await self._create(job)
+        else:
+            container_id = pooled
+        self._active.setdefault(job.session_id, set()).add(container_id)
+        try:
+            outcome = await self._exchange(container_id, job, start=pooled is None)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self._retire(job.session_id, container_id)
+            raise
+        if self._background is not None:
+            self._background.start_soon(self._retire, job.session_id, container_id)
+        else:
+            await self._retire(job.session_id, container_id)
+        return outcome
+
+    async def _create(self, job: JobSpec) -> str:
+        labels = {
+            **self.instance.labels(),
+            LABEL_SESSION: job.session_id,
+            LABEL_RUN: job.run_id,
+            LABEL_TENANT: job.tenant,
+            LABEL_DEADLINE: str(int(time.time() + job.timeout_s + EXCHANGE_GRACE_S)),
+        }
+        options = container_options(
+            profile_of(job),
+            labels=labels,
+            egress_dir=job.egress.socket_dir if job.egress else None,
+        )
         container = await self._call(
             "creating the container", lambda: self.client.containers.create(**options)
         )
-        try:
-            return await self._exchange(container, job)
-        finally:
-            with anyio.CancelScope(shield=True):
-                await self._remove(str(container.id))
+        return str(container.id)
 
-    async def _exchange(self, container: Any, job: JobSpec) -> JobOutcome:
-        started = time.monotonic()
-        fd = await self._call(
-            "attaching to the container", lambda: _attach(self.client, container.id)
+    async def _start_pooled(self, profile: Profile) -> str:
+        labels = {
+            **self.instance.labels(),
+            LABEL_SESSION: "",
+            LABEL_RUN: "",
+            LABEL_TENANT: "",
+            # A taken container may run up to the longest timeout past its pool age;
+            # the reaper also skips containers that are in use.
+            LABEL_DEADLINE: str(int(time.time() + POOL_MAX_AGE_S + 3600)),
+        }
+        options = container_options(profile, labels=labels)
+        container = await self._call(
+            "creating a pooled container", lambda: self.client.containers.create(**options)
         )
         try:
-            await self._call("starting the container", container.start)
+            await self._call("starting a pooled container", container.start)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self._remove(str(container.id))
+            raise
+        return str(container.id)
+
+    async def _retire(self, session_id: str, container_id: str) -> None:
+        with anyio.CancelScope(shield=True):
+            await self._remove(container_id)
+            active = self._active.get(session_id)
+            if active is not None:
+                active.discard(container_id)
+                if not active:
+                    del self._active[session_id]
+
+    async def _exchange(self, container_id: str, job: JobSpec, *, start: bool) -> JobOutcome:
+        started = time.monotonic()
+        fd = await self._call(
+            "attaching to the container", lambda: _attach(self.client, container_id)
+        )
+        try:
+            if start:
+                await self._call(
+                    "starting the container", lambda: self.client.api.start(container_id)
+                )
         except BaseException:
             os.close(fd)
             raise
         exchange = Exchange(job)
         stream = await anyio.abc.SocketStream.from_socket(fd)
-        host_timeout = False
         async with stream:
             await stream.send(encode_job(_job_payload(job), pack_inputs(job.files)))
             with anyio.move_on_after(job.timeout_s + EXCHANGE_GRACE_S) as scope:
@@ -187,10 +276,8 @@ class DockerBackend:
                         exchange.feed(await stream.receive(RECEIVE_CHUNK))
                     except (anyio.EndOfStream, anyio.BrokenResourceError):
                         break
-            host_timeout = scope.cancelled_caught
-            usage, oom_killed = await self._call(
-                "reading usage", lambda: _final_state(self.client, container.id)
-            )
+            # Read while the container still exists: the runner waits for us to hang up.
+            usage, oom_killed = await self._final_state(container_id)
         elapsed_ms = int((time.monotonic() - started) * 1000)
         if exchange.fault is not None and exchange.report is None:
             raise RunnerFailed(f"the sandbox runner failed: {exchange.fault}")
@@ -199,18 +286,30 @@ class DockerBackend:
             exchange,
             usage,
             oom_killed=oom_killed,
-            host_timeout=host_timeout,
+            host_timeout=scope.cancelled_caught,
             elapsed_ms=elapsed_ms,
         )
 
+    async def _final_state(self, container_id: str) -> tuple[Usage, bool]:
+        # Reading a few sysfs files doesn't block in any way that matters.
+        cgroup = read_usage(container_id)
+        if cgroup is not None:
+            usage = Usage(
+                cpu_seconds=cgroup.cpu_seconds, peak_memory_bytes=cgroup.peak_memory_bytes
+            )
+            return usage, cgroup.oom_kills > 0
+        return await self._call("reading usage", lambda: _engine_state(self.client, container_id))
+
     async def remove_session(self, session_id: str) -> int:
         """Kill and remove every container of a session; returns how many."""
-        ids = await self._list({"label": [self._mine, f"{LABEL_SESSION}={session_id}"]})
+        labelled = await self._list({"label": [self._mine, f"{LABEL_SESSION}={session_id}"]})
+        ids = sorted(set(labelled) | self._active.get(session_id, set()))
         await self._remove_many(ids)
         return len(ids)
 
     async def remove_all(self) -> int:
         """Kill and remove every container of this instance (shutdown)."""
+        self.pool.drain()
         ids = await self._list({"label": [self._mine]})
         await self._remove_many(ids)
         return len(ids)
@@ -221,15 +320,14 @@ class DockerBackend:
             "listing containers",
             lambda: self.client.api.containers(all=True, filters={"label": [LABEL_INSTANCE]}),
         )
-        doomed = [c["Id"] for c in found if _is_reapable(c.get("Labels") or {}, self.instance, now)]
+        in_use = set().union(*self._active.values()) if self._active else set()
+        doomed = [
+            c["Id"]
+            for c in found
+            if c["Id"] not in in_use and _is_reapable(c.get("Labels") or {}, self.instance, now)
+        ]
         await self._remove_many(doomed)
         return len(doomed)
-
-    async def live_containers(self, session_id: str | None = None) -> list[str]:
-        labels = [self._mine]
-        if session_id is not None:
-            labels.append(f"{LABEL_SESSION}={session_id}")
-        return await self._list({"label": labels})
 
     async def _list(self, filters: dict[str, Any]) -> list[str]:
         found = await self._call(
@@ -313,8 +411,8 @@ def _is_reapable(labels: dict[str, str], instance: Instance, now: float) -> bool
         return True
 
 
-def _final_state(client: docker.DockerClient, container_id: str) -> tuple[Usage, bool]:
-    """Usage from the engine (cgroup v1 counters) and whether the OOM killer struck."""
+def _engine_state(client: docker.DockerClient, container_id: str) -> tuple[Usage, bool]:
+    """Usage from the stats API (a remote engine) and whether the OOM killer struck."""
     state = client.api.inspect_container(container_id)["State"]
     usage = Usage()
     if state.get("Running"):
@@ -394,7 +492,8 @@ def _safe_listing(report: RunnerReport, notes: list[str]) -> list[WorkspaceEntry
 
 
 def _status(report: RunnerReport | None, *, oom_killed: bool, host_timeout: bool) -> Status:
-    if oom_killed:
+    # The OOM killer may have hit a child the code survived; only a failed run is "oom".
+    if oom_killed and (report is None or report.exit_code != 0):
         return "oom"
     if report is None:
         return "timeout" if host_timeout else "killed"

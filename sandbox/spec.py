@@ -10,6 +10,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from policies import Policy
+
 Language = Literal["python", "bash"]
 Status = Literal["ok", "error", "timeout", "oom", "killed"]
 
@@ -24,6 +26,18 @@ class ContainerLimits(BaseModel):
     pids: int
     workspace_mb: int
     tmp_mb: int
+
+
+def limits_of(policy: Policy) -> ContainerLimits:
+    """The container limits a policy sets (every run of a server gets the same)."""
+    limits = policy.limits
+    return ContainerLimits(
+        memory_mb=limits.memory_mb,
+        cpus=limits.cpus,
+        pids=limits.pids,
+        workspace_mb=limits.workspace_mb,
+        tmp_mb=limits.tmp_mb,
+    )
 
 
 class ArtifactCaps(BaseModel):

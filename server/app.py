@@ -118,16 +118,21 @@ def build_server(config: Config, policy: Policy, *, tenant: str = LOCAL_TENANT) 
         live.services, live.leases = services, leases
         try:
             async with anyio.create_task_group() as tg:
-                tg.start_soon(engine.warm_up)
+                tg.start_soon(engine.serve)
                 tg.start_soon(_housekeeping, leases, engine)
                 try:
                     yield
                 finally:
+                    live.services = live.leases = None
+                    # Sessions first (their runs are cancelled, their containers removed),
+                    # then the engine's background work (pool, pending removals).
+                    with anyio.CancelScope(shield=True):
+                        await leases.end_all(reason="server shutdown")
                     tg.cancel_scope.cancel()
         finally:
             live.services = live.leases = None
             with anyio.CancelScope(shield=True):
-                await _shutdown(leases, engine)
+                await _shutdown(engine)
                 engine.close()
                 await db.close()
 
@@ -376,8 +381,7 @@ async def _housekeeping(leases: Leases, engine: Engine) -> None:
             log.warning("housekeeping failed: %s", exc)
 
 
-async def _shutdown(leases: Leases, engine: Engine) -> None:
-    await leases.end_all(reason="server shutdown")
+async def _shutdown(engine: Engine) -> None:
     backend = engine.connected()
     if backend is not None:
         removed = await backend.remove_all()

@@ -13,9 +13,10 @@ import time
 import anyio
 
 from policies import Policy
-from sandbox import Backend, DockerBackend, connect
+from sandbox import Backend, DockerBackend, connect, limits_of
 from sandbox.image import ensure_image
 from sandbox.instance import Instance
+from sandbox.pool import Profile
 
 log = logging.getLogger(__name__)
 
@@ -27,13 +28,14 @@ class Engine:
         self._lock = anyio.Lock()
         self._backend: DockerBackend | None = None
         self._image: str | None = None
+        self._connected = anyio.Event()
 
     async def ready(self) -> tuple[Backend, str]:
         async with self._lock:
             backend = self._backend
             if backend is None:
                 client = await anyio.to_thread.run_sync(connect)
-                backend = DockerBackend(client, self._instance)
+                backend = DockerBackend(client, self._instance, pool_size=self._policy.pool.size)
                 reaped = await backend.reap(time.time())
                 if reaped:
                     log.info("removed %d container(s) left behind by a stopped server", reaped)
@@ -44,6 +46,14 @@ class Engine:
                 if image is None:
                     image = await anyio.to_thread.run_sync(self._build, backend)
                 self._image = image
+                backend.pool.want(
+                    Profile(
+                        image=image,
+                        runtime=self._policy.sandbox.runtime,
+                        limits=limits_of(self._policy),
+                    )
+                )
+                self._connected.set()
             return backend, image
 
     def connected(self) -> DockerBackend | None:
@@ -52,6 +62,15 @@ class Engine:
     def close(self) -> None:
         if self._backend is not None:
             self._backend.client.close()
+
+    async def serve(self) -> None:
+        """For the server's lifetime: get ready, then keep the pool warm and run background
+        removals; on cancellation, remove the pool and wait for pending removals."""
+        await self.warm_up()
+        await self._connected.wait()
+        assert self._backend is not None
+        async with self._backend.running():
+            await anyio.sleep_forever()
 
     async def warm_up(self) -> None:
         """Get ready at startup; a failure is only logged, callers will hear it again."""

@@ -31,6 +31,7 @@ import pytest
 from mcp import MCPError
 from mcp.client import Client
 from mcp.types import CallToolResult
+from support import wait_until
 
 from policies import Policy
 from server import Config, build_server
@@ -463,7 +464,10 @@ async def test_python_fork_bomb_is_stopped_by_the_pids_limit(
         assert found, result["stdout"]
         assert int(found.group(1)) < SMALL["limits"]["pids"]
         assert int(found.group(2)) == errno.EAGAIN
-        assert containers_of_session(docker_client, result["session_id"]) == []
+        # Removal happens right after the reply; it must complete, and promptly.
+        await wait_until(
+            lambda: containers_of_session(docker_client, result["session_id"]) == [], within=15
+        )
         await assert_alive(c, result["session_id"])
 
 
@@ -490,7 +494,10 @@ async def test_bash_fork_bomb_is_contained_and_leaves_no_container(
         # The pids limit, not the host, is what refused the forks.
         assert "fork: retry: Resource temporarily unavailable" in result["stderr"]["text"]
         assert elapsed < 5 + 20, elapsed
-        assert containers_of_session(docker_client, result["session_id"]) == []
+        # Removal happens right after the reply; it must complete, and promptly.
+        await wait_until(
+            lambda: containers_of_session(docker_client, result["session_id"]) == [], within=15
+        )
         await assert_alive(c, result["session_id"])
 
 
@@ -875,7 +882,9 @@ async def test_forged_envelopes_and_invisible_text_are_defused(make_server: Any,
             clean = result[stream]["text"]
             assert "\x1b" not in clean and "\u202e" not in clean
             assert not any(0xE0000 <= ord(ch) <= 0xE007F for ch in clean)
-        assert "untrusted-output nonce" in "\n".join(a["path"] for a in result["artifacts"])
+        # Names posing as markup are refused (a note, inside the envelope, says so).
+        assert "untrusted-output" not in "\n".join(a["path"] for a in result["artifacts"])
+        assert any("untrusted-output" in note for note in result["notes"])
 
         run_id = result["run_id"]
         for path in ("evil.txt", ".airlock/stdout", ".airlock/stderr"):

@@ -24,12 +24,12 @@ from sandbox import (
     EXCHANGE_GRACE_S,
     RESERVED_PREFIX,
     ArtifactCaps,
-    ContainerLimits,
     EgressMount,
     InputFile,
     JobOutcome,
     JobSpec,
     StreamCapture,
+    limits_of,
     safe_relative_path,
 )
 from sandbox.environment import sandbox_environment
@@ -94,13 +94,7 @@ async def run_code(
         env=sandbox_environment(),
         files=tuple(inputs.values()),
         timeout_s=timeout,
-        limits=ContainerLimits(
-            memory_mb=policy.limits.memory_mb,
-            cpus=policy.limits.cpus,
-            pids=policy.limits.pids,
-            workspace_mb=policy.limits.workspace_mb,
-            tmp_mb=policy.limits.tmp_mb,
-        ),
+        limits=limits_of(policy),
         stream_cap_bytes=policy.output.stream_cap_bytes,
         artifact_caps=ArtifactCaps(
             max_files=policy.files.max_artifact_files,

@@ -1,0 +1,101 @@
+"""The warm pool: started, never-used containers, each waiting for its one job.
+
+A pooled container runs the same runner as any other and blocks reading its
+job, so taking one skips only create and start. It is handed out once, is
+removed after its call like every other container, and carries the same
+instance labels, so a crashed server's pool is reaped like the rest.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import anyio
+
+from airlock.errors import SandboxError
+
+from .spec import ContainerLimits
+
+log = logging.getLogger(__name__)
+
+# Older pooled containers are replaced, so none outlives its deadline label.
+MAX_AGE_S = 30 * 60
+RETRY_AFTER_FAILURE_S = 5.0
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Everything fixed when a container is created: what a pooled one must match."""
+
+    image: str
+    runtime: str
+    limits: ContainerLimits
+
+
+class WarmPool:
+    def __init__(
+        self,
+        size: int,
+        start: Callable[[Profile], Awaitable[str]],
+        remove: Callable[[str], Awaitable[None]],
+    ) -> None:
+        self.size = size
+        self._start = start
+        self._remove = remove
+        self._ready: dict[Profile, deque[tuple[str, float]]] = {}
+        self._wake = anyio.Event()
+
+    def want(self, profile: Profile) -> None:
+        """Keep `size` containers of this profile ready from now on."""
+        if self.size > 0 and profile not in self._ready:
+            self._ready[profile] = deque()
+            self._wake.set()
+
+    def take(self, profile: Profile) -> str | None:
+        """A ready container of `profile`, never handed out before, or None."""
+        self.want(profile)
+        ready = self._ready.get(profile)
+        now = time.monotonic()
+        while ready:
+            container_id, born = ready.popleft()
+            self._wake.set()
+            if now - born < MAX_AGE_S:
+                return container_id
+            # Too old to hand out; the refill loop replaces it.
+            ready.appendleft((container_id, born))
+            break
+        return None
+
+    def drain(self) -> list[str]:
+        """Forget every ready container and return their ids, for removal."""
+        ids = [container_id for ready in self._ready.values() for container_id, _ in ready]
+        for ready in self._ready.values():
+            ready.clear()
+        return ids
+
+    async def refill_forever(self) -> None:
+        """Top every wanted profile up to `size`, replacing old containers, until cancelled."""
+        while True:
+            self._wake = anyio.Event()
+            for profile, ready in list(self._ready.items()):
+                await self._retire_old(ready)
+                while len(ready) < self.size:
+                    try:
+                        container_id = await self._start(profile)
+                    except SandboxError as exc:
+                        log.warning("warm pool: cannot start a container: %s", exc)
+                        await anyio.sleep(RETRY_AFTER_FAILURE_S)
+                        break
+                    ready.append((container_id, time.monotonic()))
+            with anyio.move_on_after(MAX_AGE_S / 4):
+                await self._wake.wait()
+
+    async def _retire_old(self, ready: deque[tuple[str, float]]) -> None:
+        now = time.monotonic()
+        while ready and now - ready[0][1] >= MAX_AGE_S:
+            container_id, _ = ready.popleft()
+            await self._remove(container_id)
