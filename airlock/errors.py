@@ -9,6 +9,7 @@
     ├── NotFound              unknown id; also anything of another session or tenant
     ├── SessionEnded          the session ended while a call in it was running
     ├── PolicyInvalid         a policy file with problems (all of them listed)
+    ├── AuthConfigInvalid     an auth config file with problems (all of them listed)
     ├── SandboxError          the engine side failed, not the user's code
     │   ├── EngineUnavailable Docker is not reachable
     │   ├── ImageUnavailable  the sandbox image is missing and could not be built
@@ -73,6 +74,19 @@ class PolicyInvalid(AirlockError):
         self.problems = problems
         listing = "\n".join(f"  - {p}" for p in problems)
         super().__init__(f"invalid policy {source}:\n{listing}")
+
+
+class AuthConfigInvalid(AirlockError):
+    """An auth config file (API keys, JWT issuer, JWKS) that does not validate.
+
+    `problems` lists every one of them; the message never contains a key or a token.
+    """
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.source = source
+        self.problems = problems
+        listing = "\n".join(f"  - {p}" for p in problems)
+        super().__init__(f"invalid auth config {source}:\n{listing}")
 
 
 class SandboxError(AirlockError):

@@ -18,12 +18,16 @@ from dataclasses import dataclass
 from typing import Annotated, Literal
 
 import anyio
+from mcp.server.auth.provider import TokenVerifier
+from mcp.server.auth.settings import AuthSettings
 from mcp.server.elicitation import AcceptedElicitation, CancelledElicitation, ElicitationResult
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
 from mcp.server.mcpserver.resolve import Elicit, Resolve
 from mcp.types import CallToolResult, ToolAnnotations
 from pydantic import BaseModel, Field
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
 
 import tools
 from airlock import __version__
@@ -45,6 +49,7 @@ from tools import (
 )
 from tools.capabilities import approval_question, check_request, describe_offer
 
+from .auth import current_tenant
 from .config import LOCAL_TENANT, Config
 from .engine import Engine
 from .sessions import Leases
@@ -83,7 +88,17 @@ class _Live:
         return self.services, self.leases
 
 
-def build_server(config: Config, policy: Policy, *, tenant: str = LOCAL_TENANT) -> MCPServer:
+def build_server(
+    config: Config,
+    policy: Policy,
+    *,
+    http: bool = False,
+    token_verifier: TokenVerifier | None = None,
+    auth: AuthSettings | None = None,
+) -> MCPServer:
+    """The Airlock MCP server. Over HTTP every call's tenant comes from its bearer token
+    (the local user when serving loopback without auth), and a call without session_id
+    starts a fresh lease; over stdio there is one local user with one default session."""
     live = _Live()
     instance = Instance.current()
     offer = describe_offer(policy)
@@ -141,7 +156,13 @@ def build_server(config: Config, policy: Policy, *, tenant: str = LOCAL_TENANT) 
         version=__version__,
         instructions=INSTRUCTIONS,
         lifespan=lifespan,
+        token_verifier=token_verifier,
+        auth=auth,
     )
+
+    @mcp.custom_route("/healthz", methods=["GET"])  # type: ignore[untyped-decorator]
+    async def healthz(_: Request) -> Response:
+        return JSONResponse({"status": "ok" if live.services is not None else "starting"})
 
     @mcp.tool(
         title="Run code in a sandbox",
@@ -184,7 +205,7 @@ def build_server(config: Config, policy: Policy, *, tenant: str = LOCAL_TENANT) 
         """
         services, leases = live.get()
         with tool_errors():
-            session = await leases.resolve(session_id, tenant)
+            session = await leases.resolve(session_id, _caller(), fresh=http)
             async with leases.running(session):
                 return await tools.run_code(
                     services,
@@ -223,7 +244,7 @@ def build_server(config: Config, policy: Policy, *, tenant: str = LOCAL_TENANT) 
         """
         services, leases = live.get()
         with tool_errors():
-            session = await leases.resolve(session_id, tenant)
+            session = await leases.resolve(session_id, _caller(), fresh=http)
             return await tools.fetch_artifact(
                 services, session, run_id=run_id, path=path, offset=offset, max_bytes=max_bytes
             )
@@ -245,7 +266,7 @@ def build_server(config: Config, policy: Policy, *, tenant: str = LOCAL_TENANT) 
         """
         _, leases = live.get()
         with tool_errors():
-            return await leases.end(session_id, tenant, reason="end_session")
+            return await leases.end(session_id, _caller(), reason="end_session")
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def ask_user(
@@ -291,7 +312,7 @@ def build_server(config: Config, policy: Policy, *, tenant: str = LOCAL_TENANT) 
     ) -> CapabilityResult:
         services, leases = live.get()
         with tool_errors():
-            session = await leases.resolve(session_id, tenant)
+            session = await leases.resolve(session_id, _caller(), fresh=http)
             return await tools.request_capability(
                 services,
                 session,
@@ -319,7 +340,7 @@ def build_server(config: Config, policy: Policy, *, tenant: str = LOCAL_TENANT) 
         """Revoke a capability now: every later request of any run using it is refused."""
         services, leases = live.get()
         with tool_errors():
-            session = await leases.resolve(session_id, tenant)
+            session = await leases.resolve(session_id, _caller(), fresh=http)
             return await tools.revoke_capability(services, session, capability_id=capability_id)
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -332,13 +353,18 @@ def build_server(config: Config, policy: Policy, *, tenant: str = LOCAL_TENANT) 
     async def artifact(run_id: str, path: str) -> str | bytes:
         services, _ = live.get()
         try:
-            return await tools.read_artifact_resource(services, tenant, run_id, path)
+            return await tools.read_artifact_resource(services, _caller(), run_id, path)
         except NotFound as exc:
             raise ResourceNotFoundError(str(exc)) from exc
         except AirlockError as exc:
             raise ResourceError(str(exc)) from exc
 
     return mcp
+
+
+def _caller() -> str:
+    """The tenant of the current request: from its token, else the local user."""
+    return current_tenant() or LOCAL_TENANT
 
 
 class Approval(BaseModel):

@@ -165,6 +165,16 @@ def _check_algorithm(value: str) -> str:
     return value
 
 
+def _check_algorithms(value: tuple[str, ...]) -> tuple[str, ...]:
+    # An AfterValidator, not min_length: that would also fire when every listed name was
+    # refused, repeating those problems as "empty".
+    if not value:
+        raise PydanticCustomError(
+            "algorithms", 'list at least one algorithm, for example ["EdDSA", "ES256"]'
+        )
+    return value
+
+
 def _check_jwks_url(value: str) -> str:
     parts = urlsplit(value)
     if parts.scheme == "https" and parts.hostname:
@@ -239,7 +249,7 @@ class JwtSettings(BaseModel):
     jwks_url: Annotated[str, AfterValidator(_check_jwks_url)] | None = None
     """https URL of the issuer's JWKS, fetched on first use, refetched hourly and on an
     unknown `kid` (at most once a minute). Exactly one of `jwks_file` and `jwks_url`."""
-    algorithms: tuple[Algorithm, ...] = Field(min_length=1)
+    algorithms: Annotated[tuple[Algorithm, ...], AfterValidator(_check_algorithms)]
     """Allowed `alg` header values; a token with any other is refused. Never empty."""
     tenant_claim: str = Field(default="tenant", min_length=1)
     """Claim that names the tenant; a token without it (or with a bad name) is refused."""
@@ -661,7 +671,7 @@ class AirlockTokenVerifier:
 
         tenant = claims.get(settings.tenant_claim)
         if not isinstance(tenant, str) or not tenant:
-            raise _Rejected(f"JWT has no {settings.tenant_claim!r} claim")
+            raise _Rejected(f"JWT claim {settings.tenant_claim!r} is missing or not a string")
         if not TENANT_PATTERN.fullmatch(tenant) or tenant == LOCAL_TENANT:
             raise _Rejected(f"JWT claim {settings.tenant_claim!r} is not a tenant name")
         subject = claims.get("sub") if isinstance(claims.get("sub"), str) else None

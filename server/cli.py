@@ -12,6 +12,7 @@ import getpass
 import json
 import logging
 import os
+import secrets
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,8 +29,10 @@ from store import BlobStore, Database
 
 from .app import build_server
 from .audit import egress_table, grants_table, run_detail, runs_table
-from .config import ENV_DATA_DIR, ENV_POLICY, Config
+from .auth import generate_api_key, load_auth_config
+from .config import ENV_AUTH, ENV_DATA_DIR, ENV_POLICY, Config
 from .doctor import run_checks
+from .http import serve_http
 from .logs import setup_logging
 from .stdio import serve_stdio
 
@@ -63,12 +66,45 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"airlock {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    commands.add_parser(
+    serve = commands.add_parser(
         "serve",
         parents=[common],
-        help="serve MCP over stdio (builds the sandbox image on first use)",
-        description="Serve MCP over stdio. Logs and image-build progress go to stderr.",
+        help="serve MCP over stdio, or over HTTP with --http (builds the image on first use)",
+        description="Serve MCP over stdio (default) or Streamable HTTP. Logs and image-build "
+        "progress go to stderr.",
     )
+    serve.add_argument("--http", action="store_true", help="serve Streamable HTTP on /mcp")
+    serve.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765)")
+    serve.add_argument(
+        "--auth",
+        metavar="FILE",
+        default=os.environ.get(ENV_AUTH),
+        help=f"API keys / JWT settings (TOML); default ${ENV_AUTH}; required off loopback",
+    )
+    serve.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="HOST:PORT",
+        help="extra Host header value to accept (DNS-rebinding protection stays on)",
+    )
+    serve.add_argument(
+        "--allowed-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="extra Origin to accept, e.g. https://orchestrator.example",
+    )
+
+    keys = commands.add_parser("keys", help="API keys for HTTP clients").add_subparsers(
+        dest="keys_command", metavar="ACTION", required=True
+    )
+    create = keys.add_parser(
+        "create", help="print a new API key (once) and the line to add to the auth file"
+    )
+    create.add_argument("tenant", metavar="TENANT")
+    create.add_argument("--id", help="a label for the key (default: TENANT-<random>)")
 
     image = commands.add_parser("image", help="manage the sandbox image").add_subparsers(
         dest="image_command", metavar="ACTION", required=True
@@ -157,9 +193,11 @@ def main(argv: Sequence[str] | None = None) -> None:
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "policy":
         return _policy(args)
+    if args.command == "keys":
+        return _create_key(args)
     config = Config.resolve(args.data_dir, args.policy)
     if args.command == "serve":
-        return _serve(config)
+        return _serve(config, args)
     if args.command == "image":
         tag = build_image(
             connect(), lambda line: log.info("%s", line), force=args.force, base=args.base
@@ -173,10 +211,34 @@ def _dispatch(args: argparse.Namespace) -> int:
     return anyio.run(_audit, config, args)
 
 
-def _serve(config: Config) -> int:
+def _serve(config: Config, args: argparse.Namespace) -> int:
     policy = load_policy(config.policy_path)
+    if args.http:
+        auth = load_auth_config(Path(args.auth)) if args.auth else None
+        serve_http(
+            config,
+            policy,
+            host=args.host,
+            port=args.port,
+            auth=auth,
+            allowed_hosts=args.allowed_host,
+            allowed_origins=args.allowed_origin,
+        )
+        return 0
     log.info("airlock %s serving MCP on stdio; data in %s", __version__, config.data_dir)
     serve_stdio(build_server(config, policy))
+    return 0
+
+
+def _create_key(args: argparse.Namespace) -> int:
+    key, digest = generate_api_key()
+    key_id = args.id or f"{args.tenant}-{secrets.token_hex(3)}"
+    _out(key)
+    sys.stderr.write(
+        "airlock: this key is shown once; give it to the client (Authorization: Bearer <key>).\n"
+        "airlock: add this to the auth file (only the hash is stored):\n\n"
+        f'[[keys]]\nid = "{key_id}"\ntenant = "{args.tenant}"\nhash = "{digest}"\n'
+    )
     return 0
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 ENV_DATA_DIR = "AIRLOCK_DATA_DIR"
 ENV_POLICY = "AIRLOCK_POLICY"
+ENV_AUTH = "AIRLOCK_AUTH"
 LOCAL_TENANT = "local"
 
 

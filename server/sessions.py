@@ -53,22 +53,29 @@ class Leases:
         self._defaults: dict[str, str] = {}
         self._lock = anyio.Lock()
 
-    async def resolve(self, session_id: str | None, tenant: str) -> Session:
-        """The caller's live lease, refreshed; a new default lease when none is named."""
+    async def resolve(self, session_id: str | None, tenant: str, *, fresh: bool = False) -> Session:
+        """The caller's live lease, refreshed. Without an id: the tenant's default lease,
+        or with `fresh` (remote callers, which can't share one) a new lease."""
         now = self._services.clock()
         async with self._lock:
-            if session_id is None:
-                lease = self._live.get(self._defaults.get(tenant, ""))
-                if lease is None or self._expired(lease, now):
-                    lease = await self._create(tenant, now)
-                    self._defaults[tenant] = lease.id
+            found: _Lease | None
+            if session_id is None and fresh:
+                found = None
+            elif session_id is None:
+                found = self._live.get(self._defaults.get(tenant, ""))
             else:
-                lease = self._live.get(session_id)
-                if lease is None or lease.tenant != tenant or self._expired(lease, now):
+                found = self._live.get(session_id)
+                if found is None or found.tenant != tenant or self._expired(found, now):
                     raise NotFound(
                         f"unknown session {session_id!r} (it may have ended or expired); "
-                        "omit session_id to use a fresh default session"
+                        "omit session_id to start a new session"
                     )
+            if found is None or self._expired(found, now):
+                lease = await self._create(tenant, now)
+                if not fresh:
+                    self._defaults[tenant] = lease.id
+            else:
+                lease = found
             lease.expires_at = min(now + self._settings.idle_ttl_s, self._hard_end(lease))
         await self._services.db.touch_session(
             lease.id, last_used_at=now, expires_at=lease.expires_at

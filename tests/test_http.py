@@ -1,0 +1,202 @@
+"""Airlock over Streamable HTTP, as a remote orchestrator sees it: a real uvicorn subprocess."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import socket
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import docker
+import httpx
+import httpx2
+import pytest
+from anyio.abc import Process
+from mcp.client import Client
+from mcp.client.streamable_http import streamable_http_client
+from support import wait_until
+
+from server.auth import generate_api_key
+
+pytestmark = [pytest.mark.anyio, pytest.mark.docker]
+
+AIRLOCK = str(Path(sys.executable).with_name("airlock"))
+MODES = pytest.mark.parametrize("mode", ["auto", "legacy"])
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@dataclass
+class HttpServer:
+    url: str
+    base: str
+    keys: dict[str, str]
+    process: Process
+    data_dir: Path
+
+
+@asynccontextmanager
+async def http_server(tmp_path: Path, *extra: str) -> AsyncIterator[HttpServer]:
+    keys: dict[str, str] = {}
+    lines = []
+    for tenant in ("acme", "globex"):
+        key, digest = generate_api_key()
+        keys[tenant] = key
+        lines.append(f'[[keys]]\nid = "{tenant}-ci"\ntenant = "{tenant}"\nhash = "{digest}"\n')
+    auth = tmp_path / "auth.toml"
+    auth.write_text("\n".join(lines))
+    port = free_port()
+    data_dir = tmp_path / "data"
+    command = [AIRLOCK, "serve", "--http", "--port", str(port), "--auth", str(auth)]
+    command += ["--data-dir", str(data_dir), *extra]
+    process = await anyio.open_process(command, stdin=None, stdout=None, stderr=None)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        async with httpx.AsyncClient() as probe:
+
+            async def healthy() -> bool:
+                try:
+                    return (await probe.get(f"{base}/healthz")).status_code == 200
+                except httpx.TransportError:
+                    return False
+
+            with anyio.fail_after(60):
+                while not await healthy():
+                    assert process.returncode is None, "server exited during startup"
+                    await anyio.sleep(0.1)
+        yield HttpServer(f"{base}/mcp", base, keys, process, data_dir)
+    finally:
+        if process.returncode is None:
+            process.send_signal(signal.SIGTERM)
+            with anyio.fail_after(60):
+                await process.wait()
+        await process.aclose()
+
+
+@asynccontextmanager
+async def client(server: HttpServer, tenant: str, mode: str) -> AsyncIterator[Client]:
+    headers = {"Authorization": f"Bearer {server.keys[tenant]}"}
+    async with httpx2.AsyncClient(headers=headers) as http:
+        transport = streamable_http_client(server.url, http_client=http)
+        async with Client(transport, mode=mode) as connected:  # type: ignore[arg-type]
+            yield connected
+
+
+def text(result: Any) -> str:
+    return str(result.content[0].text)
+
+
+async def test_requests_without_a_valid_token_get_401_with_metadata(tmp_path: Path) -> None:
+    async with http_server(tmp_path) as server, httpx.AsyncClient() as probe:
+        health = await probe.get(f"{server.base}/healthz")
+        missing = await probe.post(server.url, json={})
+        wrong = await probe.post(
+            server.url, json={}, headers={"Authorization": "Bearer alk_not-a-key"}
+        )
+    assert health.status_code == 200
+    assert missing.status_code == 401
+    assert wrong.status_code == 401
+    assert "resource_metadata" in missing.headers.get("www-authenticate", "")
+
+
+async def test_foreign_host_header_is_refused(tmp_path: Path) -> None:
+    async with http_server(tmp_path) as server, httpx.AsyncClient() as probe:
+        response = await probe.post(
+            server.url,
+            json={},
+            headers={"Authorization": f"Bearer {server.keys['acme']}", "Host": "evil.example"},
+        )
+    assert response.status_code == 421
+
+
+async def test_refuses_a_public_address_without_auth(tmp_path: Path) -> None:
+    result = await anyio.run_process(
+        [AIRLOCK, "serve", "--http", "--host", "0.0.0.0", "--data-dir", str(tmp_path)],
+        check=False,
+    )
+    assert result.returncode == 1
+    assert b"without authentication" in result.stderr
+
+
+@MODES
+async def test_tenants_cannot_see_each_others_runs_sessions_or_capabilities(
+    tmp_path: Path, mode: str
+) -> None:
+    async with (
+        http_server(tmp_path) as server,
+        client(server, "acme", mode) as acme,
+        client(server, "globex", mode) as globex,
+    ):
+        ran = await acme.call_tool("run_code", {"code": "open('secret.txt','w').write('acme')"})
+        assert ran.structured_content is not None
+        run_id = ran.structured_content["run_id"]
+        session = ran.structured_content["session_id"]
+        own = await acme.call_tool("fetch_artifact", {"run_id": run_id, "path": "secret.txt"})
+        theirs = await globex.call_tool("fetch_artifact", {"run_id": run_id, "path": "secret.txt"})
+        never = await globex.call_tool(
+            "fetch_artifact", {"run_id": "run_" + "a" * 26, "path": "secret.txt"}
+        )
+        reuse = await globex.call_tool("run_code", {"code": "print(1)", "session_id": session})
+        end = await globex.call_tool("end_session", {"session_id": session})
+        revoke = await globex.call_tool(
+            "revoke_capability", {"capability_id": f"tenant/acme/session/{session}/cap/x"}
+        )
+        still = await acme.call_tool(
+            "run_code", {"code": "print(open('secret.txt').read())", "session_id": session}
+        )
+    assert not own.is_error
+    assert theirs.is_error
+    assert text(theirs).replace(run_id, "ID") == text(never).replace("run_" + "a" * 26, "ID")
+    assert reuse.is_error and "unknown session" in text(reuse)
+    assert end.is_error and "unknown session" in text(end)
+    assert revoke.is_error
+    assert still.structured_content is not None
+    assert still.structured_content["stdout"]["text"] == "acme\n"
+
+
+@MODES
+async def test_sigterm_ends_every_lease_and_removes_containers(
+    tmp_path: Path, mode: str, docker_client: docker.DockerClient
+) -> None:
+    session = ""
+    async with http_server(tmp_path) as server:
+        # The client loses its server mid-call; only what the server did matters here.
+        with contextlib.suppress(Exception):
+            async with client(server, "acme", mode) as acme:
+                first = await acme.call_tool("run_code", {"code": "print(1)"})
+                assert first.structured_content is not None
+                session = first.structured_content["session_id"]
+
+                async def long_call() -> None:
+                    await acme.call_tool(
+                        "run_code", {"code": "import time; time.sleep(60)", "session_id": session}
+                    )
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(long_call)
+                    await wait_until(
+                        lambda: docker_client.containers.list(
+                            filters={"label": f"airlock.session={session}"}
+                        )
+                    )
+                    server.process.send_signal(signal.SIGTERM)
+                    with anyio.fail_after(60):
+                        await server.process.wait()
+                    tg.cancel_scope.cancel()
+    assert session
+    assert server.process.returncode == 0
+    assert (
+        docker_client.containers.list(all=True, filters={"label": f"airlock.session={session}"})
+        == []
+    )
