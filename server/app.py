@@ -13,7 +13,7 @@ import logging
 import os
 import time
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
@@ -25,6 +25,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError, ToolError
 from mcp.server.mcpserver.resolve import Elicit, Resolve
 from mcp.types import CallToolResult, ToolAnnotations
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, Field
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -45,6 +46,7 @@ from tools import (
     RevokeResult,
     RunResult,
     Services,
+    Session,
     tool_errors,
 )
 from tools.capabilities import approval_question, check_request, describe_offer
@@ -194,6 +196,7 @@ def build_server(
             ),
         ] = [],  # noqa: B006 - pydantic copies defaults; the schema needs a plain []
         session_id: SessionArg = None,
+        ctx: Context = None,  # type: ignore[assignment]  # injected by the SDK
     ) -> Annotated[CallToolResult, RunResult]:
         """Run code in a fresh, isolated container with no network and no credentials.
 
@@ -205,7 +208,7 @@ def build_server(
         """
         services, leases = live.get()
         with tool_errors():
-            session = await leases.resolve(session_id, _caller(), fresh=http)
+            session = await _lease(leases, session_id, ctx, http=http)
             async with leases.running(session):
                 return await tools.run_code(
                     services,
@@ -235,6 +238,7 @@ def build_server(
             int, Field(description="At most this many bytes (1 to 1048576).")
         ] = 65536,
         session_id: SessionArg = None,
+        ctx: Context = None,  # type: ignore[assignment]  # injected by the SDK
     ) -> Annotated[CallToolResult, FetchResult]:
         """Read (part of) a file that a run created or changed, or a run's full stdout/stderr
         ('.airlock/stdout', '.airlock/stderr').
@@ -244,7 +248,7 @@ def build_server(
         """
         services, leases = live.get()
         with tool_errors():
-            session = await leases.resolve(session_id, _caller(), fresh=http)
+            session = await _lease(leases, session_id, ctx, http=http)
             return await tools.fetch_artifact(
                 services, session, run_id=run_id, path=path, offset=offset, max_bytes=max_bytes
             )
@@ -309,10 +313,11 @@ def build_server(
             int | None, Field(description="Lifetime in seconds (default: the policy's ttl).")
         ] = None,
         session_id: SessionArg = None,
+        ctx: Context = None,  # type: ignore[assignment]  # injected by the SDK
     ) -> CapabilityResult:
         services, leases = live.get()
         with tool_errors():
-            session = await leases.resolve(session_id, _caller(), fresh=http)
+            session = await _lease(leases, session_id, ctx, http=http)
             return await tools.request_capability(
                 services,
                 session,
@@ -336,11 +341,12 @@ def build_server(
     async def revoke_capability(
         capability_id: Annotated[str, Field(description="capability_id to revoke.")],
         session_id: SessionArg = None,
+        ctx: Context = None,  # type: ignore[assignment]  # injected by the SDK
     ) -> RevokeResult:
         """Revoke a capability now: every later request of any run using it is refused."""
         services, leases = live.get()
         with tool_errors():
-            session = await leases.resolve(session_id, _caller(), fresh=http)
+            session = await _lease(leases, session_id, ctx, http=http)
             return await tools.revoke_capability(services, session, capability_id=capability_id)
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -360,6 +366,28 @@ def build_server(
             raise ResourceError(str(exc)) from exc
 
     return mcp
+
+
+async def _lease(leases: Leases, session_id: str | None, ctx: Context, *, http: bool) -> Session:
+    """The caller's lease. A remote call without session_id starts a fresh one; on a
+    handshake-era connection (which has a lifetime: DELETE, idle timeout) that lease
+    also ends with the connection."""
+    session = await leases.resolve(session_id, _caller(), fresh=http)
+    if http and session_id is None:
+        stack = _connection_exit_stack(ctx)
+        if stack is not None:
+            leases.end_with(stack, session)
+    return session
+
+
+def _connection_exit_stack(ctx: Context) -> AsyncExitStack | None:
+    # SDK internals (hence mcp pinned to 2.3.*): on 2026-07-28 a "connection" is one
+    # request, so only handshake-era connections are worth binding a lease to.
+    connection = getattr(ctx.request_context.session, "_connection", None)
+    if connection is None or connection.protocol_version in MODERN_PROTOCOL_VERSIONS:
+        return None
+    stack: AsyncExitStack = connection.exit_stack
+    return stack
 
 
 def _caller() -> str:

@@ -11,10 +11,11 @@ answer as for an id that never existed.
 from __future__ import annotations
 
 import base64
+import contextlib
 import logging
 import secrets
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 
 import anyio
@@ -133,6 +134,15 @@ class Leases:
         for lease in expired:
             await self._teardown(lease, "expired")
         return len(expired)
+
+    def end_with(self, stack: AsyncExitStack, session: Session) -> None:
+        """End `session` when `stack` closes (a handshake-era connection going away)."""
+
+        async def end() -> None:
+            with contextlib.suppress(NotFound):
+                await self.end(session.id, session.tenant, reason="client disconnected")
+
+        stack.push_async_callback(end)
 
     def live_ids(self) -> list[str]:
         return list(self._live)

@@ -200,3 +200,30 @@ async def test_sigterm_ends_every_lease_and_removes_containers(
         docker_client.containers.list(all=True, filters={"label": f"airlock.session={session}"})
         == []
     )
+
+
+async def test_closing_a_handshake_era_connection_ends_its_leases(
+    tmp_path: Path, docker_client: docker.DockerClient
+) -> None:
+    async with http_server(tmp_path) as server:
+        async with client(server, "acme", "legacy") as acme:
+            ran = await acme.call_tool("run_code", {"code": "open('f','w').write('x')"})
+            assert ran.structured_content is not None
+            session = ran.structured_content["session_id"]
+        # The client sent DELETE on close; the lease ended with the connection.
+        async with client(server, "acme", "auto") as again:
+            reuse = await again.call_tool("run_code", {"code": "print(1)", "session_id": session})
+    assert reuse.is_error
+    assert "unknown session" in text(reuse)
+
+
+async def test_modern_era_leases_outlive_each_request(tmp_path: Path) -> None:
+    async with http_server(tmp_path) as server, client(server, "acme", "auto") as acme:
+        first = await acme.call_tool("run_code", {"code": "open('f','w').write('kept')"})
+        assert first.structured_content is not None
+        session = first.structured_content["session_id"]
+        second = await acme.call_tool(
+            "run_code", {"code": "print(open('f').read())", "session_id": session}
+        )
+    assert second.structured_content is not None
+    assert second.structured_content["stdout"]["text"] == "kept\n"
