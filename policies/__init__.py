@@ -33,6 +33,7 @@ from policies.model import (
     PoolSettings,
     SandboxSettings,
     SessionSettings,
+    TenantLimits,
 )
 
 __all__ = [
@@ -51,6 +52,7 @@ __all__ = [
     "SandboxSettings",
     "Scope",
     "SessionSettings",
+    "TenantLimits",
     "canonical_host",
     "canonical_host_pattern",
     "format_duration",

@@ -710,6 +710,13 @@ class BrokerSettings(_Section):
     """Most live grants across all sessions of one tenant."""
 
 
+class TenantLimits(_Section):
+    """Caps per tenant (over HTTP each API key or JWT names one; over stdio there is one)."""
+
+    max_concurrent_runs: int = Field(default=8, gt=0, le=1024)
+    """Most runs (and so run containers) one tenant may have at once; one more is refused."""
+
+
 class Policy(_Section):
     """A complete Airlock policy. Every section may be left out to take its defaults."""
 
@@ -718,6 +725,9 @@ class Policy(_Section):
 
     sandbox: SandboxSettings = SandboxSettings()
     """Image and runtime of sandboxes."""
+
+    tenants: TenantLimits = TenantLimits()
+    """Per-tenant caps."""
 
     limits: Limits = Limits()
     """Resource limits of each run."""

@@ -12,7 +12,7 @@ caller's session and hand over to `tools`.
 import logging
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import Annotated, Literal
@@ -97,6 +97,7 @@ def build_server(
     http: bool = False,
     token_verifier: TokenVerifier | None = None,
     auth: AuthSettings | None = None,
+    on_stopped: Callable[[], None] | None = None,
 ) -> MCPServer:
     """The Airlock MCP server. Over HTTP every call's tenant comes from its bearer token
     (the local user when serving loopback without auth), and a call without session_id
@@ -131,12 +132,14 @@ def build_server(
                 vault=vault,
             ),
         )
-        leases = Leases(services, policy.sessions)
+        leases = Leases(
+            services, policy.sessions, max_runs_per_tenant=policy.tenants.max_concurrent_runs
+        )
         live.services, live.leases = services, leases
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(engine.serve)
-                tg.start_soon(_housekeeping, leases, engine)
+                tg.start_soon(_housekeeping, leases, engine, _sweep_interval(policy))
                 try:
                     yield
                 finally:
@@ -152,6 +155,8 @@ def build_server(
                 await _shutdown(engine)
                 engine.close()
                 await db.close()
+            if on_stopped is not None:
+                on_stopped()
 
     mcp = MCPServer(
         "airlock",
@@ -420,11 +425,17 @@ def _approval(answer: object) -> tools.Approval:
     return "declined"
 
 
-async def _housekeeping(leases: Leases, engine: Engine) -> None:
-    """End idle sessions, and reap containers past their deadline, until cancelled."""
+def _sweep_interval(policy: Policy) -> float:
+    # Often enough that a lease ends within a fraction of its TTL of expiring.
+    shortest = min(policy.sessions.idle_ttl_s, policy.sessions.max_lifetime_s)
+    return min(SWEEP_INTERVAL_S, max(0.5, shortest / 4))
+
+
+async def _housekeeping(leases: Leases, engine: Engine, interval: float) -> None:
+    """End expired sessions, and reap containers past their deadline, until cancelled."""
     last_reap = time.monotonic()
     while True:
-        await anyio.sleep(SWEEP_INTERVAL_S)
+        await anyio.sleep(interval)
         try:
             await leases.sweep()
             backend = engine.connected()

@@ -27,7 +27,6 @@ from sandbox import connect
 from sandbox.image import build_image
 from store import BlobStore, Database
 
-from .app import build_server
 from .audit import egress_table, grants_table, run_detail, runs_table
 from .auth import generate_api_key, load_auth_config
 from .config import ENV_AUTH, ENV_DATA_DIR, ENV_POLICY, Config
@@ -226,7 +225,7 @@ def _serve(config: Config, args: argparse.Namespace) -> int:
         )
         return 0
     log.info("airlock %s serving MCP on stdio; data in %s", __version__, config.data_dir)
-    serve_stdio(build_server(config, policy))
+    serve_stdio(config, policy)
     return 0
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import anyio
 
-from airlock.errors import NotFound, SessionEnded
+from airlock.errors import LimitExceeded, NotFound, SessionEnded
 from policies import SessionSettings
 from store import SessionRecord
 from tools import EndSessionResult, Services, Session, teardown_session
@@ -47,9 +47,13 @@ class _Lease:
 class Leases:
     """The live leases of this server process."""
 
-    def __init__(self, services: Services, settings: SessionSettings) -> None:
+    def __init__(
+        self, services: Services, settings: SessionSettings, *, max_runs_per_tenant: int
+    ) -> None:
         self._services = services
         self._settings = settings
+        self._max_runs = max_runs_per_tenant
+        self._runs_by_tenant: dict[str, int] = {}
         self._live: dict[str, _Lease] = {}
         self._defaults: dict[str, str] = {}
         self._lock = anyio.Lock()
@@ -89,12 +93,22 @@ class Leases:
         lease = self._live.get(session.id)
         if lease is None:
             raise NotFound(f"unknown session {session.id!r}; omit session_id to start a new one")
+        if self._runs_by_tenant.get(lease.tenant, 0) >= self._max_runs:
+            raise LimitExceeded(
+                f"{self._max_runs} runs of this tenant are already running; wait for one to "
+                "finish (the operator sets [tenants] max_concurrent_runs)"
+            )
+        self._runs_by_tenant[lease.tenant] = self._runs_by_tenant.get(lease.tenant, 0) + 1
         with anyio.CancelScope() as scope:
             lease.running.add(scope)
             try:
                 yield
             finally:
                 lease.running.discard(scope)
+                self._runs_by_tenant[lease.tenant] -= 1
+                # The idle clock starts when the call ends, not when it started.
+                now = self._services.clock()
+                lease.expires_at = min(now + self._settings.idle_ttl_s, self._hard_end(lease))
         if scope.cancelled_caught:
             raise SessionEnded(
                 f"session {session.id} ended while the call was running, so the run was "
@@ -128,7 +142,12 @@ class Leases:
         """End every lease past its idle TTL or maximum lifetime; returns how many."""
         now = self._services.clock()
         async with self._lock:
-            expired = [lease for lease in self._live.values() if self._expired(lease, now)]
+            # A call still running is activity: idle expiry waits for it (max lifetime doesn't).
+            expired = [
+                lease
+                for lease in self._live.values()
+                if now >= self._hard_end(lease) or (not lease.running and self._expired(lease, now))
+            ]
             for lease in expired:
                 self._forget(lease)
         for lease in expired:

@@ -2,8 +2,8 @@
 
 SIGINT and SIGTERM (Claude Code stops a stdio server with SIGINT) cancel the
 server, whose lifespan then ends every session. The SDK reads stdin in a worker
-thread that cannot be interrupted, so after teardown the process exits without
-waiting for that thread.
+thread that no cancellation can interrupt, so once the lifespan has finished the
+process exits without waiting for that thread.
 """
 
 from __future__ import annotations
@@ -14,28 +14,41 @@ import signal
 import sys
 
 import anyio
-from mcp.server.mcpserver import MCPServer
+
+from policies import Policy
+
+from .app import build_server
+from .config import Config
 
 log = logging.getLogger(__name__)
 
 
-async def _serve(mcp: MCPServer) -> None:
+def _exit_now() -> None:
+    log.info("stopped")
+    sys.stderr.flush()
+    os._exit(0)
+
+
+async def _serve(config: Config, policy: Policy) -> None:
+    stopped = anyio.Event()
+    mcp = build_server(config, policy, on_stopped=stopped.set)
     async with anyio.create_task_group() as tg:
 
         async def stop_on_signal() -> None:
             with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
                 async for signum in signals:
                     log.info("received %s; ending all sessions", signal.Signals(signum).name)
-                    tg.cancel_scope.cancel()
-                    return
+                    serving.cancel()
+                    await stopped.wait()
+                    _exit_now()
 
+        serving = anyio.CancelScope()
         tg.start_soon(stop_on_signal)
-        await mcp.run_stdio_async()
+        with serving:
+            await mcp.run_stdio_async()
         tg.cancel_scope.cancel()
 
 
-def serve_stdio(mcp: MCPServer) -> None:
-    anyio.run(_serve, mcp)
-    log.info("stopped")
-    sys.stderr.flush()
-    os._exit(0)
+def serve_stdio(config: Config, policy: Policy) -> None:
+    anyio.run(_serve, config, policy)
+    _exit_now()

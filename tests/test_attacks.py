@@ -95,7 +95,9 @@ def all_text(r: CallToolResult) -> str:
 
 
 def containers_of_session(client: docker.DockerClient, session_id: str) -> list[Any]:
-    return client.containers.list(all=True, filters={"label": f"airlock.session={session_id}"})
+    return client.containers.list(
+        all=True, filters={"label": f"airlock.session={session_id}"}, ignore_removed=True
+    )
 
 
 def host_addresses() -> list[str]:

@@ -187,7 +187,7 @@ async def test_sigterm_ends_every_lease_and_removes_containers(
                     tg.start_soon(long_call)
                     await wait_until(
                         lambda: docker_client.containers.list(
-                            filters={"label": f"airlock.session={session}"}
+                            filters={"label": f"airlock.session={session}"}, ignore_removed=True
                         )
                     )
                     server.process.send_signal(signal.SIGTERM)
@@ -197,7 +197,9 @@ async def test_sigterm_ends_every_lease_and_removes_containers(
     assert session
     assert server.process.returncode == 0
     assert (
-        docker_client.containers.list(all=True, filters={"label": f"airlock.session={session}"})
+        docker_client.containers.list(
+            all=True, filters={"label": f"airlock.session={session}"}, ignore_removed=True
+        )
         == []
     )
 

@@ -236,6 +236,7 @@ def test_json_schema_describes_the_sections() -> None:
         "capabilities",
         "egress",
         "broker",
+        "tenants",
     }
     assert schema["additionalProperties"] is False
     limits = schema["$defs"]["Limits"]["properties"]

@@ -238,7 +238,7 @@ async def test_live_container_is_hardened(
             tg.start_soon(run, client, "import time; time.sleep(30)")
             found = await wait_until(
                 lambda: docker_client.containers.list(
-                    filters={"label": f"airlock.session={session}"}
+                    filters={"label": f"airlock.session={session}"}, ignore_removed=True
                 )
             )
             attrs = found[0].attrs
@@ -293,3 +293,51 @@ async def test_records_survive_restart_and_audit_shows_them(
     ).stdout.decode()
     assert "audited output" in detail
     assert "peak memory" in detail
+
+
+async def test_a_tenant_over_its_concurrent_run_limit_is_refused(
+    make_server: MakeServer, docker_client: docker.DockerClient
+) -> None:
+    async with Client(make_server({"tenants": {"max_concurrent_runs": 1}})) as client:
+        first = await run(client, "print(1)")
+        session = first["session_id"]
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run, client, "import time; time.sleep(30)")
+            await wait_until(
+                lambda: (
+                    docker_client.containers.list(
+                        filters={"label": f"airlock.session={session}"}, ignore_removed=True
+                    )
+                    and not docker_client.containers.list(
+                        all=True,
+                        filters={"label": f"airlock.run={first['run_id']}"},
+                        ignore_removed=True,
+                    )
+                )
+            )
+            refused = await client.call_tool("run_code", {"code": "print(2)"})
+            tg.cancel_scope.cancel()
+    assert refused.is_error
+    assert "already running" in text_of(refused)
+
+
+async def test_a_lease_past_its_lifetime_ends_without_any_call(
+    make_server: MakeServer, docker_client: docker.DockerClient
+) -> None:
+    policy = {"sessions": {"idle_ttl_s": 2, "max_lifetime_s": 2}}
+    async with Client(make_server(policy)) as client:
+        result = await client.call_tool("run_code", {"code": "import time; time.sleep(60)"})
+        assert result.is_error
+        assert "ended while the call was running" in text_of(result)
+        session = re.search(r"session (ses_[a-z2-7]+)", text_of(result))
+        assert session is not None
+        await wait_until(
+            lambda: (
+                not docker_client.containers.list(
+                    all=True,
+                    filters={"label": f"airlock.session={session.group(1)}"},
+                    ignore_removed=True,
+                )
+            ),
+            within=15,
+        )

@@ -1,0 +1,119 @@
+"""An independent client: the MCP Inspector CLI (Node) drives `airlock serve` over stdio.
+
+The Inspector is installed once into ~/.cache/airlock-tests/inspector (CI installs
+it beforehand with the same command, see INSTALL). Without node and npm the test
+skips locally and fails when AIRLOCK_REQUIRE_DOCKER=1 (CI), like the Docker tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+pytestmark = [pytest.mark.anyio, pytest.mark.docker]
+
+REQUIRE_TOOLS = os.environ.get("AIRLOCK_REQUIRE_DOCKER") == "1"
+INSPECTOR_VERSION = "2.12.0"
+INSPECTOR_DIR = Path.home() / ".cache" / "airlock-tests" / "inspector"
+INSTALL = [
+    "npm",
+    "install",
+    "--no-audit",
+    "--no-fund",
+    "--prefix",
+    str(INSPECTOR_DIR),
+    f"@modelcontextprotocol/inspector@{INSPECTOR_VERSION}",
+]
+AIRLOCK = Path(sys.executable).with_name("airlock")
+CALL_S = 120  # one Inspector run: node start, server start, one call
+
+
+def _installed_version() -> str | None:
+    package = INSPECTOR_DIR / "node_modules" / "@modelcontextprotocol" / "inspector"
+    try:
+        return str(json.loads((package / "package.json").read_text())["version"])
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+@pytest.fixture(scope="session")
+def inspector() -> Path:
+    """The Inspector's command, installed on first use."""
+    missing = [tool for tool in ("node", "npm") if shutil.which(tool) is None]
+    if missing:
+        reason = f"the MCP Inspector needs {' and '.join(missing)}"
+        if REQUIRE_TOOLS:
+            pytest.fail(f"{reason} (AIRLOCK_REQUIRE_DOCKER=1 requires it)")
+        pytest.skip(reason)
+    if _installed_version() != INSPECTOR_VERSION:
+        done = subprocess.run(INSTALL, capture_output=True, text=True, timeout=600)
+        if done.returncode != 0:
+            pytest.fail(f"{' '.join(INSTALL)} failed:\n{done.stdout}\n{done.stderr}")
+    command = INSPECTOR_DIR / "node_modules" / ".bin" / "mcp-inspector"
+    assert command.exists(), f"{command} missing after {' '.join(INSTALL)}"
+    return command
+
+
+async def run_inspector(
+    inspector: Path, tmp_path: Path, era: str, *args: str
+) -> tuple[dict[str, Any], str]:
+    """One Inspector CLI run against a fresh `airlock serve`; its JSON result and stderr."""
+    home = tmp_path / "home"  # the Inspector keeps state under ~/.mcp-inspector
+    home.mkdir(exist_ok=True)
+    env = {"PATH": os.environ["PATH"], "HOME": str(home)}
+    if "DOCKER_HOST" in os.environ:
+        env["DOCKER_HOST"] = os.environ["DOCKER_HOST"]
+    command = [
+        str(inspector),
+        "--cli",
+        "--format",
+        "json",
+        "--protocol-era",
+        era,
+        *args,
+        "--",
+        str(AIRLOCK),
+        "serve",
+        "--data-dir",
+        str(tmp_path / "data"),
+    ]
+    with anyio.fail_after(CALL_S):
+        done = await anyio.run_process(command, env=env, check=False)
+    stdout, stderr = done.stdout.decode(), done.stderr.decode(errors="replace")
+    assert done.returncode == 0, f"exit {done.returncode}\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    output: dict[str, Any] = json.loads(stdout)
+    return output, stderr
+
+
+@pytest.mark.parametrize("era", ["legacy", "modern"])
+async def test_inspector_lists_the_tools_and_runs_code_over_stdio(
+    inspector: Path, tmp_path: Path, era: str
+) -> None:
+    listed, log = await run_inspector(inspector, tmp_path, era, "--method", "tools/list")
+    names = {tool["name"] for tool in listed["result"]["tools"]}
+    assert {"run_code", "fetch_artifact", "end_session"} <= names, log
+
+    called, log = await run_inspector(
+        inspector,
+        tmp_path,
+        era,
+        "--method",
+        "tools/call",
+        "--tool-name",
+        "run_code",
+        "--tool-args-json",
+        json.dumps({"code": "print(6*7)"}),
+    )
+    result = called["result"]
+    assert result["isError"] is False, log
+    assert result["structuredContent"]["status"] == "ok", log
+    assert result["structuredContent"]["stdout"]["text"] == "42\n"
+    assert "42" in result["content"][0]["text"]

@@ -1,0 +1,430 @@
+"""`airlock serve` as a real subprocess over stdio: tools end to end, and how it stops.
+
+Stdin EOF, SIGTERM and SIGINT must end the process with exit code 0 and no
+container left behind; after a SIGKILL the container outlives its server until
+the next server reaps it. Most tests spawn the server themselves and hand its
+pipes to the SDK client through a small transport, so they hold the process
+(its pid, its exit code, its stderr) and decide alone when stdin closes: the
+SDK's own stdio transport closes stdin and escalates to SIGTERM after two
+seconds, which would blur the EOF path with the signal path.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+import docker
+import docker.errors
+import mcp_types
+import pytest
+from anyio.abc import Process
+from anyio.streams.buffered import BufferedByteReceiveStream
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from docker.models.containers import Container
+from mcp.client import Client
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.shared.exceptions import MCPError
+from mcp.shared.message import SessionMessage
+from mcp.types import CallToolResult, TextContent
+
+pytestmark = [pytest.mark.anyio, pytest.mark.docker]
+
+AIRLOCK = Path(sys.executable).with_name("airlock")
+# Prints once it runs, then outlives every wait in these tests.
+LONG_RUN = "import time; print('x', flush=True); time.sleep(120)"
+APPEAR_S = 60  # until a started run's container runs
+VANISH_S = 20  # until a removed container is gone
+EXIT_S = 20  # until a stopping server has exited
+MAX_LINE = 64 * 1024 * 1024
+
+
+@dataclass
+class Served:
+    process: Process
+    log_path: Path
+
+    def log(self) -> str:
+        """The server's stderr so far, for assertion messages."""
+        return self.log_path.read_text(errors="replace")
+
+
+@pytest.fixture
+def started_pids(docker_client: docker.DockerClient) -> Iterator[list[int]]:
+    """Pids of the servers a test starts; their containers are removed afterwards, so a
+    failing test leaks nothing (a passing one has nothing left to remove)."""
+    pids: list[int] = []
+    yield pids
+    host = socket.gethostname()
+    for pid in pids:
+        labels = [f"airlock.pid={pid}", f"airlock.host={host}"]
+        for container in docker_client.containers.list(
+            all=True, filters={"label": labels}, ignore_removed=True
+        ):
+            with suppress(docker.errors.NotFound):
+                container.remove(force=True)
+
+
+def server_env(tmp_path: Path) -> dict[str, str]:
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    env = {"PATH": os.environ["PATH"], "HOME": str(home)}
+    if "DOCKER_HOST" in os.environ:  # the engine the tests use, wherever it is
+        env["DOCKER_HOST"] = os.environ["DOCKER_HOST"]
+    return env
+
+
+def serve_args(data_dir: Path) -> list[str]:
+    return ["serve", "--data-dir", str(data_dir)]
+
+
+@asynccontextmanager
+async def airlock_serve(
+    tmp_path: Path, data_dir: Path, pids: list[int], name: str = "server"
+) -> AsyncIterator[Served]:
+    """`airlock serve` as a child process; on the way out stdin closes and the process
+    gets EXIT_S to end before it is killed."""
+    log_path = tmp_path / f"{name}.stderr"
+    with log_path.open("wb") as log:
+        process = await anyio.open_process(
+            [str(AIRLOCK), *serve_args(data_dir)], env=server_env(tmp_path), stderr=log
+        )
+    pids.append(process.pid)
+    served = Served(process, log_path)
+    try:
+        yield served
+    finally:
+        with anyio.CancelScope(shield=True):
+            # EOF first, and the server's stdout stays open until it has exited.
+            if process.stdin is not None:
+                with suppress(anyio.BrokenResourceError, OSError):
+                    await process.stdin.aclose()
+            with anyio.move_on_after(EXIT_S):
+                await process.wait()
+            if process.returncode is None:
+                process.kill()
+            await process.aclose()
+        # Shown by pytest when the test fails, whatever failed.
+        sys.stderr.write(f"--- stderr of {name} ---\n{served.log()}")
+
+
+@asynccontextmanager
+async def pipe_transport(
+    process: Process,
+) -> AsyncIterator[
+    tuple[
+        MemoryObjectReceiveStream[SessionMessage | Exception],
+        MemoryObjectSendStream[SessionMessage],
+    ]
+]:
+    """The SDK client's view of a process we started: newline-delimited JSON-RPC over its
+    stdin and stdout. Leaving closes stdin, which is the server's EOF."""
+    assert process.stdin is not None and process.stdout is not None
+    stdin, stdout = process.stdin, BufferedByteReceiveStream(process.stdout)
+    to_client, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    write_stream, from_client = anyio.create_memory_object_stream[SessionMessage](0)
+
+    async def server_to_client() -> None:
+        async with to_client:
+            while True:
+                try:
+                    line = await stdout.receive_until(b"\n", MAX_LINE)
+                except (anyio.EndOfStream, anyio.IncompleteRead, anyio.ClosedResourceError):
+                    return
+                message = mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+                try:
+                    await to_client.send(SessionMessage(message))
+                except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                    return  # the client is gone
+
+    async def client_to_server() -> None:
+        async with from_client:
+            async for item in from_client:
+                data = item.message.model_dump_json(by_alias=True, exclude_unset=True)
+                try:
+                    await stdin.send(data.encode() + b"\n")
+                except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                    return
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(server_to_client)
+        tg.start_soon(client_to_server)
+        try:
+            yield read_stream, write_stream
+        finally:
+            tg.cancel_scope.cancel()
+            with anyio.CancelScope(shield=True):
+                with suppress(anyio.BrokenResourceError, OSError):  # the server may be gone
+                    await stdin.aclose()
+                await read_stream.aclose()
+                await write_stream.aclose()
+
+
+async def containers(client: docker.DockerClient, label: str) -> list[Container]:
+    return await anyio.to_thread.run_sync(
+        lambda: client.containers.list(all=True, filters={"label": label}, ignore_removed=True)
+    )
+
+
+async def poll_containers(
+    client: docker.DockerClient,
+    label: str,
+    done: Callable[[list[Container]], bool],
+    *,
+    within: float,
+) -> list[Container]:
+    """Poll the engine until the containers carrying `label` satisfy `done`, at most
+    `within` seconds; returns the last listing either way."""
+    found: list[Container] = []
+    with anyio.move_on_after(within):
+        while True:
+            found = await containers(client, label)
+            if done(found):
+                break
+            await anyio.sleep(0.1)
+    return found
+
+
+async def wait_for_containers(
+    client: docker.DockerClient,
+    label: str,
+    done: Callable[[list[Container]], bool],
+    *,
+    within: float,
+    log: Callable[[], str],
+) -> list[Container]:
+    """Like `poll_containers`, failing the test when `done` never holds."""
+    found = await poll_containers(client, label, done, within=within)
+    if not done(found):
+        states = [(c.short_id, c.status) for c in found]
+        pytest.fail(f"containers {label}: still {states} after {within}s\nserver log:\n{log()}")
+    return found
+
+
+def running(count: int) -> Callable[[list[Container]], bool]:
+    return lambda found: len(found) == count and all(c.status == "running" for c in found)
+
+
+def none_left(found: list[Container]) -> bool:
+    return not found
+
+
+async def wait_for_exit(served: Served) -> int:
+    try:
+        with anyio.fail_after(EXIT_S):
+            return await served.process.wait()
+    except TimeoutError:
+        pytest.fail(f"the server did not exit within {EXIT_S}s\nserver log:\n{served.log()}")
+
+
+def text_of(result: CallToolResult) -> str:
+    return "".join(block.text for block in result.content if isinstance(block, TextContent))
+
+
+async def start_session(client: Client, log: Callable[[], str]) -> str:
+    result = await client.call_tool("run_code", {"code": "print('ready')"})
+    assert result.structured_content is not None, f"{text_of(result)}\n{log()}"
+    assert result.structured_content["status"] == "ok", text_of(result)
+    session_id: str = result.structured_content["session_id"]
+    return session_id
+
+
+async def long_call(client: Client, session_id: str, outcome: list[object]) -> None:
+    """A run that outlives the test's waits; ends with a result or a closed connection."""
+    try:
+        args = {"code": LONG_RUN, "session_id": session_id, "timeout_s": 300}
+        outcome.append(await client.call_tool("run_code", args))
+    except MCPError as exc:
+        outcome.append(exc)
+
+
+async def test_sdk_stdio_client_runs_code_and_its_exit_stops_the_server_without_leftovers(
+    tmp_path: Path, docker_client: docker.DockerClient, started_pids: list[int]
+) -> None:
+    log_path = tmp_path / "server.stderr"
+    params = StdioServerParameters(
+        command=str(AIRLOCK), args=serve_args(tmp_path / "data"), env=server_env(tmp_path)
+    )
+    outcome: list[object] = []
+
+    def log() -> str:
+        return log_path.read_text(errors="replace")
+
+    try:
+        with log_path.open("w") as errlog:
+            async with (
+                anyio.create_task_group() as tg,
+                Client(stdio_client(params, errlog=errlog)) as client,
+            ):
+                ran = await client.call_tool(
+                    "run_code", {"code": "print(1); open('out.txt', 'w').write('artifact')"}
+                )
+                assert ran.structured_content is not None, f"{text_of(ran)}\n{log()}"
+                assert ran.structured_content["status"] == "ok", text_of(ran)
+                assert ran.structured_content["stdout"]["text"] == "1\n"
+                fetched = await client.call_tool(
+                    "fetch_artifact",
+                    {"run_id": ran.structured_content["run_id"], "path": "out.txt"},
+                )
+                assert not fetched.is_error, text_of(fetched)
+                assert fetched.structured_content is not None
+                assert fetched.structured_content["size"] == len("artifact")
+                assert "artifact" in text_of(fetched)
+
+                session_id = ran.structured_content["session_id"]
+                tg.start_soon(long_call, client, session_id, outcome)
+                [box] = await wait_for_containers(
+                    docker_client,
+                    f"airlock.session={session_id}",
+                    running(1),
+                    within=APPEAR_S,
+                    log=log,
+                )
+                pid = int(box.labels["airlock.pid"])
+                started_pids.append(pid)
+                instance = box.labels["airlock.instance"]
+
+            # The SDK waited for the process (stdin EOF, then SIGTERM after 2 s if need be).
+            assert not await anyio.Path(f"/proc/{pid}").exists(), log()
+            assert len(outcome) == 1
+            await wait_for_containers(
+                docker_client, f"airlock.instance={instance}", none_left, within=VANISH_S, log=log
+            )
+    finally:
+        sys.stderr.write(f"--- stderr of the server ---\n{log()}")
+
+
+async def test_stdin_eof_ends_the_server_with_exit_0_and_removes_its_containers(
+    tmp_path: Path, docker_client: docker.DockerClient, started_pids: list[int]
+) -> None:
+    outcome: list[object] = []
+    async with airlock_serve(tmp_path, tmp_path / "data", started_pids) as served:
+        async with anyio.create_task_group() as tg:
+            async with Client(pipe_transport(served.process)) as client:
+                session_id = await start_session(client, served.log)
+                tg.start_soon(long_call, client, session_id, outcome)
+                [box] = await wait_for_containers(
+                    docker_client,
+                    f"airlock.session={session_id}",
+                    running(1),
+                    within=APPEAR_S,
+                    log=served.log,
+                )
+                assert box.labels["airlock.pid"] == str(served.process.pid)
+            # Leaving the client closed the server's stdin, and nothing else.
+            assert await wait_for_exit(served) == 0, served.log()
+
+        assert len(outcome) == 1
+        assert "received" not in served.log()  # no signal was involved
+        await wait_for_containers(
+            docker_client,
+            f"airlock.instance={box.labels['airlock.instance']}",
+            none_left,
+            within=VANISH_S,
+            log=served.log,
+        )
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+async def test_signal_ends_the_server_with_exit_0_and_removes_its_containers(
+    tmp_path: Path,
+    docker_client: docker.DockerClient,
+    started_pids: list[int],
+    signum: signal.Signals,
+) -> None:
+    outcome: list[object] = []
+    async with (
+        airlock_serve(tmp_path, tmp_path / "data", started_pids) as served,
+        anyio.create_task_group() as tg,
+        Client(pipe_transport(served.process)) as client,
+    ):
+        session_id = await start_session(client, served.log)
+        tg.start_soon(long_call, client, session_id, outcome)
+        [box] = await wait_for_containers(
+            docker_client,
+            f"airlock.session={session_id}",
+            running(1),
+            within=APPEAR_S,
+            log=served.log,
+        )
+        served.process.send_signal(signum)
+        # The client keeps stdin open: the signal alone must stop the server.
+        left = await poll_containers(
+            docker_client,
+            f"airlock.instance={box.labels['airlock.instance']}",
+            none_left,
+            within=VANISH_S,
+        )
+        with anyio.move_on_after(EXIT_S):
+            await served.process.wait()
+        exit_code = served.process.returncode
+        log_then = served.log()  # before stdin closes
+
+    # Asserted out here, once leaving the client has closed stdin, so that a server
+    # ignoring the signal fails the test instead of hanging its clean-up.
+    assert left == [], f"{[(c.short_id, c.status) for c in left]}\n{log_then}"
+    assert exit_code == 0, (
+        f"exit code {exit_code} {EXIT_S}s after {signum.name} (None: still running)\n"
+        f"server log then:\n{log_then}"
+    )
+    assert len(outcome) == 1
+    assert f"received {signum.name}" in served.log()
+
+
+async def test_cancelled_call_over_stdio_has_its_container_removed(
+    tmp_path: Path, docker_client: docker.DockerClient, started_pids: list[int]
+) -> None:
+    async with (
+        airlock_serve(tmp_path, tmp_path / "data", started_pids) as served,
+        Client(pipe_transport(served.process)) as client,
+    ):
+        session_id = await start_session(client, served.log)
+        label = f"airlock.session={session_id}"
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(long_call, client, session_id, [])
+            await wait_for_containers(
+                docker_client, label, running(1), within=APPEAR_S, log=served.log
+            )
+            tg.cancel_scope.cancel()  # the SDK sends notifications/cancelled
+
+        await wait_for_containers(docker_client, label, none_left, within=VANISH_S, log=served.log)
+        after = await client.call_tool("run_code", {"code": "print('still serving')"})
+        assert after.structured_content is not None, text_of(after)
+        assert after.structured_content["status"] == "ok", text_of(after)
+
+
+async def test_sigkilled_server_leaves_its_container_for_the_next_server_to_reap(
+    tmp_path: Path, docker_client: docker.DockerClient, started_pids: list[int]
+) -> None:
+    data_dir = tmp_path / "data"
+    outcome: list[object] = []
+    async with (
+        airlock_serve(tmp_path, data_dir, started_pids, "first") as first,
+        anyio.create_task_group() as tg,
+        Client(pipe_transport(first.process)) as client,
+    ):
+        session_id = await start_session(client, first.log)
+        label = f"airlock.session={session_id}"
+        tg.start_soon(long_call, client, session_id, outcome)
+        [box] = await wait_for_containers(
+            docker_client, label, running(1), within=APPEAR_S, log=first.log
+        )
+        assert box.labels["airlock.pid"] == str(first.process.pid)
+        first.process.kill()
+        # Reaping the child matters: a zombie still has its /proc entry.
+        assert await wait_for_exit(first) == -signal.SIGKILL
+
+    # Nothing ran to clean up: the container outlives its server.
+    assert [c.id for c in await containers(docker_client, label)] == [box.id]
+
+    async with airlock_serve(tmp_path, data_dir, started_pids, "second") as second:
+        # The second server reaps at startup, before any call.
+        await wait_for_containers(docker_client, label, none_left, within=APPEAR_S, log=second.log)
+    assert await second.process.wait() == 0, second.log()
