@@ -28,7 +28,11 @@ def _pid_start(pid: int) -> str | None:
     except OSError:
         return None
     # The command name may hold spaces and parentheses; fields resume after the last ')'.
-    return stat.rsplit(")", 1)[1].split()[19]
+    fields = stat.rsplit(")", 1)[1].split()
+    # A zombie is dead, however long its parent takes to collect it.
+    if fields[0] in ("Z", "X"):
+        return None
+    return fields[19]
 
 
 @dataclass(frozen=True)
