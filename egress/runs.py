@@ -62,6 +62,22 @@ def _rule_of_grant(grant: Grant) -> Rule:
     )
 
 
+def _policy_rules(settings: EgressSettings) -> tuple[Rule, ...]:
+    return tuple(
+        Rule(
+            id=f"policy:{rule.name}",
+            kind="policy",
+            hosts=rule.hosts,
+            ports=rule.ports,
+            methods=rule.methods,
+            paths=rule.paths,
+            tls=rule.tls,
+            allow_private=rule.allow_private,
+        )
+        for rule in settings.allow
+    )
+
+
 def upstream_context(ca_file: str | None) -> ssl.SSLContext:
     """How the proxy verifies upstream servers: the system store, plus the operator's CA."""
     context = ssl.create_default_context()
@@ -92,28 +108,25 @@ class Egress:
         self._vault = vault
         self._clock = clock
         self._resolver = resolver
-        self._upstream_tls = upstream_context(settings.upstream_ca_file)
-        self._policy_rules = tuple(
-            Rule(
-                id=f"policy:{rule.name}",
-                kind="policy",
-                hosts=rule.hosts,
-                ports=rule.ports,
-                methods=rule.methods,
-                paths=rule.paths,
-                tls=rule.tls,
-                allow_private=rule.allow_private,
-            )
-            for rule in settings.allow
-        )
+        self._contexts: dict[str | None, ssl.SSLContext] = {}
 
-    def needed(self, grants: Sequence[Grant]) -> bool:
-        return bool(grants) or bool(self._policy_rules)
+    def needed(self, grants: Sequence[Grant], settings: EgressSettings | None = None) -> bool:
+        return bool(grants) or bool((settings or self._settings).allow)
 
     @asynccontextmanager
     async def open(
-        self, *, tenant: str, session_id: str, run_id: str, grants: Sequence[Grant], deadline: float
+        self,
+        *,
+        tenant: str,
+        session_id: str,
+        run_id: str,
+        grants: Sequence[Grant],
+        deadline: float,
+        settings: EgressSettings | None = None,
     ) -> AsyncIterator[RunEgress]:
+        """The run's egress under `settings` (the tenant's policy; default: the server's)."""
+        settings = settings or self._settings
+        policy_rules = _policy_rules(settings)
         now = self._clock()
         expires_at = min([deadline, *(g.expires_at for g in grants)])
         token = self._tokens.mint(
@@ -143,10 +156,10 @@ class Egress:
                 authorize=lambda presented: self._tokens.verify(
                     presented, run_id=run_id, now=self._clock()
                 ),
-                rules=self._rules,
+                rules=lambda claims: self._rules(claims, policy_rules),
                 lookup_secret=self._lookup_secret,
-                limits=self._settings.limits,
-                upstream_tls=self._upstream_tls,
+                limits=settings.limits,
+                upstream_tls=self._upstream_context(settings.upstream_ca_file),
                 record=egress.records.append,
                 resolver=self._resolver,
             )
@@ -161,7 +174,13 @@ class Egress:
             self._tokens.revoke_run(run_id)
             shutil.rmtree(run_dir, ignore_errors=True)
 
-    def _rules(self, claims: RunClaims) -> list[Rule]:
+    def _upstream_context(self, ca_file: str | None) -> ssl.SSLContext:
+        context = self._contexts.get(ca_file)
+        if context is None:
+            context = self._contexts[ca_file] = upstream_context(ca_file)
+        return context
+
+    def _rules(self, claims: RunClaims, policy_rules: Sequence[Rule]) -> list[Rule]:
         now = self._clock()
         rules = [
             _rule_of_grant(grant)
@@ -173,7 +192,7 @@ class Egress:
             )
             is not None
         ]
-        rules.extend(self._policy_rules)
+        rules.extend(policy_rules)
         return rules
 
     async def _lookup_secret(self, name: str) -> tuple[Secret, tuple[str, ...]] | None:

@@ -12,7 +12,7 @@ caller's session and hand over to `tools`.
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import Annotated, Literal
@@ -98,6 +98,7 @@ def build_server(
     token_verifier: TokenVerifier | None = None,
     auth: AuthSettings | None = None,
     on_stopped: Callable[[], None] | None = None,
+    tenant_policies: Mapping[str, Policy] | None = None,
 ) -> MCPServer:
     """The Airlock MCP server. Over HTTP every call's tenant comes from its bearer token
     (the local user when serving loopback without auth), and a call without session_id
@@ -131,15 +132,15 @@ def build_server(
                 tokens=tokens,
                 vault=vault,
             ),
+            tenant_policies=dict(tenant_policies or {}),
         )
-        leases = Leases(
-            services, policy.sessions, max_runs_per_tenant=policy.tenants.max_concurrent_runs
-        )
+        leases = Leases(services)
         live.services, live.leases = services, leases
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(engine.serve)
-                tg.start_soon(_housekeeping, leases, engine, _sweep_interval(policy))
+                every = [policy, *(tenant_policies or {}).values()]
+                tg.start_soon(_housekeeping, leases, engine, min(map(_sweep_interval, every)))
                 try:
                     yield
                 finally:
@@ -284,7 +285,7 @@ def build_server(
         """Ask the human, through MCP elicitation, when the capability needs approval."""
         services, _ = live.get()
         try:
-            cap = check_request(services, capability, params or {})
+            cap = check_request(services, _caller(), capability, params or {})
         except AirlockError:
             return "not_asked"  # the tool body reports the precise problem
         if cap.approval != "ask":

@@ -17,8 +17,8 @@ from mcp.server.auth.settings import AuthSettings
 from mcp.server.transport_security import TransportSecuritySettings
 from pydantic import AnyHttpUrl
 
-from airlock.errors import InvalidRequest
-from policies import Policy
+from airlock.errors import InvalidRequest, PolicyInvalid
+from policies import Policy, load_policy
 
 from .app import build_server
 from .auth import AirlockTokenVerifier, AuthConfig
@@ -71,7 +71,15 @@ def serve_http(
             # The verifier checks JWT audiences itself; API keys carry no resource.
             validate_token_resource=False,
         )
-    mcp = build_server(config, policy, http=True, token_verifier=verifier, auth=settings)
+    tenant_policies = _tenant_policies(auth, policy)
+    mcp = build_server(
+        config,
+        policy,
+        http=True,
+        token_verifier=verifier,
+        auth=settings,
+        tenant_policies=tenant_policies,
+    )
     hosts = [_authority(host, port), f"localhost:{port}", f"127.0.0.1:{port}", *allowed_hosts]
     origins = [f"http://localhost:{port}", f"http://127.0.0.1:{port}", *allowed_origins]
     app = mcp.streamable_http_app(
@@ -96,6 +104,26 @@ def serve_http(
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, _exit_cleanly)
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+
+
+def _tenant_policies(auth: AuthConfig | None, default: Policy) -> dict[str, Policy]:
+    """Each tenant's own policy file, loaded and checked now (an invalid one stops startup).
+
+    The image, runtime and warm pool are the server's: a tenant policy may not change them.
+    """
+    policies: dict[str, Policy] = {}
+    for tenant in sorted(auth.tenants if auth else ()):
+        path = auth.policy_for(tenant) if auth else None
+        if path is None:
+            continue
+        loaded = load_policy(path)
+        if loaded.sandbox != default.sandbox or loaded.pool != default.pool:
+            raise PolicyInvalid(
+                str(path),
+                ["sandbox and pool are set by the server's policy; remove them from this file"],
+            )
+        policies[tenant] = loaded
+    return policies
 
 
 def _exit_cleanly(signum: int, _: FrameType | None) -> None:

@@ -47,12 +47,8 @@ class _Lease:
 class Leases:
     """The live leases of this server process."""
 
-    def __init__(
-        self, services: Services, settings: SessionSettings, *, max_runs_per_tenant: int
-    ) -> None:
+    def __init__(self, services: Services) -> None:
         self._services = services
-        self._settings = settings
-        self._max_runs = max_runs_per_tenant
         self._runs_by_tenant: dict[str, int] = {}
         self._live: dict[str, _Lease] = {}
         self._defaults: dict[str, str] = {}
@@ -81,7 +77,7 @@ class Leases:
                     self._defaults[tenant] = lease.id
             else:
                 lease = found
-            lease.expires_at = min(now + self._settings.idle_ttl_s, self._hard_end(lease))
+            lease.expires_at = self._idle_end(lease, now)
         await self._services.db.touch_session(
             lease.id, last_used_at=now, expires_at=lease.expires_at
         )
@@ -93,9 +89,10 @@ class Leases:
         lease = self._live.get(session.id)
         if lease is None:
             raise NotFound(f"unknown session {session.id!r}; omit session_id to start a new one")
-        if self._runs_by_tenant.get(lease.tenant, 0) >= self._max_runs:
+        max_runs = self._services.policy_for(lease.tenant).tenants.max_concurrent_runs
+        if self._runs_by_tenant.get(lease.tenant, 0) >= max_runs:
             raise LimitExceeded(
-                f"{self._max_runs} runs of this tenant are already running; wait for one to "
+                f"{max_runs} runs of this tenant are already running; wait for one to "
                 "finish (the operator sets [tenants] max_concurrent_runs)"
             )
         self._runs_by_tenant[lease.tenant] = self._runs_by_tenant.get(lease.tenant, 0) + 1
@@ -108,7 +105,7 @@ class Leases:
                 self._runs_by_tenant[lease.tenant] -= 1
                 # The idle clock starts when the call ends, not when it started.
                 now = self._services.clock()
-                lease.expires_at = min(now + self._settings.idle_ttl_s, self._hard_end(lease))
+                lease.expires_at = self._idle_end(lease, now)
         if scope.cancelled_caught:
             raise SessionEnded(
                 f"session {session.id} ended while the call was running, so the run was "
@@ -168,7 +165,7 @@ class Leases:
 
     async def _create(self, tenant: str, now: float) -> _Lease:
         lease = _Lease(id=new_session_id(), tenant=tenant, created_at=now, expires_at=now)
-        lease.expires_at = min(now + self._settings.idle_ttl_s, self._hard_end(lease))
+        lease.expires_at = self._idle_end(lease, now)
         await self._services.db.create_session(
             SessionRecord(
                 id=lease.id,
@@ -200,7 +197,13 @@ class Leases:
         return result
 
     def _hard_end(self, lease: _Lease) -> float:
-        return lease.created_at + self._settings.max_lifetime_s
+        return lease.created_at + self._sessions(lease.tenant).max_lifetime_s
+
+    def _idle_end(self, lease: _Lease, now: float) -> float:
+        return min(now + self._sessions(lease.tenant).idle_ttl_s, self._hard_end(lease))
+
+    def _sessions(self, tenant: str) -> SessionSettings:
+        return self._services.policy_for(tenant).sessions
 
     @staticmethod
     def _expired(lease: _Lease, now: float) -> bool:

@@ -47,13 +47,20 @@ class HttpServer:
 
 
 @asynccontextmanager
-async def http_server(tmp_path: Path, *extra: str) -> AsyncIterator[HttpServer]:
+async def http_server(
+    tmp_path: Path, *extra: str, tenant_policies: dict[str, str] | None = None
+) -> AsyncIterator[HttpServer]:
     keys: dict[str, str] = {}
     lines = []
     for tenant in ("acme", "globex"):
         key, digest = generate_api_key()
         keys[tenant] = key
-        lines.append(f'[[keys]]\nid = "{tenant}-ci"\ntenant = "{tenant}"\nhash = "{digest}"\n')
+        entry = f'[[keys]]\nid = "{tenant}-ci"\ntenant = "{tenant}"\nhash = "{digest}"\n'
+        if tenant_policies and tenant in tenant_policies:
+            policy_file = tmp_path / f"{tenant}.toml"
+            policy_file.write_text(tenant_policies[tenant])
+            entry += f'policy = "{policy_file}"\n'
+        lines.append(entry)
     auth = tmp_path / "auth.toml"
     auth.write_text("\n".join(lines))
     port = free_port()
@@ -229,3 +236,17 @@ async def test_modern_era_leases_outlive_each_request(tmp_path: Path) -> None:
         )
     assert second.structured_content is not None
     assert second.structured_content["stdout"]["text"] == "kept\n"
+
+
+async def test_each_tenant_gets_the_policy_of_its_key(tmp_path: Path) -> None:
+    strict = "[limits]\ntimeout_s = 5\nmax_timeout_s = 5\n"
+    async with (
+        http_server(tmp_path, tenant_policies={"globex": strict}) as server,
+        client(server, "acme", "auto") as acme,
+        client(server, "globex", "auto") as globex,
+    ):
+        allowed = await acme.call_tool("run_code", {"code": "print(1)", "timeout_s": 10})
+        refused = await globex.call_tool("run_code", {"code": "print(1)", "timeout_s": 10})
+    assert not allowed.is_error
+    assert refused.is_error
+    assert "policy maximum of 5" in text(refused)

@@ -45,11 +45,15 @@ def approval_question(cap_name: str, cap: Capability, params: dict[str, str], re
     )
 
 
-def check_request(services: Services, capability: str, params: dict[str, str]) -> Capability:
-    """The capability if the policy could grant it with these params (before any human is asked)."""
-    cap = services.policy.capabilities.get(capability)
+def check_request(
+    services: Services, tenant: str, capability: str, params: dict[str, str]
+) -> Capability:
+    """The capability if the tenant's policy could grant it with these params (before any
+    human is asked)."""
+    offer = services.policy_for(tenant).capabilities
+    cap = offer.get(capability)
     if cap is None:
-        offered = ", ".join(sorted(services.policy.capabilities)) or "none"
+        offered = ", ".join(sorted(offer)) or "none"
         raise NotFound(f"unknown capability {capability!r}; this server offers: {offered}")
     if cap.approval == "deny":
         raise CapabilityDenied(f"the policy denies capability {capability!r}; ask the operator")
@@ -70,7 +74,7 @@ async def request_capability(
     reason: str,
     approval: Approval,
 ) -> CapabilityResult:
-    cap = check_request(services, capability, params)
+    cap = check_request(services, session.tenant, capability, params)
     scope = resolve_scope(cap, params)
     ttl = cap.ttl if ttl_s is None else ttl_s
     if ttl < 1:

@@ -7,7 +7,7 @@ call; handlers take both and never look at the transport.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol
@@ -55,6 +55,11 @@ class Services:
     vault: Vault
     egress: Egress
     clock: Callable[[], float] = field(default=time.time)
+    tenant_policies: Mapping[str, Policy] = field(default_factory=dict)
+
+    def policy_for(self, tenant: str) -> Policy:
+        """The tenant's own policy, or the server's."""
+        return self.tenant_policies.get(tenant, self.policy)
 
 
 def iso_time(timestamp: float) -> str:

@@ -60,7 +60,7 @@ async def run_code(
     timeout_s: int | None,
     capabilities: Sequence[str] = (),
 ) -> CallToolResult:
-    policy = services.policy
+    policy = services.policy_for(session.tenant)
     timeout = _timeout(timeout_s, policy)
     if len(code.encode()) > MAX_CODE_BYTES:
         raise LimitExceeded(
@@ -104,8 +104,9 @@ async def run_code(
     )
     egress_log: list[EgressRecord] = []
     try:
-        if services.egress.needed(grants):
+        if services.egress.needed(grants, policy.egress):
             async with services.egress.open(
+                settings=policy.egress,
                 tenant=session.tenant,
                 session_id=session.id,
                 run_id=run_id,
@@ -158,7 +159,7 @@ async def run_code(
                 }
             )
         )
-    return _result(services.policy, session, run_id, outcome, artifacts, stream_uris, egress_log)
+    return _result(policy, session, run_id, outcome, artifacts, stream_uris, egress_log)
 
 
 def _timeout(timeout_s: int | None, policy: Policy) -> int:
