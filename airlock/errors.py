@@ -14,6 +14,7 @@
     │   ├── EngineUnavailable Docker is not reachable
     │   ├── ImageUnavailable  the sandbox image is missing and could not be built
     │   └── RunnerFailed      the in-container runner broke its protocol
+    ├── EgressUnavailable     a run's egress could not be set up
     ├── StoreError            the database or the blob store failed
     └── VaultError            the secret vault or its key cannot be read, written or decrypted
 
@@ -103,6 +104,10 @@ class ImageUnavailable(SandboxError):
 
 class RunnerFailed(SandboxError):
     """The in-container runner did not follow its protocol."""
+
+
+class EgressUnavailable(AirlockError):
+    """The run's egress could not be set up (socket, CA); the message names the fix."""
 
 
 class StoreError(AirlockError):

@@ -206,10 +206,13 @@ class RunProxy:
         started: float,
     ) -> None:
         authority = request.target.decode("latin-1")
+        # What the record names: the raw authority until it parses, then host and port.
+        host, port = authority[:200], 0
+        claims: RunClaims | None = None
         try:
-            claims = self._check_token(request)
             raw_host, port = parse_authority(authority)
             host = canonical_target_host(raw_host)
+            claims = self._check_token(request)
             decision = self._decide(
                 claims,
                 stage="connect",
@@ -224,11 +227,11 @@ class RunProxy:
             )
         except TargetRejected as exc:
             refused = Refused(400, str(exc))
-            self._log_refusal("CONNECT", authority, 0, "-", refused, started, None)
+            self._log_refusal("CONNECT", host, port, "-", refused, started, claims)
             await _send_refusal(client, conn, 400, str(exc))
             return
         except Refused as refused:
-            self._log_refusal("CONNECT", authority, 0, "-", refused, started, None)
+            self._log_refusal("CONNECT", host, port, "-", refused, started, claims)
             await _send_refusal(client, conn, refused.status, refused.reason)
             return
         target = _Target(scheme="https", host=host, port=port, rule_decision=decision)
@@ -749,9 +752,10 @@ def _forwarded_headers(
     request: h11.Request, target: _Target, secret_header: tuple[str, str] | None
 ) -> list[tuple[bytes, bytes]]:
     injected = secret_header[0].lower().encode() if secret_header else None
+    listed = _connection_listed(request.headers)
     headers: list[tuple[bytes, bytes]] = []
     for key, value in request.headers:
-        if key in HOP_BY_HOP or key == b"host" or key == injected:
+        if key in HOP_BY_HOP or key in listed or key == b"host" or key == injected:
             continue
         # A client-supplied Authorization must not ride along with an injected one.
         if secret_header is not None and key == b"authorization":
@@ -771,8 +775,19 @@ def _forwarded_headers(
     return headers
 
 
+def _connection_listed(headers: Sequence[tuple[bytes, bytes]]) -> frozenset[bytes]:
+    """Headers a `Connection` header names: hop-by-hop too (RFC 9110 7.6.1)."""
+    return frozenset(
+        token.strip().lower()
+        for key, value in headers
+        if key == b"connection"
+        for token in value.split(b",")
+    )
+
+
 def _response_headers(response: h11.Response, *, close: bool) -> list[tuple[bytes, bytes]]:
-    headers = [(k, v) for k, v in response.headers if k not in HOP_BY_HOP]
+    listed = _connection_listed(response.headers)
+    headers = [(k, v) for k, v in response.headers if k not in HOP_BY_HOP and k not in listed]
     length = next((v for k, v in response.headers if k == b"content-length"), None)
     if length is not None:
         headers.append((b"content-length", length))
@@ -828,6 +843,11 @@ async def _next_request(stream: anyio.abc.ByteStream, conn: h11.Connection) -> h
     except anyio.EndOfStream:
         return None
     if isinstance(event, h11.Request):
+        # h11 bounds only a head still arriving; one that came whole in a single read
+        # is measured here.
+        size = len(event.target) + sum(len(k) + len(v) + 4 for k, v in event.headers)
+        if size > MAX_HEAD_BYTES:
+            raise Refused(431, f"request head over {MAX_HEAD_BYTES} bytes")
         return event
     raise Refused(400, "expected an HTTP request")
 

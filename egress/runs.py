@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import shutil
 import ssl
+import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -19,15 +20,17 @@ from pathlib import Path
 
 import anyio
 
+from airlock.errors import EgressUnavailable
 from broker import Grant, Grants, RunClaims, RunTokens, Secret, Vault
 from policies import EgressSettings
 from store import EgressRecord
 
 from .decision import Rule
-from .proxy import Resolver, RunIdentity, RunProxy, system_resolver
+from .proxy import SOCKET_NAME, Resolver, RunIdentity, RunProxy, system_resolver
 from .tls import RunCA
 
 SOCKET_DIR = "socket"
+MAX_SOCKET_PATH = 107
 PRIVATE_DIR = "private"
 
 
@@ -93,13 +96,13 @@ class Egress:
     def __init__(
         self,
         *,
-        root: Path,
         settings: EgressSettings,
         grants: Grants,
         tokens: RunTokens,
         vault: Vault,
         clock: Callable[[], float] = time.time,
         resolver: Resolver = system_resolver,
+        root: Path | None = None,
     ) -> None:
         self._root = root
         self._settings = settings
@@ -137,11 +140,18 @@ class Egress:
             expires_at=expires_at,
             now=now,
         )
-        run_dir = self._root / run_id
+        # A unix socket path holds at most 107 bytes, so run directories live in a short
+        # place (the system's temporary directory by default), each made unguessable.
+        if self._root is not None:
+            self._root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        run_dir = Path(tempfile.mkdtemp(prefix="airlock-", dir=self._root))
         socket_dir = run_dir / SOCKET_DIR
         try:
-            self._root.mkdir(mode=0o700, parents=True, exist_ok=True)
-            run_dir.mkdir(mode=0o700)
+            if len(str(socket_dir / SOCKET_NAME)) > MAX_SOCKET_PATH:
+                raise EgressUnavailable(
+                    f"the egress socket path under {run_dir.parent} is too long for a unix "
+                    "socket; set TMPDIR to a short directory"
+                )
             # Only this directory is mounted into the sandbox; its user must be able to
             # enter it (the umask may have taken bits from mkdir's mode).
             socket_dir.mkdir()

@@ -126,7 +126,6 @@ def build_server(
             tokens=tokens,
             vault=vault,
             egress=Egress(
-                root=config.data_dir / "egress",
                 settings=policy.egress,
                 grants=grants,
                 tokens=tokens,
@@ -280,12 +279,16 @@ def build_server(
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def ask_user(
-        capability: str, params: dict[str, str] | None, reason: str, ctx: Context
+        capability: str,
+        params: dict[str, str] | None,
+        ttl_s: int | None,
+        reason: str,
+        ctx: Context,
     ) -> Elicit[Approval] | Approval | str:
         """Ask the human, through MCP elicitation, when the capability needs approval."""
         services, _ = live.get()
         try:
-            cap = check_request(services, _caller(), capability, params or {})
+            cap, ttl = check_request(services, _caller(), capability, params or {}, ttl_s)
         except AirlockError:
             return "not_asked"  # the tool body reports the precise problem
         if cap.approval != "ask":
@@ -293,7 +296,7 @@ def build_server(
         capabilities = ctx.client_capabilities
         if capabilities is None or capabilities.elicitation is None:
             return "unsupported"
-        return Elicit(approval_question(capability, cap, params or {}, reason), Approval)
+        return Elicit(approval_question(capability, cap, params or {}, reason, ttl), Approval)
 
     @mcp.tool(
         title="Ask for network access",

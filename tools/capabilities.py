@@ -36,20 +36,22 @@ def describe_offer(policy: Policy) -> str:
     return "\n".join(lines)
 
 
-def approval_question(cap_name: str, cap: Capability, params: dict[str, str], reason: str) -> str:
+def approval_question(
+    cap_name: str, cap: Capability, params: dict[str, str], reason: str, ttl: int
+) -> str:
     filled = ", ".join(f"{k}={v}" for k, v in sorted(params.items())) or "no parameters"
     return (
         f"An agent asks for capability '{cap_name}' ({cap.description or 'no description'}) "
-        f"with {filled}: {', '.join(cap.methods) or 'any traffic'} to {', '.join(cap.hosts)}. "
-        f"The agent's stated reason: {reason!r}. Allow it?"
+        f"with {filled}: {', '.join(cap.methods) or 'any traffic'} to {', '.join(cap.hosts)}, "
+        f"for {ttl} seconds. The agent's stated reason: {reason!r}. Allow it?"
     )
 
 
 def check_request(
-    services: Services, tenant: str, capability: str, params: dict[str, str]
-) -> Capability:
-    """The capability if the tenant's policy could grant it with these params (before any
-    human is asked)."""
+    services: Services, tenant: str, capability: str, params: dict[str, str], ttl_s: int | None
+) -> tuple[Capability, int]:
+    """The capability and the grant's lifetime, if the tenant's policy could grant it as
+    asked; checked in full before any human is asked."""
     offer = services.policy_for(tenant).capabilities
     cap = offer.get(capability)
     if cap is None:
@@ -61,7 +63,14 @@ def check_request(
         resolve_scope(cap, params)
     except ValueError as exc:
         raise InvalidRequest(f"capability {capability!r}: {exc}") from exc
-    return cap
+    ttl = cap.ttl if ttl_s is None else ttl_s
+    if ttl < 1:
+        raise InvalidRequest("ttl_s must be at least 1 second")
+    if ttl > cap.max_ttl:
+        raise LimitExceeded(
+            f"ttl_s={ttl} is above the maximum of {cap.max_ttl} s for {capability!r}; ask for less"
+        )
+    return cap, ttl
 
 
 async def request_capability(
@@ -74,15 +83,8 @@ async def request_capability(
     reason: str,
     approval: Approval,
 ) -> CapabilityResult:
-    cap = check_request(services, session.tenant, capability, params)
+    cap, ttl = check_request(services, session.tenant, capability, params, ttl_s)
     scope = resolve_scope(cap, params)
-    ttl = cap.ttl if ttl_s is None else ttl_s
-    if ttl < 1:
-        raise InvalidRequest("ttl_s must be at least 1 second")
-    if ttl > cap.max_ttl:
-        raise LimitExceeded(
-            f"ttl_s={ttl} is above the maximum of {cap.max_ttl} s for {capability!r}; ask for less"
-        )
     approved_by: Literal["policy", "user"] = "policy"
     if cap.approval == "ask":
         if approval == "unsupported":

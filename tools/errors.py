@@ -14,7 +14,7 @@ from contextlib import contextmanager
 
 from mcp.server.mcpserver.exceptions import ToolError
 
-from airlock.errors import AirlockError, StoreError
+from airlock.errors import AirlockError, StoreError, VaultError
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 def tool_errors() -> Iterator[None]:
     try:
         yield
-    except StoreError as exc:
+    except (StoreError, VaultError) as exc:
         log.error("storage failure: %s", exc, exc_info=exc)
         raise ToolError(
             "Airlock could not read or write its records; the operator should check the "

@@ -1,0 +1,1018 @@
+"""Egress end to end: capabilities, the per-run proxy and secret injection, as clients see them.
+
+Driven through the SDK's in-memory client against the real server, real Docker and the
+real image. The upstream is a local HTTPS server on 127.0.0.1 with a `trustme` certificate
+(shared with test_egress_proxy.py), named explicitly by a test policy; the vault holds a
+secret before the server starts. Sandbox code reports one JSON line; the tests check it,
+the run's egress records and what the upstream saw.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+import trustme
+from mcp.client import Client
+from mcp.server.mcpserver import MCPServer
+from mcp.types import CallToolResult, ElicitRequestParams, ElicitResult, TextContent
+from support import wait_until
+from test_egress_proxy import Upstream, start_upstream
+
+from broker import Vault, load_key, vault_path
+from policies import Policy
+from server import Config, build_server
+
+pytestmark = [pytest.mark.anyio, pytest.mark.docker]
+
+MODES = pytest.mark.parametrize("mode", ["auto", "legacy"])
+CALL_TIMEOUT_S = 90
+SECRET_NAME = "test_token"
+SECRET = "sk-e2e-" + secrets.token_urlsafe(24)
+QUERY_VALUE = "qv-" + secrets.token_hex(8)
+LOOPBACK = ["127.0.0.0/8", "::1/128"]
+CAP = "local-api"
+ASK = "ask-api"
+BASE_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "HOME": "/workspace",
+    "LANG": "C.UTF-8",
+    "PYTHONUNBUFFERED": "1",
+}
+CA_BUNDLE = "/tmp/.airlock/ca-bundle.pem"
+CA_VARIABLES = (
+    "SSL_CERT_FILE",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    "NODE_EXTRA_CA_CERTS",
+    "GIT_SSL_CAINFO",
+    "PIP_CERT",
+)
+
+# Helpers every sandbox program starts with; each program prints one JSON line (report).
+PRELUDE = r"""
+import base64, json, os, socket, subprocess, urllib.error, urllib.request
+
+def fetch(url, method="GET", data=None, headers=None):
+    request = urllib.request.Request(url, data=data, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=20) as response:
+            return {"status": response.status, "body": response.read().decode()}
+    except urllib.error.HTTPError as exc:
+        return {"status": exc.code, "reason": exc.headers.get("X-Airlock-Reason")}
+    except OSError as exc:
+        return {"status": None, "error": str(exc)}
+
+def curl(url, *args):
+    done = subprocess.run(
+        ["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code} %{http_connect}",
+         "--max-time", "20", *args, url],
+        capture_output=True, text=True,
+    )
+    code, connect = done.stdout.split()
+    return {"exit": done.returncode, "code": code, "connect": connect,
+            "stderr": done.stderr.strip()}
+
+def raw_connect(authority, token=None):
+    token = os.environ.get("AIRLOCK_TOKEN", "") if token is None else token
+    auth = base64.b64encode(f"airlock:{token}".encode()).decode()
+    head = (f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n"
+            f"Proxy-Authorization: Basic {auth}\r\n\r\n")
+    with socket.create_connection(("127.0.0.1", 3128), timeout=20) as s:
+        s.sendall(head.encode())
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    lines = data.split(b"\r\n\r\n")[0].decode("latin-1").split("\r\n")
+    fields = dict(line.split(": ", 1) for line in lines[1:] if ": " in line)
+    return {"status": int(lines[0].split()[1]), "reason": fields.get("x-airlock-reason")}
+
+def report(**facts):
+    print(json.dumps(facts))
+"""
+
+
+# ---- fixtures and helpers -----------------------------------------------------------------
+
+
+@pytest.fixture
+def data_dir() -> Iterator[Path]:
+    """A short data dir: the proxy socket lives 56 characters below it, and unix socket
+    paths end at 107 (test_egress_works_with_a_data_dir_of_60_characters)."""
+    root = Path(tempfile.mkdtemp(prefix="ae-", dir="/tmp"))
+    yield root / "data"
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def ca() -> trustme.CA:
+    return trustme.CA()
+
+
+@pytest.fixture(scope="module")
+def ca_file(ca: trustme.CA, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("e2e-ca") / "ca.pem"
+    ca.cert_pem.write_to_path(str(path))
+    return path
+
+
+@pytest.fixture
+def upstream(ca: trustme.CA) -> Iterator[Upstream]:
+    server = start_upstream(ca)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def other_upstream(ca: trustme.CA) -> Iterator[Upstream]:
+    server = start_upstream(ca)
+    yield server
+    server.close()
+
+
+def egress_policy(
+    port: int,
+    ca_file: Path,
+    *,
+    allow_private: bool = True,
+    hosts: tuple[str, ...] = ("localhost",),
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    local_api: dict[str, Any] = {
+        "description": "the test upstream",
+        "hosts": list(hosts),
+        "ports": [port],
+        "methods": ["GET"],
+        "paths": ["/api/**"],
+        "secret": SECRET_NAME,
+        "inject": {"header": "Authorization", "format": "Bearer {secret}"},
+        "approval": "auto",
+        "ttl": "5m",
+        "max_ttl": "10m",
+    }
+    if allow_private:
+        local_api["allow_private"] = LOOPBACK
+    return {
+        "capabilities": {CAP: local_api, **(extra or {})},
+        "egress": {"upstream_ca_file": str(ca_file)},
+        "limits": {"timeout_s": 40, "memory_mb": 256},
+    }
+
+
+MakeEgressServer = Callable[..., MCPServer]
+
+
+@pytest.fixture
+def egress_server(
+    make_server: Callable[..., MCPServer], data_dir: Path, upstream: Upstream, ca_file: Path
+) -> MakeEgressServer:
+    """Servers whose policy names `upstream`, with the secret in the vault beforehand."""
+    Vault(vault_path(data_dir), load_key(data_dir, {})).set(SECRET_NAME, SECRET, ["localhost"])
+
+    def make(**options: Any) -> MCPServer:
+        return make_server(egress_policy(upstream.port, ca_file, **options))
+
+    return make
+
+
+async def call(c: Client, tool: str, args: dict[str, Any]) -> CallToolResult:
+    with anyio.fail_after(CALL_TIMEOUT_S):
+        return await c.call_tool(tool, args)
+
+
+def text_of(result: CallToolResult) -> str:
+    block = result.content[0]
+    assert isinstance(block, TextContent)
+    return block.text
+
+
+def tool_error(result: CallToolResult) -> str:
+    assert result.is_error, result.structured_content
+    return text_of(result)
+
+
+async def grant(c: Client, capability: str = CAP, **args: Any) -> dict[str, Any]:
+    result = await call(
+        c, "request_capability", {"capability": capability, "reason": "test", **args}
+    )
+    assert not result.is_error, result.content
+    assert result.structured_content is not None
+    return result.structured_content
+
+
+async def run(
+    c: Client, code: str, capabilities: list[str] | None = None, **args: Any
+) -> dict[str, Any]:
+    """run_code with the prelude; the structured result (it must not be a tool error)."""
+    result = await call(
+        c, "run_code", {"code": PRELUDE + code, "capabilities": capabilities or [], **args}
+    )
+    assert not result.is_error, result.content
+    assert result.structured_content is not None
+    return result.structured_content
+
+
+def report(result: dict[str, Any]) -> Any:
+    assert result["status"] == "ok", (result["stdout"], result["stderr"])
+    return json.loads(result["stdout"]["text"].strip().splitlines()[-1])
+
+
+async def assert_alive(c: Client) -> None:
+    result = await call(c, "run_code", {"code": "print('alive')"})
+    assert not result.is_error, result.content
+    assert result.structured_content is not None
+    assert result.structured_content["stdout"]["text"] == "alive\n"
+
+
+def only(records: list[dict[str, Any]], **match: Any) -> dict[str, Any]:
+    found = [r for r in records if all(r[k] == v for k, v in match.items())]
+    assert len(found) == 1, (match, records)
+    return found[0]
+
+
+def auth_seen(upstream: Upstream) -> list[list[str]]:
+    return [s.all("Authorization") for s in upstream.seen]
+
+
+# ---- 1. standard clients, zero configuration ----------------------------------------------
+
+
+@MODES
+async def test_urllib_and_curl_reach_the_granted_upstream_with_the_secret_injected(
+    egress_server: MakeEgressServer, upstream: Upstream, mode: str
+) -> None:
+    url = f"https://localhost:{upstream.port}"
+    async with Client(egress_server(), mode=mode) as c:
+        cap = await grant(c)
+        result = await run(
+            c,
+            f'report(urllib=fetch("{url}/api/urllib?token={QUERY_VALUE}"), '
+            f'curl=curl("{url}/api/curl?token={QUERY_VALUE}"))',
+            [cap["capability_id"]],
+        )
+    out = report(result)
+    assert out["urllib"]["status"] == 200
+    assert json.loads(out["urllib"]["body"])["path"] == f"/api/urllib?token={QUERY_VALUE}"
+    assert out["curl"]["exit"] == 0 and out["curl"]["code"] == "200"
+    assert sorted(upstream.paths()) == sorted(
+        [f"/api/urllib?token={QUERY_VALUE}", f"/api/curl?token={QUERY_VALUE}"]
+    )
+    assert auth_seen(upstream) == [[f"Bearer {SECRET}"]] * 2
+    for seen in upstream.seen:
+        assert seen.all("Proxy-Authorization") == []
+    assert len(result["egress"]) == 2
+    for client in ("urllib", "curl"):
+        record = only(result["egress"], path=f"/api/{client}?token=")
+        assert record["method"] == "GET"
+        assert record["host"] == "localhost"
+        assert record["port"] == upstream.port
+        assert record["status"] == 200
+        assert record["decision"] == "allow"
+        assert "with its secret injected" in record["reason"]
+    assert QUERY_VALUE not in json.dumps(result["egress"])
+    assert SECRET not in json.dumps(result)
+
+
+@pytest.mark.parametrize("library", ["requests", "httpx"])
+async def test_python_http_library_reaches_the_upstream_if_the_image_has_it(
+    egress_server: MakeEgressServer, upstream: Upstream, library: str
+) -> None:
+    url = f"https://localhost:{upstream.port}/api/{library}"
+    code = f"""
+try:
+    import {library}
+except ImportError as exc:
+    report(missing=str(exc))
+else:
+    report(status={library}.get("{url}", timeout=20).status_code)
+"""
+    async with Client(egress_server()) as c:
+        cap = await grant(c)
+        result = await run(c, code, [cap["capability_id"]])
+    out = report(result)
+    if "missing" in out:
+        assert out["missing"] == f"No module named '{library}'"
+        pytest.skip(f"{library} is not installed in the sandbox image")
+    assert out["status"] == 200
+    assert auth_seen(upstream) == [[f"Bearer {SECRET}"]]
+    assert only(result["egress"], path=f"/api/{library}")["status"] == 200
+
+
+async def test_egress_works_with_a_data_dir_of_60_characters(
+    sandbox_image: str, upstream: Upstream, ca_file: Path
+) -> None:
+    root = Path(tempfile.mkdtemp(prefix="ae-", dir="/tmp"))
+    data = root / ("d" * (60 - len(str(root)) - 1))
+    assert len(str(data)) == 60
+    try:
+        Vault(vault_path(data), load_key(data, {})).set(SECRET_NAME, SECRET, ["localhost"])
+        policy = Policy.model_validate(egress_policy(upstream.port, ca_file))
+        async with Client(build_server(Config(data_dir=data), policy)) as c:
+            cap = await grant(c)
+            url = f"https://localhost:{upstream.port}/api/long"
+            result = await call(
+                c,
+                "run_code",
+                {
+                    "code": PRELUDE + f'report(s=fetch("{url}")["status"])',
+                    "capabilities": [cap["capability_id"]],
+                },
+            )
+        assert not result.is_error, text_of(result)
+        assert result.structured_content is not None
+        assert report(result.structured_content) == {"s": 200}
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+# ---- 2. the secret stays outside ----------------------------------------------------------
+
+
+SCAN = r"""
+import glob
+needles = {name: bytes.fromhex(h)[::-1] for name, h in NEEDLES.items()}
+first = fetch(URL)
+found = {name: [] for name in needles}
+scanned = []
+
+def look(where, data):
+    scanned.append(where)
+    for name, needle in needles.items():
+        if needle in data:
+            found[name].append(where)
+
+look("os.environ", "\n".join(f"{k}={v}" for k, v in os.environ.items()).encode())
+for pattern in ("/proc/*/environ", "/proc/*/cmdline"):
+    for path in glob.glob(pattern):
+        try:
+            with open(path, "rb") as f:
+                look(path, f.read())
+        except OSError:
+            pass
+for top in ("/workspace", "/tmp", "/airlock", "/etc"):
+    for folder, _, names in os.walk(top):
+        for name in names:
+            path = os.path.join(folder, name)
+            if os.path.islink(path) or not os.path.isfile(path):
+                continue
+            try:
+                with open(path, "rb") as f:
+                    look(path, f.read())
+            except OSError:
+                pass
+environs = [p for p in scanned if p.endswith("/environ")]
+report(first=first["status"], found=found, files=len(scanned), environs=environs,
+       bundle=os.path.isfile(os.environ["SSL_CERT_FILE"]))
+"""
+
+
+def files_under(root: Path) -> Iterator[Path]:
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and not path.is_symlink():
+            yield path
+
+
+async def test_secret_appears_nowhere_in_the_sandbox_results_store_or_logs(
+    egress_server: MakeEgressServer,
+    upstream: Upstream,
+    data_dir: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    canary = "canary-" + secrets.token_hex(8)
+    needles = {"secret": SECRET.encode()[::-1].hex(), "canary": canary.encode()[::-1].hex()}
+    code = f"NEEDLES = {needles!r}\nURL = 'https://localhost:{upstream.port}/api/scan'\n" + SCAN
+    results: list[CallToolResult] = []
+    async with Client(egress_server()) as c:
+        granted = await call(c, "request_capability", {"capability": CAP, "reason": "scan"})
+        assert granted.structured_content is not None
+        results.append(granted)
+        cap_id = granted.structured_content["capability_id"]
+        for _ in range(2):  # the second run sees the first run's workspace too
+            scanned = await call(
+                c,
+                "run_code",
+                {
+                    "code": PRELUDE + code,
+                    "capabilities": [cap_id],
+                    "files": [{"path": "canary.txt", "content": canary}],
+                },
+            )
+            results.append(scanned)
+        results.append(await call(c, "revoke_capability", {"capability_id": cap_id}))
+        results.append(await call(c, "end_session", {}))
+    for result in results:
+        assert not result.is_error, result.content
+    outs = [report(r.structured_content or {}) for r in results[1:3]]
+    for out in outs:
+        assert out["first"] == 200
+        assert out["found"]["secret"] == []
+        # The scan works: it finds the canary the call put in /workspace.
+        assert "/workspace/canary.txt" in out["found"]["canary"]
+        assert out["files"] > 100
+        assert "/proc/self/environ" in out["environs"] and len(out["environs"]) >= 3
+        assert out["bundle"]
+    # The secret did go out, from the proxy, during these runs.
+    assert auth_seen(upstream) == [[f"Bearer {SECRET}"]] * 2
+
+    for result in results:
+        assert SECRET not in result.model_dump_json()
+    assert (data_dir / "airlock.db").is_file()
+    for path in files_under(data_dir):
+        assert SECRET.encode() not in path.read_bytes(), path
+    # The byte scan works: the canary file of the workspace is in a blob.
+    assert any(canary.encode() in p.read_bytes() for p in files_under(data_dir / "blobs"))
+    assert caplog.records, "nothing was logged, so the log check proves nothing"
+    assert SECRET not in caplog.text
+    for record in caplog.records:
+        assert SECRET not in repr(record.args)
+
+
+# ---- 3. the exact environment -------------------------------------------------------------
+
+
+ENV_PROBE = """
+import errno
+try:
+    socket.create_connection(("127.0.0.1", 3128), timeout=5).close()
+    relay = "connected"
+except OSError as exc:
+    relay = errno.errorcode.get(exc.errno, str(exc))
+bundle = os.environ.get("SSL_CERT_FILE")
+report(env=dict(os.environ), relay=relay, mount=os.path.exists("/airlock/egress"),
+       bundle_certs=open(bundle).read().count("BEGIN CERTIFICATE") if bundle else 0)
+"""
+
+
+@MODES
+async def test_environment_is_exactly_the_documented_set_with_and_without_egress(
+    egress_server: MakeEgressServer, mode: str
+) -> None:
+    async with Client(egress_server(), mode=mode) as c:
+        cap = await grant(c)
+        with_egress = report(await run(c, ENV_PROBE, [cap["capability_id"]]))
+        without = report(await run(c, ENV_PROBE))
+    env = with_egress["env"]
+    token = env.get("AIRLOCK_TOKEN", "")
+    assert len(token) >= 43 and token.replace("-", "").replace("_", "").isalnum()
+    proxy = f"http://airlock:{token}@127.0.0.1:3128"
+    assert env == {
+        **BASE_ENV,
+        "HTTP_PROXY": proxy,
+        "HTTPS_PROXY": proxy,
+        "http_proxy": proxy,
+        "https_proxy": proxy,
+        "NO_PROXY": "",
+        "no_proxy": "",
+        "AIRLOCK_TOKEN": token,
+        **dict.fromkeys(CA_VARIABLES, CA_BUNDLE),
+        "NODE_USE_ENV_PROXY": "1",
+    }
+    assert with_egress["relay"] == "connected"
+    assert with_egress["mount"] is True
+    assert with_egress["bundle_certs"] >= 1
+    assert without["env"] == BASE_ENV
+    assert without["relay"] == "ECONNREFUSED"
+    assert without["mount"] is False
+
+
+# ---- 4. denied, each on its own -----------------------------------------------------------
+
+
+async def test_host_not_granted_is_refused_403_and_the_proxy_keeps_serving(
+    egress_server: MakeEgressServer, upstream: Upstream, other_upstream: Upstream
+) -> None:
+    other = f"localhost:{other_upstream.port}"
+    async with Client(egress_server()) as c:
+        cap = await grant(c)
+        result = await run(
+            c,
+            f'report(denied=fetch("https://{other}/api/x"), '
+            f'allowed=fetch("https://localhost:{upstream.port}/api/after"))',
+            [cap["capability_id"]],
+        )
+        await assert_alive(c)
+    out = report(result)
+    assert out["denied"]["status"] is None and "403" in out["denied"]["error"]
+    assert out["allowed"]["status"] == 200
+    record = only(result["egress"], decision="deny")
+    assert record["status"] == 403
+    assert f"no capability or allow rule permits connections to {other}" in record["reason"]
+    assert other_upstream.seen == []
+    assert upstream.paths() == ["/api/after"]
+    assert record["method"] == "CONNECT"
+
+
+async def test_method_outside_the_grant_is_refused_403(
+    egress_server: MakeEgressServer, upstream: Upstream
+) -> None:
+    url = f"https://localhost:{upstream.port}/api/x"
+    async with Client(egress_server()) as c:
+        cap = await grant(c)
+        result = await run(
+            c, f'report(post=fetch("{url}", method="POST", data=b"{{}}"))', [cap["capability_id"]]
+        )
+        await assert_alive(c)
+    out = report(result)
+    assert out["post"]["status"] == 403
+    record = only(result["egress"], method="POST")
+    assert record["status"] == 403 and record["decision"] == "deny"
+    assert f"permits POST localhost:{upstream.port}/api/x" in record["reason"]
+    assert out["post"]["reason"] == record["reason"]
+    assert upstream.seen == []
+
+
+async def test_path_outside_the_grant_is_refused_403(
+    egress_server: MakeEgressServer, upstream: Upstream
+) -> None:
+    async with Client(egress_server()) as c:
+        cap = await grant(c)
+        result = await run(
+            c,
+            f'report(admin=fetch("https://localhost:{upstream.port}/admin?k={QUERY_VALUE}"))',
+            [cap["capability_id"]],
+        )
+        await assert_alive(c)
+    assert report(result)["admin"]["status"] == 403
+    record = only(result["egress"], path="/admin?k=")
+    assert record["status"] == 403
+    assert f"permits GET localhost:{upstream.port}/admin" in record["reason"]
+    assert QUERY_VALUE not in record["reason"]
+    assert upstream.seen == []
+
+
+async def test_plaintext_http_to_the_host_whose_secret_needs_tls_is_refused_403(
+    egress_server: MakeEgressServer, upstream: Upstream
+) -> None:
+    async with Client(egress_server()) as c:
+        cap = await grant(c)
+        result = await run(
+            c,
+            f'report(plain=fetch("http://localhost:{upstream.port}/api/x"))',
+            [cap["capability_id"]],
+        )
+        await assert_alive(c)
+    assert report(result)["plain"]["status"] == 403
+    record = only(result["egress"], path="/api/x")
+    assert record["status"] == 403
+    assert "only sent over TLS" in record["reason"]
+    assert upstream.seen == []
+
+
+async def test_name_resolving_to_loopback_without_allow_private_is_refused_403(
+    egress_server: MakeEgressServer, upstream: Upstream
+) -> None:
+    async with Client(egress_server(allow_private=False)) as c:
+        cap = await grant(c)
+        result = await run(
+            c,
+            f'report(local=fetch("https://localhost:{upstream.port}/api/x"))',
+            [cap["capability_id"]],
+        )
+        await assert_alive(c)
+    assert report(result)["local"]["status"] == 403
+    record = only(result["egress"], path="/api/x")
+    assert record["status"] == 403
+    assert "127.0.0.1 is a loopback address (127.0.0.0/8)" in record["reason"]
+    assert upstream.seen == []
+
+
+ODD_FORMS = ("127.1", "2130706433", "0x7f.0.0.1", "0177.0.0.1")
+
+
+async def test_ip_literals_in_odd_forms_are_refused(
+    egress_server: MakeEgressServer, upstream: Upstream
+) -> None:
+    port = upstream.port
+    # 127.0.0.1 itself is granted (without allow_private): every spelling of it fails.
+    code = f"""
+forms = {ODD_FORMS!r}
+report(
+    curl=[curl(f"https://{{f}}:{port}/api/x") for f in forms],
+    urllib=[fetch(f"https://{{f}}:{port}/api/x") for f in forms],
+    raw=[raw_connect(f"{{f}}:{port}") for f in forms],
+)
+"""
+    loopback = {
+        "hosts": ["127.0.0.1"],
+        "ports": [port],
+        "methods": ["GET"],
+        "paths": ["/**"],
+        "approval": "auto",
+    }
+    async with Client(egress_server(extra={"loopback": loopback})) as c:
+        cap = await grant(c, "loopback")
+        result = await run(c, code, [cap["capability_id"]])
+        await assert_alive(c)
+    out = report(result)
+    # curl rewrites these to 127.0.0.1 before asking the proxy, which refuses loopback.
+    assert [r["code"] for r in out["curl"]] == ["403"] * len(ODD_FORMS)
+    for attempt in out["urllib"]:
+        assert attempt["status"] is None and "400" in attempt["error"]
+    for attempt in out["raw"]:
+        assert attempt["status"] == 400
+        assert "unusual form" in attempt["reason"]
+    assert upstream.seen == []
+    denied = result["egress"]
+    assert len(denied) == 3 * len(ODD_FORMS)
+    assert all(r["decision"] == "deny" for r in denied)
+    refused = [r for r in denied if r["status"] == 403]
+    assert len(refused) == len(ODD_FORMS)
+    assert all("a loopback address" in r["reason"] for r in refused), refused
+
+
+async def test_metadata_address_is_refused_over_http_and_https(
+    egress_server: MakeEgressServer,
+) -> None:
+    metadata = {
+        "hosts": ["169.254.169.254"],
+        "ports": [80, 443],
+        "methods": ["GET"],
+        "paths": ["/**"],
+        "approval": "auto",
+        "allow_private": LOOPBACK,
+    }
+    code = """
+report(http=fetch("http://169.254.169.254/latest/meta-data/"),
+       https=curl("https://169.254.169.254/latest/meta-data/"))
+"""
+    async with Client(egress_server(extra={"metadata": metadata})) as c:
+        cap = await grant(c, "metadata")
+        result = await run(c, code, [cap["capability_id"]])
+        await assert_alive(c)
+    out = report(result)
+    assert out["http"]["status"] == 403
+    assert out["https"]["code"] == "403"
+    assert len(result["egress"]) == 2
+    for record in result["egress"]:
+        assert record["status"] == 403 and record["host"] == "169.254.169.254"
+        assert "the cloud metadata endpoint" in record["reason"]
+
+
+async def test_ipv6_mapped_loopback_is_refused_403(
+    egress_server: MakeEgressServer, upstream: Upstream
+) -> None:
+    mapped = {
+        "hosts": ["::ffff:127.0.0.1"],
+        "ports": [upstream.port],
+        "methods": ["GET"],
+        "paths": ["/**"],
+        "approval": "auto",
+    }
+    code = f"""
+report(curl=curl("https://[::ffff:127.0.0.1]:{upstream.port}/api/x"),
+       raw=raw_connect("[::ffff:127.0.0.1]:{upstream.port}"))
+"""
+    async with Client(egress_server(extra={"mapped": mapped})) as c:
+        cap = await grant(c, "mapped")
+        result = await run(c, code, [cap["capability_id"]])
+        await assert_alive(c)
+    out = report(result)
+    assert out["curl"]["code"] == "403"
+    record = only(result["egress"], status=403)
+    assert "IPv4-mapped 127.0.0.1, which is a loopback address" in record["reason"]
+    assert upstream.seen == []
+
+
+# ---- 5. token replay ----------------------------------------------------------------------
+
+
+def dropped_token(upstream: Upstream) -> str | None:
+    for path in upstream.paths():
+        if path.startswith("/api/drop?t="):
+            return path.removeprefix("/api/drop?t=")
+    return None
+
+
+REPLAY = """
+report(curl=curl(URL, "--proxy", f"http://airlock:{TOKEN}@127.0.0.1:3128"),
+       raw=raw_connect(AUTHORITY, token=TOKEN))
+"""
+
+
+def replay_code(token: str, port: int) -> str:
+    return (
+        f"TOKEN = {token!r}\nURL = 'https://localhost:{port}/api/replay'\n"
+        f"AUTHORITY = 'localhost:{port}'\n" + REPLAY
+    )
+
+
+def assert_replay_refused(result: dict[str, Any], upstream: Upstream) -> None:
+    out = report(result)
+    assert out["curl"]["connect"] == "407", out["curl"]
+    assert out["raw"]["status"] == 407
+    assert "run token" in out["raw"]["reason"]
+    refused = [r for r in result["egress"] if r["status"] == 407]
+    assert len(refused) == 2 and all(r["method"] == "CONNECT" for r in refused)
+    assert "/api/replay" not in upstream.paths()
+
+
+async def test_run_token_of_a_live_run_is_refused_407_from_another_run(
+    egress_server: MakeEgressServer, upstream: Upstream
+) -> None:
+    url = f"https://localhost:{upstream.port}"
+    first_code = f"""
+token = os.environ["AIRLOCK_TOKEN"]
+fetch("{url}/api/drop?t=" + token)
+report(held=fetch("{url}/api/hold")["status"])
+"""
+    first: dict[str, Any] = {}
+    async with Client(egress_server()) as c:
+        cap = (await grant(c))["capability_id"]
+
+        async def first_run() -> None:
+            first.update(await run(c, first_code, [cap]))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(first_run)
+            token = await wait_until(lambda: dropped_token(upstream), within=60)
+            # Run 1 is live and holds a request open; run 2 of the session tries its token.
+            second = await run(c, replay_code(token, upstream.port), [cap])
+            upstream.release.set()
+    assert_replay_refused(second, upstream)
+    assert report(first)["held"] == 200
+    assert token not in json.dumps(first["egress"]) + json.dumps(second["egress"])
+
+
+async def test_run_token_after_its_run_ended_is_refused_407(
+    egress_server: MakeEgressServer, upstream: Upstream
+) -> None:
+    async with Client(egress_server()) as c:
+        cap = (await grant(c))["capability_id"]
+        token = report(await run(c, 'report(token=os.environ["AIRLOCK_TOKEN"])', [cap]))["token"]
+        second = await run(c, replay_code(token, upstream.port), [cap])
+    assert_replay_refused(second, upstream)
+
+
+async def test_revoked_capability_is_refused_for_a_new_run_as_a_tool_error(
+    egress_server: MakeEgressServer,
+) -> None:
+    async with Client(egress_server()) as c:
+        cap = (await grant(c))["capability_id"]
+        revoked = await call(c, "revoke_capability", {"capability_id": cap})
+        assert revoked.structured_content is not None
+        assert revoked.structured_content["revoked"] is True
+        refused = await call(c, "run_code", {"code": "print(1)", "capabilities": [cap]})
+        assert "unknown, expired or revoked" in tool_error(refused)
+        await assert_alive(c)
+
+
+async def test_capability_revoked_mid_run_refuses_the_next_request_403(
+    egress_server: MakeEgressServer, upstream: Upstream
+) -> None:
+    url = f"https://localhost:{upstream.port}"
+    code = f"""
+report(one=fetch("{url}/api/one")["status"], hold=fetch("{url}/api/hold")["status"],
+       two=fetch("{url}/api/two"))
+"""
+    done: dict[str, Any] = {}
+    async with Client(egress_server()) as c:
+        cap = (await grant(c))["capability_id"]
+
+        async def the_run() -> None:
+            done.update(await run(c, code, [cap]))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(the_run)
+            await wait_until(lambda: "/api/hold" in upstream.paths(), within=60)
+            revoked = await call(c, "revoke_capability", {"capability_id": cap})
+            assert not revoked.is_error, revoked.content
+            upstream.release.set()
+    out = report(done)
+    assert (out["one"], out["hold"]) == (200, 200)
+    assert out["two"]["status"] is None and "403" in out["two"]["error"]
+    assert [r["status"] for r in done["egress"]] == [200, 200, 403]
+    assert "/api/two" not in upstream.paths()
+
+
+async def test_end_session_forgets_the_capability_and_its_run_tokens(
+    egress_server: MakeEgressServer, upstream: Upstream
+) -> None:
+    async with Client(egress_server()) as c:
+        cap = (await grant(c))["capability_id"]
+        first = await run(c, 'report(token=os.environ["AIRLOCK_TOKEN"])', [cap])
+        token = report(first)["token"]
+        ended = await call(c, "end_session", {"session_id": first["session_id"]})
+        assert not ended.is_error, ended.content
+        refused = await call(c, "run_code", {"code": "print(1)", "capabilities": [cap]})
+        assert "unknown, expired or revoked" in tool_error(refused)
+        fresh = (await grant(c))["capability_id"]
+        assert fresh != cap
+        second = await run(c, replay_code(token, upstream.port), [fresh])
+    assert second["session_id"] != first["session_id"]
+    assert_replay_refused(second, upstream)
+
+
+async def test_expired_capability_is_refused_as_a_tool_error(
+    egress_server: MakeEgressServer,
+) -> None:
+    async with Client(egress_server()) as c:
+        cap = (await grant(c, ttl_s=1))["capability_id"]
+        with anyio.fail_after(5):
+            # Expiry is wall-clock time; there is no event to wait on.
+            await anyio.sleep(1.5)
+        refused = await call(c, "run_code", {"code": "print(1)", "capabilities": [cap]})
+        assert "unknown, expired or revoked" in tool_error(refused)
+
+
+# ---- 6. elicitation -----------------------------------------------------------------------
+
+
+def ask_policy(port: int, ca_file: Path) -> dict[str, Any]:
+    ask = {
+        "description": "one org of the test upstream",
+        "params": {"org": "^[a-z]{1,10}$"},
+        "hosts": ["localhost"],
+        "ports": [port],
+        "methods": ["GET"],
+        "paths": ["/api/{org}/**"],
+        "approval": "ask",
+        "allow_private": LOOPBACK,
+        "ttl": 60,
+        "max_ttl": 120,
+    }
+    deny = {"hosts": ["localhost"], "methods": ["GET"], "paths": ["/**"], "approval": "deny"}
+    return egress_policy(port, ca_file, extra={ASK: ask, "deny-api": deny})
+
+
+@pytest.fixture
+def ask_server(
+    make_server: Callable[..., MCPServer], upstream: Upstream, ca_file: Path
+) -> Callable[[], MCPServer]:
+    return lambda: make_server(ask_policy(upstream.port, ca_file))
+
+
+class Human:
+    """An elicitation callback that answers one way and remembers what it was asked."""
+
+    def __init__(self, result: ElicitResult) -> None:
+        self.result = result
+        self.asked: list[str] = []
+
+    async def __call__(self, context: Any, params: ElicitRequestParams) -> ElicitResult:
+        self.asked.append(params.message)
+        return self.result
+
+
+APPROVE = ElicitResult(action="accept", content={"approve": True})
+
+
+@MODES
+async def test_ask_capability_approved_by_the_user_is_granted_and_scoped_to_its_params(
+    ask_server: Callable[[], MCPServer], upstream: Upstream, mode: str
+) -> None:
+    human = Human(APPROVE)
+    url = f"https://localhost:{upstream.port}"
+    async with Client(ask_server(), mode=mode, elicitation_callback=human) as c:
+        granted = await grant(c, ASK, params={"org": "acme"}, reason="read acme")
+        result = await run(
+            c,
+            f'report(own=fetch("{url}/api/acme/x")["status"], '
+            f'other=fetch("{url}/api/evil/x")["status"])',
+            [granted["capability_id"]],
+        )
+    assert granted["approved_by"] == "user"
+    assert granted["scope"]["paths"] == ["/api/acme/**"]
+    (question,) = human.asked
+    assert ASK in question and "org=acme" in question and "read acme" in question
+    assert report(result) == {"own": 200, "other": 403}
+    assert upstream.paths() == ["/api/acme/x"]
+
+
+@MODES
+@pytest.mark.parametrize(
+    "answer",
+    [
+        pytest.param(ElicitResult(action="decline"), id="decline"),
+        pytest.param(ElicitResult(action="cancel"), id="cancel"),
+        pytest.param(ElicitResult(action="accept", content={"approve": False}), id="approve-false"),
+    ],
+)
+async def test_ask_capability_not_approved_is_a_tool_error(
+    ask_server: Callable[[], MCPServer], mode: str, answer: ElicitResult
+) -> None:
+    human = Human(answer)
+    async with Client(ask_server(), mode=mode, elicitation_callback=human) as c:
+        refused = await call(
+            c,
+            "request_capability",
+            {"capability": ASK, "reason": "r", "params": {"org": "acme"}},
+        )
+    assert f"did not approve capability '{ASK}'" in tool_error(refused)
+    assert len(human.asked) == 1
+
+
+@MODES
+async def test_ask_capability_from_a_client_without_elicitation_is_a_tool_error(
+    ask_server: Callable[[], MCPServer], mode: str
+) -> None:
+    async with Client(ask_server(), mode=mode) as c:
+        refused = await call(
+            c, "request_capability", {"capability": ASK, "reason": "r", "params": {"org": "acme"}}
+        )
+    text = tool_error(refused)
+    assert "cannot ask" in text and "elicitation" in text
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        pytest.param(
+            {"capability": "deny-api"}, "the policy denies capability 'deny-api'", id="deny"
+        ),
+        pytest.param(
+            {"capability": "nope"},
+            f"unknown capability 'nope'; this server offers: {ASK}, deny-api, {CAP}",
+            id="unknown",
+        ),
+        pytest.param(
+            {"capability": ASK, "params": {"org": "../admin"}}, f"capability '{ASK}'", id="regex"
+        ),
+        pytest.param({"capability": ASK}, f"capability '{ASK}'", id="missing-param"),
+        pytest.param(
+            {"capability": CAP, "ttl_s": 601}, "above the maximum of 600 s", id="ttl-above-max"
+        ),
+        pytest.param({"capability": CAP, "ttl_s": 0}, "at least 1", id="ttl-zero"),
+    ],
+)
+async def test_capability_request_outside_the_policy_is_a_tool_error_without_asking(
+    ask_server: Callable[[], MCPServer], args: dict[str, Any], fragment: str
+) -> None:
+    human = Human(APPROVE)
+    async with Client(ask_server(), elicitation_callback=human) as c:
+        refused = await call(c, "request_capability", {"reason": "r", **args})
+        assert fragment in tool_error(refused)
+        assert human.asked == []
+        # Nothing was granted: the session holds no capability a run could use.
+        await assert_alive(c)
+
+
+async def test_ask_capability_with_ttl_above_max_is_refused_before_asking(
+    ask_server: Callable[[], MCPServer],
+) -> None:
+    human = Human(APPROVE)
+    async with Client(ask_server(), elicitation_callback=human) as c:
+        refused = await call(
+            c,
+            "request_capability",
+            {"capability": ASK, "reason": "r", "params": {"org": "acme"}, "ttl_s": 121},
+        )
+    assert "above the maximum of 120 s" in tool_error(refused)
+    assert human.asked == [], "the human was asked to approve a request the policy refuses"
+
+
+# ---- 7. the audit trail -------------------------------------------------------------------
+
+
+async def airlock_cli(*args: str) -> str:
+    airlock = Path(sys.executable).with_name("airlock")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRLOCK_")}
+    with anyio.fail_after(60):
+        done = await anyio.run_process([str(airlock), *args], env=env, check=False)
+    assert done.returncode == 0, done.stderr.decode()
+    return done.stdout.decode()
+
+
+async def test_audit_shows_egress_decisions_and_grants_without_secrets_or_query_values(
+    egress_server: MakeEgressServer, upstream: Upstream, data_dir: Path
+) -> None:
+    url = f"https://localhost:{upstream.port}"
+    async with Client(egress_server()) as c:
+        cap = (await grant(c, reason="audit me"))["capability_id"]
+        result = await run(
+            c,
+            f'report(ok=fetch("{url}/api/audit?k={QUERY_VALUE}")["status"], '
+            f'no=fetch("{url}/admin")["status"])',
+            [cap],
+        )
+        await call(c, "revoke_capability", {"capability_id": cap})
+    assert report(result) == {"ok": 200, "no": 403}
+    egress = await airlock_cli("audit", "egress", "--data-dir", str(data_dir))
+    lines = egress.splitlines()
+    allowed = [line for line in lines if f"GET localhost:{upstream.port}/api/audit?k=" in line]
+    assert len(allowed) == 1 and " allow " in allowed[0] and " 200 " in allowed[0]
+    assert f"[injected {SECRET_NAME}]" in allowed[0]
+    assert "127.0.0.1" in allowed[0]
+    denied = [line for line in lines if f"GET localhost:{upstream.port}/admin" in line]
+    assert len(denied) == 1 and " deny " in denied[0] and " 403 " in denied[0]
+    assert result["run_id"] in allowed[0]
+    grants = await airlock_cli("audit", "capabilities", "--data-dir", str(data_dir))
+    (row,) = [line for line in grants.splitlines() if CAP in line]
+    assert "policy" in row and "audit me" in row and result["session_id"] in row
+    assert row.split()[5] != "-", "the revocation time is missing"
+    for text in (egress, grants):
+        assert SECRET not in text
+        assert QUERY_VALUE not in text

@@ -1,0 +1,1057 @@
+"""The egress proxy itself, attacked over its real unix socket, without Docker.
+
+Each test opens one run with `Egress.open` (real broker grants, run tokens and vault),
+connects to the run's `proxy.sock` itself and speaks raw HTTP and TLS to it, with a real
+HTTPS upstream on 127.0.0.1 holding a `trustme` certificate. No mocks: the only seam used
+is the clock `Egress` takes, to expire a grant without waiting.
+
+Every test ends by checking the run's records: exactly one per request, none holding the
+secret or a query value. The upstream module parts (`Upstream`) are shared with
+test_egress.py.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.server
+import ipaddress
+import json
+import secrets
+import socket
+import ssl
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.abc
+import pytest
+import trustme
+from anyio.streams.tls import TLSAttribute, TLSStream
+from cryptography import x509
+from cryptography.x509.oid import ExtendedKeyUsageOID
+from support import wait_until
+
+from broker import Grant, Grants, GrantScope, RunTokens, Vault, load_key, vault_path
+from egress import SOCKET_NAME, Egress, RunEgress
+from policies import Capability, EgressSettings
+
+pytestmark = pytest.mark.anyio
+
+SECRET_NAME = "api_token"
+SECRET = "sk-live-" + secrets.token_urlsafe(24)
+QUERY_VALUE = "qv-" + secrets.token_hex(8)
+TENANT = "t1"
+SESSION = "ses_proxytest"
+WAIT_S = 10
+LOOPBACK = ("127.0.0.0/8", "::1/128")
+
+
+# ---- the upstream: a real HTTPS server that records what reached it ----------------------
+
+
+@dataclass(frozen=True)
+class Seen:
+    """One request as the upstream received it."""
+
+    method: str
+    path: str
+    headers: tuple[tuple[str, str], ...]
+    body: bytes
+
+    def all(self, name: str) -> list[str]:
+        return [v for k, v in self.headers if k.lower() == name.lower()]
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    timeout = 20
+    server: _Server
+
+    def _answer(self) -> None:
+        body = self._read_body()
+        owner = self.server.owner
+        owner.record(Seen(self.command, self.path, tuple(self.headers.items()), body))
+        if self.path.startswith("/api/hold"):
+            # Released by the test (or by close()): a request that is in flight on purpose.
+            owner.release.wait(30)
+        if self.path.startswith("/api/big/"):
+            payload = b"x" * int(self.path.split("/")[3].split("?")[0])
+        else:
+            # Never header values: only facts the sandbox chose itself.
+            payload = json.dumps(
+                {"ok": True, "method": self.command, "path": self.path, "got": len(body)}
+            ).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(payload)
+
+    def _read_body(self) -> bytes:
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            data = b""
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass
+                    return data
+                data += self.rfile.read(size)
+                self.rfile.readline()
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = do_PATCH = do_OPTIONS = _answer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    # Handler threads are joined on close, after their sockets were shut down.
+    daemon_threads = False
+    block_on_close = True
+
+    def __init__(self, owner: Upstream) -> None:
+        self.owner = owner
+        super().__init__(("127.0.0.1", 0), _Handler)
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        request.settimeout(20)
+        context = self.owner.tls_context
+        if context is None:
+            self.owner.track(request)
+            self.RequestHandlerClass(request, client_address, self)
+            return
+        try:
+            tls = context.wrap_socket(request, server_side=True)
+        except (ssl.SSLError, OSError):
+            return
+        with tls:
+            self.owner.track(tls)
+            self.RequestHandlerClass(tls, client_address, self)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # clients that hang up mid-request are part of these tests
+
+
+class Upstream:
+    """A threaded stdlib HTTP(S) server on 127.0.0.1 that records each request.
+
+    It answers JSON describing the method and path only (never a header value), serves
+    `/api/big/<n>` as n bytes, and holds `/api/hold` until `release` is set.
+    """
+
+    def __init__(self, cert: trustme.LeafCert | None) -> None:
+        self.tls_context: ssl.SSLContext | None = None
+        if cert is not None:
+            self.tls_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            cert.configure_cert(self.tls_context)
+        self.seen: list[Seen] = []
+        self.release = threading.Event()
+        self._lock = threading.Lock()
+        self._sockets: list[socket.socket] = []
+        self._server = _Server(self)
+        self.port: int = self._server.server_address[1]
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self._thread.start()
+
+    def record(self, seen: Seen) -> None:
+        with self._lock:
+            self.seen.append(seen)
+
+    def track(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._sockets.append(sock)
+
+    def paths(self) -> list[str]:
+        with self._lock:
+            return [s.path for s in self.seen]
+
+    def close(self) -> None:
+        self.release.set()
+        self._server.shutdown()
+        with self._lock:
+            for sock in self._sockets:
+                with suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+        self._server.server_close()
+        self._thread.join(10)
+
+
+@pytest.fixture(scope="session")
+def upstream_ca() -> trustme.CA:
+    return trustme.CA()
+
+
+@pytest.fixture(scope="session")
+def upstream_ca_file(upstream_ca: trustme.CA, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("upstream-ca") / "ca.pem"
+    upstream_ca.cert_pem.write_to_path(str(path))
+    return path
+
+
+def start_upstream(ca: trustme.CA | None) -> Upstream:
+    return Upstream(ca.issue_cert("localhost", "127.0.0.1") if ca is not None else None)
+
+
+@pytest.fixture
+def upstream(upstream_ca: trustme.CA) -> Iterator[Upstream]:
+    server = start_upstream(upstream_ca)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def other_upstream(upstream_ca: trustme.CA) -> Iterator[Upstream]:
+    server = start_upstream(upstream_ca)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def plain_upstream() -> Iterator[Upstream]:
+    server = start_upstream(None)
+    yield server
+    server.close()
+
+
+# ---- raw HTTP over the proxy socket ------------------------------------------------------
+
+
+@dataclass
+class Reply:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+    complete: bool = True
+    """False when the connection ended before Content-Length bytes arrived."""
+
+
+class Wire:
+    """One client connection to the proxy: raw bytes out, parsed responses in."""
+
+    def __init__(self, stream: anyio.abc.SocketStream) -> None:
+        self.raw = stream
+        self.stream: anyio.abc.ByteStream = stream
+        self.buffer = b""
+
+    async def __aenter__(self) -> Wire:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Half-close and wait until the proxy has closed its end too.
+
+        A proxy task still waiting on this socket when the run ends would be cancelled
+        in the same loop iteration as the socket turns readable, which trips an anyio
+        race (InvalidStateError from Future.set_result); waiting for the proxy's EOF
+        first means the proxy has finished with the connection.
+        """
+        try:
+            with anyio.fail_after(WAIT_S):
+                await self.raw.send_eof()
+                while await self.raw.receive():
+                    pass
+        except (anyio.EndOfStream, anyio.BrokenResourceError, anyio.ClosedResourceError):
+            pass
+        finally:
+            await self.raw.aclose()
+
+    async def send(self, data: bytes) -> None:
+        await self.stream.send(data)
+
+    async def _more(self) -> bytes:
+        try:
+            return await self.stream.receive()
+        except (anyio.EndOfStream, anyio.BrokenResourceError, ssl.SSLError):
+            return b""
+
+    async def reply(self, *, bodyless: bool = False) -> Reply:
+        with anyio.fail_after(WAIT_S):
+            while b"\r\n\r\n" not in self.buffer:
+                chunk = await self._more()
+                assert chunk, f"connection closed before a response head: {self.buffer!r}"
+                self.buffer += chunk
+            head, _, self.buffer = self.buffer.partition(b"\r\n\r\n")
+            lines = head.decode("latin-1").split("\r\n")
+            status = int(lines[0].split(" ", 2)[1])
+            headers: dict[str, str] = {}
+            for line in lines[1:]:
+                name, _, value = line.partition(":")
+                headers[name.strip().lower()] = value.strip()
+            if bodyless:
+                return Reply(status, headers, b"")
+            if "content-length" in headers:
+                length = int(headers["content-length"])
+                while len(self.buffer) < length:
+                    chunk = await self._more()
+                    if not chunk:
+                        body, self.buffer = self.buffer, b""
+                        return Reply(status, headers, body, complete=False)
+                    self.buffer += chunk
+                body, self.buffer = self.buffer[:length], self.buffer[length:]
+                return Reply(status, headers, body)
+            while chunk := await self._more():
+                self.buffer += chunk
+            body, self.buffer = self.buffer, b""
+            return Reply(status, headers, body)
+
+    async def closed(self) -> bool:
+        """True when the proxy ends the connection (no more bytes come)."""
+        with anyio.fail_after(WAIT_S):
+            return self.buffer == b"" and await self._more() == b""
+
+    async def status(self) -> Reply:
+        """Only the head: for when the proxy may wrongly open a tunnel or forward a request."""
+        reply = await self.reply(bodyless=True)
+        length = int(reply.headers.get("content-length", "0"))
+        with anyio.fail_after(WAIT_S):
+            while len(self.buffer) < length and (chunk := await self._more()):
+                self.buffer += chunk
+        reply.body, self.buffer = self.buffer[:length], self.buffer[length:]
+        return reply
+
+
+def proxy_auth(token: str, user: str = "airlock") -> str:
+    return "Basic " + base64.b64encode(f"{user}:{token}".encode()).decode()
+
+
+def connect_head(authority: str, token: str | None, *extra: str) -> bytes:
+    lines = [f"CONNECT {authority} HTTP/1.1", f"Host: {authority}"]
+    if token is not None:
+        lines.append(f"Proxy-Authorization: {proxy_auth(token)}")
+    lines.extend(extra)
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+def request_head(method: str, target: str, host: str, *extra: str) -> bytes:
+    return (
+        "\r\n".join([f"{method} {target} HTTP/1.1", f"Host: {host}", *extra]) + "\r\n\r\n"
+    ).encode()
+
+
+def run_ca_context(run: RunEgress) -> ssl.SSLContext:
+    """A client that trusts only the run's CA and verifies the way Python 3.13 does."""
+    context = ssl.create_default_context(cadata=run.plan.ca_pem)
+    context.verify_flags |= ssl.VERIFY_X509_STRICT
+    context.set_alpn_protocols(["h2", "http/1.1"])
+    return context
+
+
+def token_of(run: RunEgress) -> str:
+    return run.plan.token.reveal()
+
+
+async def dial(run: RunEgress) -> Wire:
+    return Wire(await anyio.connect_unix(run.plan.socket_dir / SOCKET_NAME))
+
+
+async def tunnel(
+    run: RunEgress,
+    host: str,
+    port: int,
+    *,
+    sni: str | None = None,
+    context: ssl.SSLContext | None = None,
+) -> Wire:
+    """CONNECT with the run's token, expect 200, then TLS inside with the run's CA."""
+    wire = await dial(run)
+    authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    await wire.send(connect_head(authority, token_of(run)))
+    reply = await wire.reply(bodyless=True)
+    assert reply.status == 200, reply
+    assert wire.buffer == b""
+    with anyio.fail_after(WAIT_S):
+        tls = await TLSStream.wrap(
+            wire.stream,
+            hostname=sni or host,
+            ssl_context=context or run_ca_context(run),
+            standard_compatible=False,
+        )
+    wire.stream = tls
+    return wire
+
+
+# ---- the harness: one Egress with real broker parts --------------------------------------
+
+
+@dataclass
+class Clock:
+    now: float = field(default_factory=time.time)
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass
+class Harness:
+    egress: Egress
+    grants: Grants
+    tokens: RunTokens
+    clock: Clock
+    upstream: Upstream
+    _runs: int = 0
+
+    def grant(
+        self,
+        hosts: Sequence[str] = ("localhost",),
+        ports: Sequence[int] | None = None,
+        *,
+        methods: Sequence[str] = ("GET", "POST"),
+        paths: Sequence[str] = ("/api/**",),
+        secret: bool = True,
+        tls: str = "terminate",
+        allow_private: Sequence[str] = LOOPBACK,
+        ttl_s: int = 300,
+    ) -> Grant:
+        return self.grants.grant(
+            tenant=TENANT,
+            session_id=SESSION,
+            capability="test-api",
+            params={},
+            scope=GrantScope(
+                hosts=tuple(hosts),
+                ports=tuple(ports or (self.upstream.port,)),
+                methods=tuple(methods),
+                paths=tuple(paths),
+            ),
+            secret=SECRET_NAME if secret else None,
+            inject_header="Authorization" if secret else None,
+            inject_format="Bearer {secret}" if secret else None,
+            tls=tls,  # type: ignore[arg-type]
+            allow_private=tuple(allow_private),
+            approved_by="policy",
+            reason="proxy test",
+            ttl_s=ttl_s,
+            now=self.clock(),
+        )
+
+    @asynccontextmanager
+    async def run(self, *grants: Grant) -> AsyncIterator[RunEgress]:
+        self._runs += 1
+        async with self.egress.open(
+            tenant=TENANT,
+            session_id=SESSION,
+            run_id=f"run_p{self._runs}",
+            grants=list(grants) or [self.grant()],
+            deadline=self.clock() + 600,
+        ) as run:
+            yield run
+
+
+MakeHarness = Callable[..., Harness]
+
+
+@pytest.fixture
+def make_harness(tmp_path: Path, upstream: Upstream, upstream_ca_file: Path) -> MakeHarness:
+    def make(**settings: Any) -> Harness:
+        data = tmp_path / "d"
+        vault = Vault(vault_path(data), load_key(data, {}))
+        vault.set(SECRET_NAME, SECRET, ["localhost", "127.0.0.1"])
+        grants = Grants(max_per_session=32, max_live_per_tenant=64)
+        tokens = RunTokens()
+        clock = Clock()
+        egress = Egress(
+            root=tmp_path / "e",
+            settings=EgressSettings.model_validate(
+                {"upstream_ca_file": str(upstream_ca_file), **settings}
+            ),
+            grants=grants,
+            tokens=tokens,
+            vault=vault,
+            clock=clock,
+        )
+        return Harness(egress, grants, tokens, clock, upstream)
+
+    return make
+
+
+@pytest.fixture
+def harness(make_harness: MakeHarness) -> Harness:
+    return make_harness()
+
+
+async def settled(run: RunEgress, count: int) -> list[dict[str, Any]]:
+    """Exactly `count` records (waiting for the last ones), none with the secret or a query
+    value; returned as plain dicts."""
+    await wait_until(lambda: len(run.records) >= count, within=WAIT_S)
+    records = [r.model_dump() for r in run.records]
+    assert len(records) == count, records
+    for record in records:
+        text = json.dumps(record)
+        assert SECRET not in text
+        assert QUERY_VALUE not in text
+        assert record["tenant"] == TENANT and record["session_id"] == SESSION
+    return records
+
+
+def assert_refusal(reply: Reply, status: int, fragment: str) -> str:
+    """The proxy's refusal shape: status, a one-sentence reason in body and header."""
+    assert reply.status == status, reply
+    reason = reply.headers["x-airlock-reason"]
+    assert fragment in reason, reason
+    assert reply.body == f"Airlock egress proxy: {reason}\n".encode()
+    assert reply.headers["via"] == "1.1 airlock"
+    # One sentence: no full stop inside it, none or one at the end.
+    assert ". " not in reason.rstrip("."), reason
+    return reason
+
+
+# ---- run tokens ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "credentials",
+    [
+        pytest.param(None, id="missing"),
+        pytest.param(proxy_auth("not-the-token"), id="wrong-token"),
+        pytest.param("Bearer {token}", id="bearer-scheme"),
+        pytest.param("Basic !!!not-base64", id="garbage"),
+    ],
+)
+async def test_connect_without_the_run_token_is_refused_407(
+    harness: Harness, credentials: str | None
+) -> None:
+    async with harness.run() as run:
+        extra = []
+        if credentials is not None:
+            extra.append(f"Proxy-Authorization: {credentials.format(token=token_of(run))}")
+        async with await dial(run) as wire:
+            await wire.send(connect_head(f"localhost:{harness.upstream.port}", None, *extra))
+            reply = await wire.reply()
+            assert_refusal(reply, 407, "run token")
+            assert reply.headers["proxy-authenticate"] == 'Basic realm="airlock"'
+            assert await wire.closed()
+        records = await settled(run, 1)
+    assert records[0]["status"] == 407 and records[0]["decision"] == "deny"
+    assert harness.upstream.seen == []
+
+
+async def test_token_of_another_live_run_is_refused_407_on_this_runs_socket(
+    harness: Harness,
+) -> None:
+    async with harness.run() as first, harness.run() as second:
+        async with await dial(second) as wire:
+            await wire.send(connect_head(f"localhost:{harness.upstream.port}", token_of(first)))
+            assert_refusal(await wire.reply(), 407, "run token")
+        # The same token still works on its own socket: the binding, not the token, refused.
+        async with await tunnel(first, "localhost", harness.upstream.port) as inner:
+            await inner.send(request_head("GET", "/api/own", f"localhost:{harness.upstream.port}"))
+            assert (await inner.reply()).status == 200
+        await settled(second, 1)
+        await settled(first, 1)
+    assert harness.upstream.paths() == ["/api/own"]
+
+
+async def test_token_of_an_ended_run_is_refused_407(harness: Harness) -> None:
+    async with harness.run() as ended:
+        old_token = token_of(ended)
+    async with harness.run() as run:
+        async with await dial(run) as wire:
+            await wire.send(connect_head(f"localhost:{harness.upstream.port}", old_token))
+            assert_refusal(await wire.reply(), 407, "run token")
+        await settled(run, 1)
+    assert not ended.plan.socket_dir.exists()
+    assert harness.upstream.seen == []
+
+
+async def test_grant_revoked_mid_tunnel_refuses_the_next_request_403(harness: Harness) -> None:
+    grant = harness.grant()
+    port = harness.upstream.port
+    async with harness.run(grant) as run:
+        async with await tunnel(run, "localhost", port) as wire:
+            await wire.send(request_head("GET", "/api/before", f"localhost:{port}"))
+            assert (await wire.reply()).status == 200
+            harness.grants.revoke(grant.id, tenant=TENANT, now=harness.clock())
+            await wire.send(request_head("GET", "/api/after", f"localhost:{port}"))
+            assert_refusal(await wire.reply(), 403, f"permits GET localhost:{port}/api/after")
+        records = await settled(run, 2)
+    assert [r["status"] for r in records] == [200, 403]
+    assert harness.upstream.paths() == ["/api/before"]
+
+
+async def test_token_expires_with_its_grant_and_the_next_connect_is_refused_407(
+    harness: Harness,
+) -> None:
+    port = harness.upstream.port
+    async with harness.run(harness.grant(ttl_s=60)) as run:
+        async with await tunnel(run, "localhost", port) as wire:
+            await wire.send(request_head("GET", "/api/fresh", f"localhost:{port}"))
+            assert (await wire.reply()).status == 200
+        harness.clock.now += 61
+        async with await dial(run) as wire:
+            await wire.send(connect_head(f"localhost:{port}", token_of(run)))
+            assert_refusal(await wire.reply(), 407, "expired")
+        await settled(run, 2)
+    assert harness.upstream.paths() == ["/api/fresh"]
+
+
+# ---- CONNECT targets ----------------------------------------------------------------------
+
+
+async def test_connect_to_a_host_not_granted_is_refused_403_with_a_reason(
+    harness: Harness, other_upstream: Upstream
+) -> None:
+    async with harness.run() as run:
+        for authority in (f"localhost:{other_upstream.port}", f"127.0.0.2:{harness.upstream.port}"):
+            async with await dial(run) as wire:
+                await wire.send(connect_head(authority, token_of(run)))
+                reason = assert_refusal(
+                    await wire.reply(), 403, f"permits connections to {authority}"
+                )
+                assert "request_capability" in reason
+        records = await settled(run, 2)
+    assert {r["status"] for r in records} == {403}
+    assert other_upstream.seen == [] and harness.upstream.seen == []
+    # Denied CONNECTs name their target like every other record: host and port apart.
+    assert [(r["method"], r["host"], r["port"]) for r in records] == [
+        ("CONNECT", "localhost", other_upstream.port),
+        ("CONNECT", "127.0.0.2", harness.upstream.port),
+    ]
+
+
+@pytest.mark.parametrize("host", ["127.1", "2130706433", "0x7f.0.0.1", "0177.0.0.1", "127.0.0.1."])
+async def test_connect_to_an_ip_literal_in_an_odd_form_is_refused_400(
+    harness: Harness, host: str
+) -> None:
+    port = harness.upstream.port
+    # Even with 127.0.0.1 itself granted, no other spelling of it gets through.
+    async with harness.run(harness.grant(("localhost", "127.0.0.1"))) as run:
+        async with await dial(run) as wire:
+            await wire.send(connect_head(f"{host}:{port}", token_of(run)))
+            assert_refusal(await wire.reply(), 400, "unusual form")
+        records = await settled(run, 1)
+    assert records[0]["status"] == 400
+    assert harness.upstream.seen == []
+
+
+@pytest.mark.parametrize(
+    ("host", "fragment"),
+    [
+        ("localhost", "127.0.0.1 is a loopback address"),
+        ("127.0.0.1", "a loopback address"),
+        ("169.254.169.254", "the cloud metadata endpoint"),
+        ("::ffff:127.0.0.1", "IPv4-mapped 127.0.0.1, which is a loopback address"),
+        ("10.0.0.1", "a private address"),
+        ("::1", "the loopback address"),
+    ],
+)
+async def test_granted_host_resolving_to_a_guarded_address_is_refused_403(
+    harness: Harness, host: str, fragment: str
+) -> None:
+    port = harness.upstream.port
+    grant = harness.grant((host,), allow_private=(), secret=False)
+    async with harness.run(grant) as run:
+        async with await tunnel(run, host, port) as wire:
+            authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            await wire.send(request_head("GET", f"/api/x?k={QUERY_VALUE}", authority))
+            assert_refusal(await wire.reply(), 403, fragment)
+        records = await settled(run, 1)
+    assert records[0]["path"] == "/api/x?k="
+    assert harness.upstream.seen == []
+
+
+async def test_passthrough_to_a_guarded_address_is_refused_at_connect_403(
+    harness: Harness,
+) -> None:
+    grant = harness.grant(
+        ("169.254.169.254",),
+        (443,),
+        methods=("*",),
+        paths=("/**",),
+        secret=False,
+        tls="passthrough",
+    )
+    async with harness.run(grant) as run:
+        async with await dial(run) as wire:
+            await wire.send(connect_head("169.254.169.254:443", token_of(run)))
+            assert_refusal(await wire.reply(), 403, "the cloud metadata endpoint")
+        await settled(run, 1)
+
+
+# ---- inside a terminated tunnel -----------------------------------------------------------
+
+
+async def test_host_header_differing_from_the_connect_target_is_refused_403(
+    harness: Harness,
+) -> None:
+    port = harness.upstream.port
+    async with harness.run(harness.grant(("localhost", "127.0.0.1"))) as run:
+        async with await tunnel(run, "localhost", port) as wire:
+            # 127.0.0.1 is granted too: fronting is refused whatever the rules say of it.
+            await wire.send(request_head("GET", "/api/x", f"127.0.0.1:{port}"))
+            assert_refusal(await wire.reply(), 403, "does not match the CONNECT target")
+        records = await settled(run, 1)
+    assert records[0]["status"] == 403
+    assert harness.upstream.seen == []
+
+
+async def test_sni_differing_from_the_connect_target_is_refused_403(harness: Harness) -> None:
+    port = harness.upstream.port
+    async with harness.run() as run:
+        context = run_ca_context(run)
+        # The client goes along with any name, so only the proxy's check can refuse.
+        context.check_hostname = False
+        async with await tunnel(run, "localhost", port, sni="evil.example", context=context) as w:
+            await w.send(request_head("GET", "/api/x", f"localhost:{port}"))
+            assert_refusal(await w.reply(), 403, "does not match the CONNECT target")
+        await settled(run, 1)
+    assert harness.upstream.seen == []
+
+
+async def test_websocket_upgrade_is_refused_403(harness: Harness) -> None:
+    port = harness.upstream.port
+    async with harness.run() as run:
+        async with await tunnel(run, "localhost", port) as wire:
+            await wire.send(
+                request_head(
+                    "GET",
+                    "/api/socket",
+                    f"localhost:{port}",
+                    "Connection: Upgrade",
+                    "Upgrade: websocket",
+                    "Sec-WebSocket-Version: 13",
+                    "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==",
+                )
+            )
+            assert_refusal(await wire.reply(), 403, "WebSocket")
+        await settled(run, 1)
+    assert harness.upstream.seen == []
+
+
+async def test_content_length_with_transfer_encoding_is_refused_400(harness: Harness) -> None:
+    port = harness.upstream.port
+    async with harness.run() as run:
+        async with await tunnel(run, "localhost", port) as wire:
+            # POST is granted: only the conflicting framing can refuse this.
+            await wire.send(
+                request_head(
+                    "POST",
+                    "/api/x",
+                    f"localhost:{port}",
+                    "Content-Length: 5",
+                    "Transfer-Encoding: chunked",
+                )
+                + b"0\r\n\r\nGET /api/smuggled HTTP/1.1\r\nHost: localhost\r\n\r\n"
+            )
+            assert_refusal(await wire.reply(), 400, "both Content-Length and Transfer-Encoding")
+            assert await wire.closed()
+        await settled(run, 1)
+    assert harness.upstream.seen == []
+
+
+async def test_get_with_a_body_is_refused_400(harness: Harness) -> None:
+    port = harness.upstream.port
+    async with harness.run() as run:
+        async with await tunnel(run, "localhost", port) as wire:
+            await wire.send(
+                request_head("GET", "/api/x", f"localhost:{port}", "Content-Length: 4") + b"abcd"
+            )
+            assert_refusal(await wire.reply(), 400, "may not carry a body")
+        await settled(run, 1)
+    assert harness.upstream.seen == []
+
+
+@pytest.mark.parametrize("kib", [17, 100])
+@pytest.mark.parametrize("where", ["connect", "tunnel"])
+async def test_request_head_over_16_kib_is_refused_431(
+    harness: Harness, where: str, kib: int
+) -> None:
+    port = harness.upstream.port
+    big = "X-Padding: " + "a" * (kib * 1024)
+    async with harness.run() as run:
+        if where == "connect":
+            wire = await dial(run)
+            await wire.send(connect_head(f"localhost:{port}", token_of(run), big))
+        else:
+            wire = await tunnel(run, "localhost", port)
+            await wire.send(request_head("GET", "/api/x", f"localhost:{port}", big))
+        async with wire:
+            reply = await wire.status()
+            assert reply.status in (400, 431), f"a {kib} KiB head was accepted: {reply}"
+            assert reply.headers["x-airlock-reason"].startswith(
+                ("malformed HTTP", "request head over")
+            )
+        await settled(run, 1)
+    assert harness.upstream.seen == []
+
+
+async def test_requests_over_the_run_limit_are_refused_403(make_harness: MakeHarness) -> None:
+    harness = make_harness(limits={"max_requests": 2})
+    port = harness.upstream.port
+    async with harness.run() as run:
+        async with await tunnel(run, "localhost", port) as wire:
+            for n in (1, 2):
+                await wire.send(request_head("GET", f"/api/{n}", f"localhost:{port}"))
+                assert (await wire.reply()).status == 200
+            await wire.send(request_head("GET", "/api/3", f"localhost:{port}"))
+            assert_refusal(await wire.reply(), 403, "limit of 2 requests")
+        async with await dial(run) as wire:
+            await wire.send(connect_head(f"localhost:{port}", token_of(run)))
+            assert_refusal(await wire.reply(), 403, "limit of 2 requests")
+        records = await settled(run, 4)
+    assert [r["status"] for r in records] == [200, 200, 403, 403]
+    assert harness.upstream.paths() == ["/api/1", "/api/2"]
+
+
+async def test_response_over_the_byte_limit_is_cut(make_harness: MakeHarness) -> None:
+    harness = make_harness(limits={"max_response_bytes": 1000})
+    port = harness.upstream.port
+    async with harness.run() as run:
+        async with await tunnel(run, "localhost", port) as wire:
+            await wire.send(request_head("GET", "/api/big/5000", f"localhost:{port}"))
+            reply = await wire.reply()
+            assert not reply.complete
+            assert len(reply.body) <= 1000
+        records = await settled(run, 1)
+    assert records[0]["status"] == 502 and records[0]["decision"] == "deny"
+    assert "over 1000 bytes" in records[0]["reason"]
+    assert records[0]["bytes_in"] > 1000
+
+
+async def test_path_and_method_outside_the_grant_are_refused_403(harness: Harness) -> None:
+    port = harness.upstream.port
+    async with harness.run() as run:
+        async with await tunnel(run, "localhost", port) as wire:
+            await wire.send(request_head("DELETE", "/api/x", f"localhost:{port}"))
+            assert_refusal(await wire.reply(), 403, f"permits DELETE localhost:{port}/api/x")
+        async with await tunnel(run, "localhost", port) as wire:
+            await wire.send(request_head("GET", "/admin", f"localhost:{port}"))
+            assert_refusal(await wire.reply(), 403, f"permits GET localhost:{port}/admin")
+        async with await tunnel(run, "localhost", port) as wire:
+            await wire.send(request_head("GET", "/api/%2e%2e/admin", f"localhost:{port}"))
+            assert_refusal(await wire.reply(), 400, "'.' or '..' segment")
+        await settled(run, 3)
+    assert harness.upstream.seen == []
+
+
+# ---- what reaches the upstream ------------------------------------------------------------
+
+
+async def test_client_authorization_is_replaced_by_the_injected_secret(harness: Harness) -> None:
+    port = harness.upstream.port
+    async with harness.run() as run:
+        async with await tunnel(run, "localhost", port) as wire:
+            await wire.send(
+                request_head(
+                    "GET",
+                    f"/api/x?key={QUERY_VALUE}",
+                    f"localhost:{port}",
+                    "Authorization: Bearer forged-by-the-sandbox",
+                    "authorization: Basic c2FuZGJveDpwdw==",
+                )
+            )
+            reply = await wire.reply()
+            assert reply.status == 200
+            assert SECRET.encode() not in reply.body
+        records = await settled(run, 1)
+    (seen,) = harness.upstream.seen
+    assert seen.all("Authorization") == [f"Bearer {SECRET}"]
+    assert seen.path == f"/api/x?key={QUERY_VALUE}"
+    assert records[0]["path"] == "/api/x?key="
+    assert records[0]["injected"] == (SECRET_NAME,)
+    assert records[0]["decision"] == "allow"
+
+
+async def test_proxy_headers_never_reach_the_upstream_through_a_tunnel(harness: Harness) -> None:
+    port = harness.upstream.port
+    async with harness.run() as run:
+        async with await tunnel(run, "localhost", port) as wire:
+            await wire.send(
+                request_head(
+                    "POST",
+                    "/api/x",
+                    f"localhost:{port}",
+                    f"Proxy-Authorization: {proxy_auth(token_of(run))}",
+                    "Proxy-Connection: keep-alive",
+                    "Content-Length: 3",
+                )
+                + b"abc"
+            )
+            assert (await wire.reply()).status == 200
+        await settled(run, 1)
+    (seen,) = harness.upstream.seen
+    names = {k.lower() for k, _ in seen.headers}
+    assert "proxy-authorization" not in names
+    assert "proxy-connection" not in names
+    assert token_of(run) not in json.dumps(seen.headers)
+    assert seen.body == b"abc"
+
+
+async def test_proxy_authorization_never_reaches_a_plain_http_upstream(
+    make_harness: MakeHarness, plain_upstream: Upstream
+) -> None:
+    port = plain_upstream.port
+    harness = make_harness(
+        allow=[
+            {
+                "name": "plain",
+                "hosts": ["localhost"],
+                "ports": [port],
+                "methods": ["GET"],
+                "paths": ["/open/**"],
+                "allow_private": list(LOOPBACK),
+            }
+        ]
+    )
+    async with harness.run() as run:
+        async with await dial(run) as wire:
+            await wire.send(
+                request_head(
+                    "GET",
+                    f"http://localhost:{port}/open/x?k={QUERY_VALUE}",
+                    f"localhost:{port}",
+                    f"Proxy-Authorization: {proxy_auth(token_of(run))}",
+                )
+            )
+            reply = await wire.reply()
+            assert reply.status == 200
+            assert reply.headers["connection"] == "close"
+        records = await settled(run, 1)
+    (seen,) = plain_upstream.seen
+    assert "proxy-authorization" not in {k.lower() for k, _ in seen.headers}
+    assert seen.all("Authorization") == []
+    assert records[0]["capability"] == "policy:plain"
+
+
+async def test_plaintext_http_to_a_host_whose_secret_requires_tls_is_refused_403(
+    harness: Harness,
+) -> None:
+    port = harness.upstream.port
+    async with harness.run() as run:
+        async with await dial(run) as wire:
+            await wire.send(
+                request_head(
+                    "GET",
+                    f"http://localhost:{port}/api/x",
+                    f"localhost:{port}",
+                    f"Proxy-Authorization: {proxy_auth(token_of(run))}",
+                )
+            )
+            assert_refusal(await wire.reply(), 403, "only sent over TLS")
+        await settled(run, 1)
+    assert harness.upstream.seen == []
+
+
+async def test_passthrough_tunnel_reaches_the_upstream_with_its_own_certificate_uninjected(
+    harness: Harness, other_upstream: Upstream, upstream_ca: trustme.CA
+) -> None:
+    port = other_upstream.port
+    passthrough = harness.grant(
+        ports=(port,), methods=("*",), paths=("/**",), secret=False, tls="passthrough"
+    )
+    context = ssl.create_default_context()
+    upstream_ca.configure_trust(context)
+    async with harness.run(harness.grant(), passthrough) as run:
+        async with await tunnel(run, "localhost", port, context=context) as wire:
+            await wire.send(
+                request_head(
+                    "GET",
+                    "/anything",
+                    f"localhost:{port}",
+                    "Authorization: Bearer the-sandbox-own",
+                )
+            )
+            assert (await wire.reply()).status == 200
+        records = await settled(run, 1)
+    (seen,) = other_upstream.seen
+    assert seen.all("Authorization") == ["Bearer the-sandbox-own"]
+    assert "proxy-authorization" not in {k.lower() for k, _ in seen.headers}
+    assert records[0]["method"] == "CONNECT" and records[0]["status"] == 200
+    assert records[0]["injected"] == ()
+    assert records[0]["bytes_in"] > 0 and records[0]["bytes_out"] > 0
+
+
+def test_passthrough_with_an_injected_secret_cannot_be_configured_or_granted() -> None:
+    with pytest.raises(ValueError, match="passthrough"):
+        Capability.model_validate(
+            {
+                "hosts": ["localhost"],
+                "tls": "passthrough",
+                "secret": SECRET_NAME,
+                "inject": {"header": "Authorization", "format": "Bearer {secret}"},
+            }
+        )
+    grants = Grants(max_per_session=4, max_live_per_tenant=4)
+    with pytest.raises(ValueError, match="passthrough"):
+        grants.grant(
+            tenant=TENANT,
+            session_id=SESSION,
+            capability="x",
+            params={},
+            scope=GrantScope(("localhost",), (443,), ("*",), ("/**",)),
+            secret=SECRET_NAME,
+            inject_header="Authorization",
+            inject_format="Bearer {secret}",
+            tls="passthrough",
+            allow_private=(),
+            approved_by="policy",
+            reason="r",
+            ttl_s=60,
+            now=time.time(),
+        )
+
+
+# ---- the run CA's leaf --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("host", ["localhost", "127.0.0.1"])
+async def test_leaf_has_san_aki_and_eku_and_passes_strict_verification(
+    harness: Harness, host: str
+) -> None:
+    port = harness.upstream.port
+    async with harness.run(harness.grant(("localhost", "127.0.0.1"))) as run:
+        # The tunnel is made with check_hostname and VERIFY_X509_STRICT against the run CA.
+        async with await tunnel(run, host, port) as wire:
+            assert isinstance(wire.stream, TLSStream)
+            assert wire.stream.extra(TLSAttribute.alpn_protocol) == "http/1.1"
+            der = wire.stream.extra(TLSAttribute.peer_certificate_binary)
+            await wire.send(request_head("GET", "/api/leaf", f"{host}:{port}"))
+            assert (await wire.reply()).status == 200
+        await settled(run, 1)
+    assert der is not None
+    leaf = x509.load_der_x509_certificate(der)
+    ca = x509.load_pem_x509_certificate(run.plan.ca_pem.encode())
+    san = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName)
+    expected: x509.GeneralName = (
+        x509.DNSName(host) if host == "localhost" else x509.IPAddress(ipaddress.ip_address(host))
+    )
+    assert list(san.value) == [expected]
+    assert san.critical  # the subject is empty
+    aki = leaf.extensions.get_extension_for_class(x509.AuthorityKeyIdentifier).value
+    ski = ca.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value
+    assert aki.key_identifier == ski.digest
+    eku = leaf.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert list(eku) == [ExtendedKeyUsageOID.SERVER_AUTH]
+    assert not leaf.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    assert leaf.issuer == ca.subject
+    assert ca.extensions.get_extension_for_class(x509.BasicConstraints).critical
+
+
+async def test_run_ca_is_not_trusted_for_other_runs(harness: Harness) -> None:
+    port = harness.upstream.port
+    async with harness.run() as first, harness.run() as second:
+        context = run_ca_context(first)
+        wire = await dial(second)
+        async with wire:
+            await wire.send(connect_head(f"localhost:{port}", token_of(second)))
+            assert (await wire.reply(bodyless=True)).status == 200
+            with pytest.raises(ssl.SSLCertVerificationError), anyio.fail_after(WAIT_S):
+                await TLSStream.wrap(
+                    wire.stream,
+                    hostname="localhost",
+                    ssl_context=context,
+                    standard_compatible=False,
+                )
+    assert harness.upstream.seen == []
