@@ -17,7 +17,7 @@ from policies.capabilities import (
     resolve_scope,
 )
 from policies.hosts import canonical_host, canonical_host_pattern, host_matches, parse_ip_literal
-from policies.load import load_policy, policy_json_schema
+from policies.load import describe_problem, load_policy, policy_json_schema
 from policies.model import (
     BrokerSettings,
     Capability,
@@ -55,6 +55,7 @@ __all__ = [
     "TenantLimits",
     "canonical_host",
     "canonical_host_pattern",
+    "describe_problem",
     "format_duration",
     "host_matches",
     "load_policy",

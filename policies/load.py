@@ -58,10 +58,11 @@ def _parse(source: str, raw: bytes) -> Policy:
     try:
         return Policy.model_validate(data)
     except ValidationError as exc:
-        raise PolicyInvalid(source, [_describe(error) for error in exc.errors()]) from exc
+        raise PolicyInvalid(source, [describe_problem(error) for error in exc.errors()]) from exc
 
 
-def _describe(error: ErrorDetails) -> str:
+def describe_problem(error: ErrorDetails) -> str:
+    """One pydantic error as "dotted.key: message", the form every config problem takes."""
     where = _dotted(error["loc"]) or "(top level)"
     message = _UNKNOWN_KEY if error["type"] == "extra_forbidden" else error["msg"]
     return f"{where}: {message}"

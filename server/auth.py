@@ -56,9 +56,10 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_core import ErrorDetails, PydanticCustomError
+from pydantic_core import PydanticCustomError
 
 from airlock.errors import AuthConfigInvalid
+from policies import describe_problem
 
 from .config import LOCAL_TENANT
 
@@ -85,7 +86,6 @@ JWKS_MAX_BYTES = 1024 * 1024
 JWKS_FETCH_TIMEOUT_S = 10.0
 MIN_RSA_BITS = 2048
 
-_UNKNOWN_KEY = "unknown key; remove it or check its spelling"
 _CROSS_ENTRY = "airlock_cross_entry"
 _TENANT_RULE = (
     "use 1-63 lowercase letters, digits and '-', starting with a letter or digit"
@@ -374,7 +374,7 @@ def _validate(source: str, data: dict[str, Any], *, base_dir: Path) -> AuthConfi
     try:
         config = AuthConfig.model_validate(data, context={"base_dir": base_dir})
     except ValidationError as exc:
-        problems += [_describe(e) for e in exc.errors() if e["type"] != _CROSS_ENTRY]
+        problems += [describe_problem(e) for e in exc.errors() if e["type"] != _CROSS_ENTRY]
     # Checks across entries and tables, on the raw data so they are listed even when
     # some entries failed field validation (pydantic skips model validators then).
     keys = data.get("keys", [])
@@ -392,22 +392,6 @@ def _validate(source: str, data: dict[str, Any], *, base_dir: Path) -> AuthConfi
     if problems or config is None:
         raise AuthConfigInvalid(source, problems or ["invalid"])
     return config
-
-
-def _describe(error: ErrorDetails) -> str:
-    where = _dotted(error["loc"]) or "(top level)"
-    message = _UNKNOWN_KEY if error["type"] == "extra_forbidden" else error["msg"]
-    return f"{where}: {message}"
-
-
-def _dotted(loc: tuple[int | str, ...]) -> str:
-    path = ""
-    for part in loc:
-        if isinstance(part, int):
-            path += f"[{part}]"
-        else:
-            path += f".{part}" if path else part
-    return path
 
 
 # --- JWKS -----------------------------------------------------------------------------
