@@ -33,8 +33,7 @@ from mcp.client import Client
 from mcp.types import CallToolResult
 from support import wait_until
 
-from policies import Policy
-from server import Config, build_server
+from server import Config
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
 
@@ -776,14 +775,18 @@ TRAVERSAL_PATHS = [
 async def test_artifact_traversal_and_foreign_runs_are_refused(
     make_server: Any, data_dir: Path, mode: str
 ) -> None:
-    # Another tenant's run in the same data directory, holding something worth stealing.
-    victim = build_server(Config(data_dir=data_dir), Policy.model_validate(SMALL), tenant="victim")
-    async with Client(victim, mode=mode) as v:
+    # Another tenant's run in the same data directory, holding something worth stealing:
+    # made by a run here, then handed to tenant "victim" in the store (over HTTP a key's
+    # tenant does that; tests/test_http.py covers the real thing).
+    async with Client(make_server(SMALL), mode=mode) as v:
         stolen = await run(v, "open('secret.txt','w').write('root:x:0:0:victim secret')")
         assert stolen["status"] == "ok"
         victim_run = stolen["run_id"]
         ok = await call(v, "fetch_artifact", {"run_id": victim_run, "path": "secret.txt"})
         assert not ok.is_error and "victim secret" in ok.content[0].text
+    with contextlib.closing(sqlite3.connect(data_dir / "airlock.db")) as db, db:
+        db.execute("UPDATE runs SET tenant = 'victim' WHERE id = ?", (victim_run,))
+        db.execute("UPDATE artifacts SET tenant = 'victim' WHERE run_id = ?", (victim_run,))
 
     async with Client(make_server(SMALL), mode=mode) as c:
         mine = await run(c, "print('hello'); open('x.txt','w').write('mine')")
