@@ -1,4 +1,5 @@
-"""An independent client: the MCP Inspector CLI (Node) drives `airlock serve` over stdio.
+"""An independent client: the MCP Inspector CLI (Node) drives `airlock serve` over stdio
+and `airlock serve --http` with a bearer key.
 
 The Inspector is installed once into ~/.cache/airlock-tests/inspector (CI installs
 it beforehand with the same command, see INSTALL). Without node and npm the test
@@ -10,13 +11,20 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
+import socket
 import subprocess
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 import pytest
+
+from server.auth import generate_api_key
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
 
@@ -117,3 +125,105 @@ async def test_inspector_lists_the_tools_and_runs_code_over_stdio(
     assert result["structuredContent"]["status"] == "ok", log
     assert result["structuredContent"]["stdout"]["text"] == "42\n"
     assert "42" in result["content"][0]["text"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@asynccontextmanager
+async def airlock_http_with_key(tmp_path: Path) -> AsyncIterator[tuple[str, str]]:
+    """`airlock serve --http --auth FILE` with one API key; yields (MCP URL, key)."""
+    key, digest = generate_api_key()
+    auth = tmp_path / "auth.toml"
+    auth.write_text(f'[[keys]]\nid = "acme-ci"\ntenant = "acme"\nhash = "{digest}"\n')
+    port = free_port()
+    command = [str(AIRLOCK), "serve", "--http", "--port", str(port), "--auth", str(auth)]
+    command += ["--data-dir", str(tmp_path / "data")]
+    process = await anyio.open_process(command, stdin=None, stdout=None, stderr=None)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        async with httpx.AsyncClient() as probe:
+            with anyio.fail_after(60):
+                while True:
+                    assert process.returncode is None, "server exited during startup"
+                    try:
+                        if (await probe.get(f"{base}/healthz")).status_code == 200:
+                            break
+                    except httpx.TransportError:
+                        pass
+                    await anyio.sleep(0.1)
+        yield f"{base}/mcp", key
+    finally:
+        if process.returncode is None:
+            process.send_signal(signal.SIGTERM)
+            with anyio.fail_after(60):
+                await process.wait()
+        await process.aclose()
+
+
+async def run_inspector_http(
+    inspector: Path, tmp_path: Path, url: str, *args: str
+) -> tuple[int, str, str]:
+    """One Inspector CLI run against `url`; its exit code, stdout and stderr.
+
+    `--stored-auth-only`: without a usable token the Inspector fails with auth_required
+    instead of starting an interactive OAuth login (a browser and a callback listener).
+    """
+    home = tmp_path / "home"  # the Inspector keeps state under ~/.mcp-inspector
+    home.mkdir(exist_ok=True)
+    env = {"PATH": os.environ["PATH"], "HOME": str(home)}
+    command = [str(inspector), "--cli", "--format", "json", "--stored-auth-only"]
+    command += ["--server-url", url, *args]  # the URL first: --header takes several values
+    with anyio.fail_after(CALL_S):
+        done = await anyio.run_process(command, env=env, check=False)
+    return done.returncode, done.stdout.decode(), done.stderr.decode(errors="replace")
+
+
+@pytest.mark.parametrize("era", [None, "modern"], ids=["default-era", "modern"])
+async def test_inspector_calls_run_code_and_fetch_artifact_over_http_with_a_bearer_key(
+    inspector: Path, tmp_path: Path, era: str | None
+) -> None:
+    era_args = [] if era is None else ["--protocol-era", era]  # the default is legacy
+    async with airlock_http_with_key(tmp_path) as (url, key):
+        bearer = ["--header", f"Authorization: Bearer {key}"]
+
+        async def call(tool: str, arguments: dict[str, Any], *auth: str) -> tuple[int, str, str]:
+            return await run_inspector_http(
+                inspector,
+                tmp_path,
+                url,
+                *era_args,
+                "--method",
+                "tools/call",
+                "--tool-name",
+                tool,
+                "--tool-args-json",
+                json.dumps(arguments),
+                *auth,
+            )
+
+        code = "open('o.txt','w').write('hi'); print(6*7)"
+        status, stdout, stderr = await call("run_code", {"code": code}, *bearer)
+        assert status == 0, f"exit {status}\nstdout:\n{stdout}\nstderr:\n{stderr}"
+        ran = json.loads(stdout)["result"]
+        assert ran["isError"] is False, stderr
+        assert ran["structuredContent"]["status"] == "ok", stderr
+        assert ran["structuredContent"]["stdout"]["text"] == "42\n"
+        assert "42" in ran["content"][0]["text"]
+        run_id = ran["structuredContent"]["run_id"]
+
+        fetch = {"run_id": run_id, "path": "o.txt"}
+        status, stdout, stderr = await call("fetch_artifact", fetch, *bearer)
+        assert status == 0, f"exit {status}\nstdout:\n{stdout}\nstderr:\n{stderr}"
+        fetched = json.loads(stdout)["result"]
+        assert fetched["isError"] is False, stderr
+        assert fetched["structuredContent"]["size"] == 2
+        assert "\nhi\n" in fetched["content"][0]["text"]
+
+        status, stdout, stderr = await call("run_code", {"code": "print(1)"})
+    assert status != 0, f"no key, yet exit 0\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    assert "auth_required" in stdout + stderr, f"stdout:\n{stdout}\nstderr:\n{stderr}"
