@@ -9,7 +9,6 @@ from pathlib import Path
 import docker
 import docker.errors
 import pytest
-import requests
 
 from airlock.errors import EngineUnavailable, ImageUnavailable
 from sandbox.image import RUNNER_PATH, build_image, ensure_image, image_exists, image_tag
@@ -37,20 +36,13 @@ def runner(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def client() -> Iterator[docker.DockerClient]:
-    try:
-        client = docker.from_env()
-        client.ping()
-    except (docker.errors.DockerException, requests.exceptions.ConnectionError) as exc:
-        if os.environ.get("AIRLOCK_REQUIRE_DOCKER") == "1":
-            pytest.fail(f"Docker is required but not reachable: {exc}")
-        pytest.skip(f"Docker is not reachable: {exc}")
-    yield client
-    client.close()
+@pytest.fixture
+def client(docker_client: docker.DockerClient) -> docker.DockerClient:
+    """The engine, from conftest (which fails instead of skipping in CI)."""
+    return docker_client
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def image(client: docker.DockerClient) -> str:
     return ensure_image(client, lambda message: None, runner=RUNNER_PATH)
 
