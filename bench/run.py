@@ -1,0 +1,992 @@
+"""Airlock benchmark: the DESIGN.md performance targets, measured side by side in one run.
+
+Run from the repository root (needs Docker, the sandbox image, which it builds if missing,
+and the `dev` extras for the egress section's certificates):
+
+    .venv/bin/python -m bench.run [--quick] [--sections warm,cold,...] [--out FILE]
+
+(`.venv/bin/python bench/run.py ...` works too.) A full run takes about 6 to 10 minutes.
+
+It prints a table (section, metric, value, target, pass/fail) on stdout, progress on
+stderr, and writes every raw number plus machine facts to `--out` (default
+bench/results/latest.json). It exits 0 when every section ran, whatever the targets say;
+1 when a section crashed (its error is in the JSON). Servers' temporary directories (data,
+policy, server.log) are removed at the end unless `--keep-temp` is given.
+
+Method
+------
+The machine is shared and noisy (2 cores, other suites may run), so every target is a
+ratio of two things measured in the same run, interleaved:
+
+* Each Docker section starts its own `airlock serve` (the installed CLI) as a subprocess
+  on a fresh temporary data directory and policy file, and talks to it with the MCP SDK
+  client over stdio (`Client(stdio_client(StdioServerParameters(...)))`; the server's
+  stderr goes to a log file in that directory). Timings are taken in this process around
+  `call_tool`, so they include JSON-RPC over the pipes, validation, the store, the
+  container and the envelope. Warm-up calls (the first ones of every server) are left out.
+  The policy sets only the pool size and `[tenants] max_concurrent_runs = 64` (the default
+  of 8 would refuse most of the 32 concurrent calls and 20 live runs the targets name).
+* The baseline is `docker run --rm --network none --entrypoint python3 IMAGE -c
+  'print(1)'` with Airlock's own sandbox image (`sandbox.image.image_tag()`), run with the
+  Docker CLI, timed around the process. Note that its time includes the container's
+  removal (`--rm` waits for it), while Airlock removes a container after replying.
+* warm (pool size 4) and cold (pool size 0): one Airlock call and one baseline run per
+  iteration, in ABBA order (A,B then B,A) so drift in load hits both alike. Before *each*
+  timed operation the benchmark waits, untimed, until the engine is quiet: the server's
+  pool is back to full (that many running, never-used containers carrying its
+  `airlock.pid` label) and no container of an earlier call remains. So the warm figure is
+  "a call arriving when the pool has a container", and neither side pays for the other's
+  background work (refill, removal). That pacing is reported (the wait before each warm
+  call). Then, on the same server, the same number of calls back to back with no pause
+  (`unpaced`), where the pool of 4 drains and calls fall back to creating containers:
+  shown, not judged against a target.
+* concurrency (pool 4): N calls issued at once through one client session; wall time from
+  the first request to the last reply. Afterwards: time until no container of a call is
+  left (the server removes them in the background after replying; more than 10 s means
+  one was left behind), then the server is stopped and any container still carrying its
+  pid label is an orphan (and is removed).
+* egress: no containers. The real proxy (`egress.Egress` with real Grants, RunTokens and
+  Vault) runs in this process's event loop, as in the server; a grant lets the run reach
+  localhost:PORT with a secret injected (the usual capability). The HTTPS upstream
+  (trustme certificate) and the client run as separate processes (bench/egress_worker.py),
+  so neither shares this interpreter. The client alternates direct and proxied GETs in ABBA
+  order, a new connection every time on both paths (direct: TCP + TLS to the upstream;
+  proxied: unix socket + CONNECT + TLS to the run's leaf, then the proxy's own TCP + TLS
+  upstream). Added latency = p50(proxied) - p50(direct) of /small (100 bytes); throughput =
+  body bytes / time of /big (50 MB), one fresh run per transfer (the per-run response cap
+  is 100 MiB), median over the repeats. The upstream sets TCP_NODELAY, as production
+  servers do: Python's http.server writes the head and the body separately, and with
+  Nagle on, that meets delayed ACKs and costs 40 ms a request on either path, depending
+  on the client's socket options (the proxy's asyncio sockets and the direct client both
+  set TCP_NODELAY).
+* teardown (pool 0, so every container carries the session label): N concurrent
+  `time.sleep(60)` calls in one session; once N containers with that session label are
+  running, `end_session` is called and the clock runs until the engine lists none of them.
+* The warm and cold sections also split each call's time using the server's own run record
+  (same wall clock): before the run row, the user's process in the container (the runner's
+  `duration_ms`, interpreter start included), the rest of the server's work for the run
+  (attach, job in, report out, usage, the store; container creation on the cold path), and
+  the reply back to the client.
+* rss (pool 4): VmRSS from /proc/<pid>/status of the server (found by its command line)
+  once idle (engine ready, pool full, no call yet), then after every block of calls, each
+  reading taken once the engine is quiet. Calls are issued 8 at a time to keep the run
+  short; the number judged is RSS after the last block against RSS after the first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import math
+import os
+import platform
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AsyncExitStack
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TextIO, TypeVar
+
+import anyio
+import docker
+from mcp.client import Client
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+from broker import Grants, GrantScope, RunTokens, Vault, load_key, vault_path
+from egress import SOCKET_NAME, Egress
+from policies import EgressSettings
+from sandbox import connect
+from sandbox.image import ensure_image
+
+ROOT = Path(__file__).resolve().parent.parent
+WORKER = Path(__file__).resolve().with_name("egress_worker.py")
+AIRLOCK = Path(sys.executable).with_name("airlock")
+DEFAULT_OUT = ROOT / "bench" / "results" / "latest.json"
+SECTIONS = ("warm", "cold", "concurrency", "egress", "teardown", "rss")
+LABEL_PID = "airlock.pid"
+LABEL_SESSION = "airlock.session"
+WARM_POOL = 4
+# The default caps a tenant at 8 runs at once; sections 3 and 5 need 32 and 20.
+POLICY = """version = 1
+
+[pool]
+size = {pool}
+
+[tenants]
+max_concurrent_runs = 64
+"""
+SETTLE_TIMEOUT_S = 60.0
+CALL_TIMEOUT_S = 120.0
+RSS_CONCURRENCY = 8
+# A call's container is removed right after its reply; one still there this long after the
+# last reply was left behind (the deadline reaper may get it a minute later).
+CLEANUP_LIMIT_S = 10.0
+
+
+@dataclass(frozen=True)
+class Counts:
+    warm: int
+    unpaced: int
+    cold: int
+    concurrent: int
+    egress_small: int
+    egress_big_bytes: int
+    egress_big_repeats: int
+    teardown: int
+    rss_blocks: tuple[int, ...]
+
+
+FULL = Counts(
+    warm=100,
+    unpaced=100,
+    cold=40,
+    concurrent=32,
+    egress_small=200,
+    egress_big_bytes=50_000_000,
+    egress_big_repeats=3,
+    teardown=20,
+    rss_blocks=(100, 250, 500, 750, 1000),
+)
+QUICK = Counts(
+    warm=10,
+    unpaced=10,
+    cold=5,
+    concurrent=8,
+    egress_small=40,
+    egress_big_bytes=1_000_000,
+    egress_big_repeats=2,
+    teardown=5,
+    rss_blocks=(20, 60, 100),
+)
+
+
+def progress(text: str) -> None:
+    sys.stderr.write(f"[bench {time.strftime('%H:%M:%S')}] {text}\n")
+    sys.stderr.flush()
+
+
+# ---- statistics and the table -------------------------------------------------------------
+
+
+def pct(values: Sequence[float], q: float) -> float:
+    """The q-th percentile, linear between closest ranks (numpy's default)."""
+    ordered = sorted(values)
+    if not ordered:
+        return math.nan
+    k = (len(ordered) - 1) * q / 100
+    low = math.floor(k)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (k - low)
+
+
+def summary(values: Sequence[float]) -> dict[str, float]:
+    return {
+        "n": len(values),
+        "p50": pct(values, 50),
+        "p95": pct(values, 95),
+        "p99": pct(values, 99),
+        "mean": statistics.fmean(values) if values else math.nan,
+        "min": min(values) if values else math.nan,
+        "max": max(values) if values else math.nan,
+    }
+
+
+@dataclass
+class Row:
+    section: str
+    metric: str
+    value: str
+    target: str = ""
+    ok: bool | None = None  # None: reported, not judged
+
+    @property
+    def verdict(self) -> str:
+        return "" if self.ok is None else ("pass" if self.ok else "FAIL")
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:.0f} ms" if seconds >= 0.1 else f"{seconds * 1000:.1f} ms"
+
+
+def render(rows: Sequence[Row]) -> str:
+    header = ("section", "metric", "value", "target", "result")
+    cells = [header, *((r.section, r.metric, r.value, r.target, r.verdict) for r in rows)]
+    widths = [max(len(c[i]) for c in cells) for i in range(len(header))]
+    lines = []
+    for n, cell in enumerate(cells):
+        lines.append("  ".join(c.ljust(w) for c, w in zip(cell, widths, strict=True)).rstrip())
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+# ---- Docker and the server under test ------------------------------------------------------
+
+
+T = TypeVar("T")
+
+
+async def poll(check: Callable[[], T | None], interval: float) -> T:
+    """Call `check` until it returns something; for states with no event to wait on."""
+    while True:
+        value = check()
+        if value is not None:
+            return value
+        await anyio.sleep(interval)
+
+
+async def poll_async(check: Callable[[], Awaitable[bool]], interval: float) -> None:
+    """Await `check` until it is true (the engine's state has no event to wait on)."""
+    while True:
+        if await check():
+            return
+        await anyio.sleep(interval)
+
+
+def _open_log(path: Path) -> TextIO:
+    return open(path, "w", encoding="utf-8")
+
+
+def docker_env() -> dict[str, str]:
+    """What the server needs beyond the SDK's default environment: the engine's address."""
+    return {k: v for k, v in os.environ.items() if k.startswith("DOCKER_")}
+
+
+def server_pid(data_dir: str) -> int | None:
+    """The `airlock serve --data-dir DATA_DIR` process, found by its command line."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            args = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"serve" in args and data_dir.encode() in args:
+            return int(entry)
+    return None
+
+
+def rss_kib(pid: int) -> dict[str, int]:
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        name, _, value = line.partition(":")
+        if name in ("VmRSS", "VmHWM", "RssAnon", "Threads"):
+            fields[name] = int(value.split()[0])
+    return fields
+
+
+async def docker_run(image: str) -> float:
+    """One baseline run, timed around the CLI process."""
+    started = time.perf_counter()
+    done = await anyio.run_process(
+        [
+            "docker",
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            "--entrypoint",
+            "python3",
+            image,
+            "-c",
+            "print(1)",
+        ],
+        check=False,
+    )
+    elapsed = time.perf_counter() - started
+    if done.returncode != 0 or done.stdout != b"1\n":
+        raise RuntimeError(f"baseline docker run failed: {done.returncode} {done.stderr!r}")
+    return elapsed
+
+
+@dataclass(frozen=True)
+class Call:
+    elapsed: float  # seconds, perf_counter around call_tool
+    run_id: str
+    sent_at: float  # wall clock, comparable with the server's run records
+    received_at: float
+
+
+BREAKDOWN = ("before_run_record", "code", "rest_of_run", "reply")
+
+
+class Server:
+    """One `airlock serve` subprocess on a fresh data dir, with an MCP client on its stdio."""
+
+    def __init__(self, name: str, pool: int, engine: docker.DockerClient, temp: Path) -> None:
+        self.name = name
+        self.pool = pool
+        self.engine = engine
+        self.dir = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=temp))
+        self.pid = 0
+        self.orphans = 0
+        self.settle_timeouts = 0
+        self._stack = AsyncExitStack()
+        self._client: Client | None = None
+
+    @property
+    def client(self) -> Client:
+        assert self._client is not None
+        return self._client
+
+    async def __aenter__(self) -> Server:
+        data = self.dir / "data"
+        policy = self.dir / "policy.toml"
+        policy.write_text(POLICY.format(pool=self.pool), encoding="utf-8")
+        params = StdioServerParameters(
+            command=str(AIRLOCK),
+            args=["serve", "--data-dir", str(data), "--policy", str(policy)],
+            env=docker_env(),
+        )
+        errlog = _open_log(self.dir / "server.log")
+        self._stack.callback(errlog.close)
+        try:
+            self._client = await self._stack.enter_async_context(
+                Client(stdio_client(params, errlog=errlog))
+            )
+            with anyio.fail_after(10):
+                self.pid = await poll(lambda: server_pid(str(data)), 0.05)
+        except BaseException:
+            await self._stack.aclose()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._stack.aclose()
+        # The server removes its containers on the way out; whatever is still listed a
+        # few seconds after it exited is an orphan. Remove it so the next section is clean.
+        with anyio.move_on_after(10):
+            await poll_async(self._none_left, 0.2)
+        left = await self.containers()
+        self.orphans = len(left)
+        for container in left:
+            await anyio.to_thread.run_sync(self._force_remove, container["Id"])
+
+    def _force_remove(self, container_id: str) -> None:
+        self.engine.api.remove_container(container_id, force=True)
+
+    async def _none_left(self) -> bool:
+        return not await self.containers()
+
+    async def containers(self, **labels: str) -> list[dict[str, Any]]:
+        wanted = [f"{LABEL_PID}={self.pid}", *(f"{k}={v}" for k, v in labels.items())]
+        return await anyio.to_thread.run_sync(
+            lambda: self.engine.api.containers(all=True, filters={"label": wanted})
+        )
+
+    def rss(self) -> dict[str, int]:
+        return rss_kib(self.pid)
+
+    async def settle(self, limit_s: float = SETTLE_TIMEOUT_S) -> float:
+        """Wait until the pool is full and no container of a call is left; seconds waited."""
+        started = time.perf_counter()
+        with anyio.move_on_after(limit_s) as scope:
+            while True:
+                found = await self.containers()
+                ready = [
+                    c
+                    for c in found
+                    if (c.get("Labels") or {}).get(LABEL_SESSION) == "" and c["State"] == "running"
+                ]
+                if len(ready) == len(found) == self.pool:
+                    break
+                await anyio.sleep(0.03)
+        if scope.cancelled_caught:
+            self.settle_timeouts += 1
+            progress(f"{self.name}: engine not quiet after {limit_s:.0f} s; going on")
+        # A started container is listed a moment before the pool has put it on its list.
+        await anyio.sleep(0.02)
+        return time.perf_counter() - started
+
+    async def call(self, name: str, arguments: dict[str, Any]) -> tuple[float, Any]:
+        started = time.perf_counter()
+        with anyio.fail_after(CALL_TIMEOUT_S):
+            result = await self.client.call_tool(name, arguments)
+        return time.perf_counter() - started, result
+
+    async def run_print(self) -> Call:
+        """One `run_code("print(1)")`, checked."""
+        sent_at = time.time()
+        elapsed, result = await self.call("run_code", {"code": "print(1)"})
+        received_at = time.time()
+        data = result.structured_content or {}
+        if result.is_error or data.get("status") != "ok" or data["stdout"]["text"] != "1\n":
+            raise RuntimeError(f"run_code failed: {result.content!r}")
+        return Call(elapsed, data["run_id"], sent_at, received_at)
+
+    def breakdown(self, calls: Sequence[Call]) -> dict[str, dict[str, float]]:
+        """Where the time of these calls went, from the server's run records (same clock).
+
+        before_run_record: request in, session, validation, until the run row is written;
+        code: the run's duration_ms, which the runner measures around the user's process
+        in the container (interpreter start included); rest_of_run: everything else the
+        server does for the run: the run row, creating the container (cold path only),
+        attach, start (cold), job in, report out, usage, storing output and workspace,
+        the finished row; reply: building the result and JSON-RPC back to the client."""
+        db = sqlite3.connect(self.dir / "data" / "airlock.db")
+        try:
+            rows = {
+                run_id: (created, finished, duration_ms / 1000)
+                for run_id, created, finished, duration_ms in db.execute(
+                    "SELECT id, created_at, finished_at, duration_ms FROM runs"
+                )
+            }
+        finally:
+            db.close()
+        parts: dict[str, list[float]] = {k: [] for k in BREAKDOWN}
+        for call in calls:
+            created, finished, code = rows[call.run_id]
+            parts["before_run_record"].append(created - call.sent_at)
+            parts["code"].append(code)
+            parts["rest_of_run"].append(finished - created - code)
+            parts["reply"].append(call.received_at - finished)
+        return {k: summary(v) for k, v in parts.items()}
+
+
+# ---- sections -----------------------------------------------------------------------------
+
+
+@dataclass
+class Bench:
+    counts: Counts
+    engine: docker.DockerClient
+    image: str
+    temp: Path
+    rows: list[Row] = field(default_factory=list)
+
+    def server(self, name: str, pool: int) -> Server:
+        return Server(name, pool, self.engine, self.temp)
+
+    def row(self, *args: Any, **kwargs: Any) -> None:
+        self.rows.append(Row(*args, **kwargs))
+
+    def ratio(self, section: str, metric: str, value: float, limit: float | None = None) -> None:
+        """A ratio to the baseline; judged when it has a limit (at most `limit`)."""
+        if limit is None:
+            self.row(section, metric, f"{value:.2f}x")
+        else:
+            self.row(section, metric, f"{value:.2f}x", f"<= {limit}x", value <= limit)
+
+
+@dataclass
+class Interleaved:
+    airlock: list[float] = field(default_factory=list)  # seconds per call
+    baseline: list[float] = field(default_factory=list)  # seconds per docker run
+    calls: list[Call] = field(default_factory=list)
+    waits: list[float] = field(default_factory=list)  # untimed wait before each call
+
+
+async def interleaved(
+    n: int,
+    settle: Callable[[], Awaitable[float]],
+    ours: Callable[[], Awaitable[Call]],
+    image: str,
+) -> Interleaved:
+    """n Airlock calls and n baseline runs, ABBA, each after the engine is quiet."""
+    out = Interleaved()
+    for i in range(n):
+        for kind in ("airlock", "baseline") if i % 2 == 0 else ("baseline", "airlock"):
+            waited = await settle()
+            if kind == "airlock":
+                call = await ours()
+                out.airlock.append(call.elapsed)
+                out.calls.append(call)
+                out.waits.append(waited)
+            else:
+                out.baseline.append(await docker_run(image))
+        if (i + 1) % 20 == 0:
+            progress(f"  {i + 1}/{n}")
+    return out
+
+
+async def section_warm(b: Bench) -> dict[str, Any]:
+    n = b.counts.warm
+    async with b.server("warm", WARM_POOL) as srv:
+        for _ in range(3):
+            await srv.run_print()
+        await docker_run(b.image)
+        progress(f"warm: {n} paced calls interleaved with {n} docker runs")
+        raw = await interleaved(n, srv.settle, srv.run_print, b.image)
+        await srv.settle()
+        progress(f"warm: {b.counts.unpaced} calls back to back")
+        unpaced = []
+        unpaced_started = time.perf_counter()
+        for _ in range(b.counts.unpaced):
+            unpaced.append((await srv.run_print()).elapsed)
+        unpaced_wall = time.perf_counter() - unpaced_started
+    warm, base, unp = summary(raw.airlock), summary(raw.baseline), summary(unpaced)
+    waits = summary(raw.waits)
+    parts = srv.breakdown(raw.calls)
+    section = "1 warm"
+    b.row(section, f"run_code p50 / p95 / p99 (n={n})", _triple(warm))
+    b.row(section, f"docker run p50 / p95 / p99 (n={n})", _triple(base))
+    b.ratio(section, "p50 ratio", warm["p50"] / base["p50"], 0.25)
+    b.ratio(section, "p95 ratio", warm["p95"] / base["p95"], 0.5)
+    b.ratio(section, "p99 ratio", warm["p99"] / base["p99"])
+    b.row(section, "p50 split: before / code / rest / reply", _split(parts))
+    b.row(
+        section, "pacing: wait for a full pool", f"p50 {ms(waits['p50'])}, max {ms(waits['max'])}"
+    )
+    b.row(section, f"unpaced p50 / p95 / p99 (n={len(unpaced)})", _triple(unp))
+    b.ratio(section, "unpaced p50 ratio", unp["p50"] / base["p50"])
+    b.ratio(section, "unpaced p95 ratio", unp["p95"] / base["p95"])
+    return {
+        "pool_size": WARM_POOL,
+        "airlock_s": raw.airlock,
+        "baseline_s": raw.baseline,
+        "wait_before_call_s": raw.waits,
+        "unpaced_s": unpaced,
+        "unpaced_wall_s": unpaced_wall,
+        "airlock": warm,
+        "baseline": base,
+        "unpaced": unp,
+        "breakdown": parts,
+        "ratio_p50": warm["p50"] / base["p50"],
+        "ratio_p95": warm["p95"] / base["p95"],
+        "ratio_p99": warm["p99"] / base["p99"],
+        "settle_timeouts": srv.settle_timeouts,
+        "orphans": srv.orphans,
+    }
+
+
+async def section_cold(b: Bench) -> dict[str, Any]:
+    n = b.counts.cold
+    async with b.server("cold", 0) as srv:
+        for _ in range(2):
+            await srv.run_print()
+        await docker_run(b.image)
+        progress(f"cold: {n} calls interleaved with {n} docker runs")
+        raw = await interleaved(n, srv.settle, srv.run_print, b.image)
+    cold, base = summary(raw.airlock), summary(raw.baseline)
+    parts = srv.breakdown(raw.calls)
+    section = "2 cold"
+    b.row(section, f"run_code p50 / p95 (n={n})", f"{ms(cold['p50'])} / {ms(cold['p95'])}")
+    b.row(section, f"docker run p50 / p95 (n={n})", f"{ms(base['p50'])} / {ms(base['p95'])}")
+    b.ratio(section, "p50 ratio", cold["p50"] / base["p50"], 1.3)
+    b.ratio(section, "p95 ratio", cold["p95"] / base["p95"])
+    b.row(section, "p50 split: before / code / rest / reply", _split(parts))
+    return {
+        "pool_size": 0,
+        "airlock_s": raw.airlock,
+        "baseline_s": raw.baseline,
+        "airlock": cold,
+        "baseline": base,
+        "breakdown": parts,
+        "ratio_p50": cold["p50"] / base["p50"],
+        "ratio_p95": cold["p95"] / base["p95"],
+        "settle_timeouts": srv.settle_timeouts,
+        "orphans": srv.orphans,
+    }
+
+
+async def section_concurrency(b: Bench) -> dict[str, Any]:
+    n = b.counts.concurrent
+    latencies: list[float] = []
+    failures: list[str] = []
+    async with b.server("concurrency", WARM_POOL) as srv:
+        for _ in range(2):
+            await srv.run_print()
+        await srv.settle()
+
+        async def one() -> None:
+            try:
+                latencies.append((await srv.run_print()).elapsed)
+            except Exception as exc:
+                failures.append(f"{type(exc).__name__}: {exc}")
+
+        progress(f"concurrency: {n} calls at once")
+        started = time.perf_counter()
+        async with anyio.create_task_group() as tg:
+            for _ in range(n):
+                tg.start_soon(one)
+        wall = time.perf_counter() - started
+        left_at_end = len([c for c in await srv.containers() if c["Labels"][LABEL_SESSION]])
+        cleanup_started = time.perf_counter()
+        await srv.settle()
+        cleanup = time.perf_counter() - cleanup_started
+        quiet = srv.settle_timeouts == 0 and cleanup <= CLEANUP_LIMIT_S
+    section = "3 concurrency"
+    lat = summary(latencies)
+    b.row(
+        section,
+        f"{n} concurrent calls succeeded",
+        f"{len(latencies)}/{n}",
+        "all",
+        len(latencies) == n,
+    )
+    b.row(section, "wall time / throughput", f"{wall:.2f} s / {n / wall:.1f} calls/s")
+    b.row(section, "per-call latency p50 / max", f"{ms(lat['p50'])} / {ms(lat['max'])}")
+    b.row(section, "all run containers gone after", f"{cleanup:.2f} s", "<= 10 s", quiet)
+    b.row(section, "orphan containers after server exit", str(srv.orphans), "0", srv.orphans == 0)
+    return {
+        "n": n,
+        "succeeded": len(latencies),
+        "failures": failures,
+        "wall_s": wall,
+        "calls_per_s": n / wall,
+        "latency_s": latencies,
+        "latency": lat,
+        "run_containers_when_last_reply_came": left_at_end,
+        "cleanup_after_burst_s": cleanup,
+        "cleanup_complete": quiet,
+        "orphans_after_exit": srv.orphans,
+    }
+
+
+async def section_teardown(b: Bench) -> dict[str, Any]:
+    n = b.counts.teardown
+    outcomes: list[str] = []
+    async with b.server("teardown", 0) as srv:
+        _, first = await srv.call("run_code", {"code": "print(1)"})
+        session = first.structured_content["session_id"]
+        await srv.settle()
+
+        async def long_run() -> None:
+            _, result = await srv.call(
+                "run_code",
+                {"code": "import time; time.sleep(60)", "timeout_s": 90, "session_id": session},
+            )
+            if result.is_error:
+                outcomes.append(f"tool error: {result.content[0].text}")
+            else:
+                outcomes.append(result.structured_content["status"])
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(n):
+                tg.start_soon(long_run)
+            progress(f"teardown: waiting for {n} running containers of the session")
+            with anyio.fail_after(120):
+                while True:
+                    if outcomes:
+                        raise RuntimeError(f"a long run ended before teardown: {outcomes[0]}")
+                    found = await srv.containers(**{LABEL_SESSION: session})
+                    if len([c for c in found if c["State"] == "running"]) >= n:
+                        break
+                    await anyio.sleep(0.1)
+            await anyio.sleep(0.5)  # let the runners start the code
+
+            async def session_gone() -> bool:
+                return not await srv.containers(**{LABEL_SESSION: session})
+
+            started = time.perf_counter()
+            returned, result = await srv.call("end_session", {"session_id": session})
+            with anyio.fail_after(60):
+                await poll_async(session_gone, 0.02)
+            gone = time.perf_counter() - started
+    section = "5 teardown"
+    removed = (result.structured_content or {}).get("containers_removed")
+    b.row(section, f"end_session returns ({n} live containers)", f"{returned:.2f} s")
+    b.row(section, f"until none of {n} is left", f"{gone:.2f} s", "<= 2 s", gone <= 2.0)
+    return {
+        "n": n,
+        "end_session_returned_s": returned,
+        "all_gone_s": gone,
+        "containers_removed": removed,
+        "run_outcomes": dict(Counter(outcomes)),
+        "orphans": srv.orphans,
+    }
+
+
+async def section_rss(b: Bench) -> dict[str, Any]:
+    blocks = b.counts.rss_blocks
+    readings: list[dict[str, Any]] = []
+    async with b.server("rss", WARM_POOL) as srv:
+        await srv.settle(limit_s=180)
+        await anyio.sleep(1)
+        readings.append({"calls": 0, **srv.rss()})
+        progress(f"rss: idle {readings[0]['VmRSS'] / 1024:.1f} MiB; {blocks[-1]} calls")
+        done = 0
+        limiter = anyio.Semaphore(RSS_CONCURRENCY)
+
+        async def one() -> None:
+            async with limiter:
+                await srv.run_print()
+
+        for target in blocks:
+            async with anyio.create_task_group() as tg:
+                for _ in range(target - done):
+                    tg.start_soon(one)
+            done = target
+            await srv.settle()
+            await anyio.sleep(1)
+            readings.append({"calls": done, **srv.rss()})
+            progress(f"  {done} calls: RSS {readings[-1]['VmRSS'] / 1024:.1f} MiB")
+    section = "6 rss"
+    idle, first, last = readings[0], readings[1], readings[-1]
+    growth = (last["VmRSS"] - first["VmRSS"]) / first["VmRSS"]
+    b.row(section, "server RSS idle", f"{idle['VmRSS'] / 1024:.1f} MiB")
+    b.row(section, f"after {first['calls']} calls", f"{first['VmRSS'] / 1024:.1f} MiB")
+    b.row(section, f"after {last['calls']} calls", f"{last['VmRSS'] / 1024:.1f} MiB")
+    b.row(
+        section,
+        f"growth {first['calls']} -> {last['calls']} calls",
+        f"{growth * 100:+.1f} %",
+        "<= +20 %",
+        growth <= 0.20,
+    )
+    return {"readings": readings, "growth": growth, "orphans": srv.orphans}
+
+
+async def section_egress(b: Bench) -> dict[str, Any]:
+    import trustme  # a dev extra, like the rest of the test tooling
+
+    tmp = Path(tempfile.mkdtemp(prefix="egress-", dir=b.temp))
+    ca = trustme.CA()
+    leaf = ca.issue_cert("localhost", "127.0.0.1")
+    cert, key, ca_file = tmp / "cert.pem", tmp / "key.pem", tmp / "ca.pem"
+    leaf.cert_chain_pems[0].write_to_path(str(cert))
+    leaf.private_key_pem.write_to_path(str(key))
+    ca.cert_pem.write_to_path(str(ca_file))
+    data = tmp / "data"
+    vault = Vault(vault_path(data), load_key(data, {}))
+    vault.set("bench_token", "sk-bench-not-a-secret", ["localhost"])
+    grants = Grants(max_per_session=32, max_live_per_tenant=64)
+    tokens = RunTokens()
+    egress = Egress(
+        root=tmp / "egress",
+        settings=EgressSettings.model_validate({"upstream_ca_file": str(ca_file)}),
+        grants=grants,
+        tokens=tokens,
+        vault=vault,
+    )
+    runs = 0
+    async with await anyio.open_process(
+        [sys.executable, str(WORKER), "upstream", str(cert), str(key)], stderr=None
+    ) as upstream:
+        assert upstream.stdout is not None and upstream.stdin is not None
+        with anyio.fail_after(10):
+            port = int((await upstream.stdout.receive()).decode().split()[0])
+        grant = grants.grant(
+            tenant="bench",
+            session_id="ses_bench",
+            capability="bench-local",
+            params={},
+            scope=GrantScope(hosts=("localhost",), ports=(port,), methods=("GET",), paths=("/**",)),
+            secret="bench_token",
+            inject_header="Authorization",
+            inject_format="Bearer {secret}",
+            tls="terminate",
+            allow_private=("127.0.0.0/8", "::1/128"),
+            approved_by="policy",
+            reason="benchmark",
+            ttl_s=3600,
+            now=time.time(),
+        )
+
+        async def client(path: str, count: int, warmup: int) -> dict[str, list[float]]:
+            nonlocal runs
+            runs += 1
+            async with egress.open(
+                tenant="bench",
+                session_id="ses_bench",
+                run_id=f"run_bench{runs}",
+                grants=[grant],
+                deadline=time.time() + 600,
+            ) as run:
+                config = {
+                    "port": port,
+                    "upstream_ca_file": str(ca_file),
+                    "run_ca_pem": run.plan.ca_pem,
+                    "token": run.plan.token.reveal(),
+                    "socket": str(run.plan.socket_dir / SOCKET_NAME),
+                    "path": path,
+                    "count": count,
+                    "warmup": warmup,
+                }
+                done = await anyio.run_process(
+                    [sys.executable, str(WORKER), "client", json.dumps(config)],
+                    check=False,
+                    stderr=None,
+                )
+                if done.returncode != 0:
+                    raise RuntimeError(f"egress client failed ({done.returncode})")
+                denied = [r for r in run.records if r.decision != "allow"]
+                if denied:
+                    raise RuntimeError(f"proxy refused requests: {denied[0]}")
+                result: dict[str, list[float]] = json.loads(done.stdout)
+                return result
+
+        n = b.counts.egress_small
+        progress(f"egress: {n} small GETs each way, new connection each")
+        small = await client("/small", n, warmup=10)
+        size = b.counts.egress_big_bytes
+        big: dict[str, list[float]] = {"direct": [], "proxy": []}
+        progress(f"egress: {b.counts.egress_big_repeats} x {size / 1e6:.0f} MB each way")
+        await client(f"/big/{size}", 1, warmup=0)  # warm-up, left out
+        for _ in range(b.counts.egress_big_repeats):
+            one = await client(f"/big/{size}", 1, warmup=0)
+            for k in big:
+                big[k].extend(one[k])
+        await upstream.stdin.aclose()
+    direct, proxy = summary(small["direct"]), summary(small["proxy"])
+    added = proxy["p50"] - direct["p50"]
+    paired = statistics.median(p - d for p, d in zip(small["proxy"], small["direct"], strict=True))
+    mbps = {k: statistics.median(size / t / 1e6 for t in v) for k, v in big.items()}
+    ratio = mbps["proxy"] / mbps["direct"]
+    section = "4 egress"
+    b.row(
+        section,
+        f"small GET p50 direct / proxied (n={n})",
+        f"{ms(direct['p50'])} / {ms(proxy['p50'])}",
+    )
+    b.row(section, "added latency p50", ms(added), "<= 5 ms", added <= 0.005)
+    b.row(
+        section,
+        f"{size / 1e6:.0f} MB GET direct / proxied",
+        f"{mbps['direct']:.0f} / {mbps['proxy']:.0f} MB/s",
+    )
+    b.row(section, "throughput ratio", f"{ratio * 100:.0f} %", ">= 50 %", ratio >= 0.5)
+    return {
+        "small_s": small,
+        "small_direct": direct,
+        "small_proxy": proxy,
+        "added_p50_s": added,
+        "added_paired_median_s": paired,
+        "big_bytes": size,
+        "big_s": big,
+        "big_mb_per_s": mbps,
+        "throughput_ratio": ratio,
+        "secret_injected": True,
+    }
+
+
+SECTION_FUNCS: dict[str, Callable[[Bench], Awaitable[dict[str, Any]]]] = {
+    "warm": section_warm,
+    "cold": section_cold,
+    "concurrency": section_concurrency,
+    "egress": section_egress,
+    "teardown": section_teardown,
+    "rss": section_rss,
+}
+
+
+def _triple(s: dict[str, float]) -> str:
+    return f"{ms(s['p50'])} / {ms(s['p95'])} / {ms(s['p99'])}"
+
+
+def _split(parts: dict[str, dict[str, float]]) -> str:
+    return " / ".join(f"{parts[k]['p50'] * 1000:.0f}" for k in BREAKDOWN) + " ms"
+
+
+# ---- machine facts and the run --------------------------------------------------------------
+
+
+def machine(engine: docker.DockerClient, image: str) -> dict[str, Any]:
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+        return done.stdout.strip()
+
+    version = engine.version()
+    cli = subprocess.run(
+        ["docker", "version", "--format", "{{.Client.Version}}"], capture_output=True, text=True
+    )
+    with open("/proc/meminfo", encoding="ascii") as f:
+        mem_kib = int(f.readline().split()[1])
+    return {
+        "nproc": len(os.sched_getaffinity(0)),
+        "cpu_count": os.cpu_count(),
+        "mem_total_mib": mem_kib // 1024,
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "docker_server": version.get("Version"),
+        "docker_api": version.get("ApiVersion"),
+        "docker_cli": cli.stdout.strip(),
+        "mcp": importlib.metadata.version("mcp"),
+        "airlock": importlib.metadata.version("airlock-mcp"),
+        "image": image,
+        "git_commit": git("rev-parse", "HEAD"),
+        "git_dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
+    }
+
+
+async def run_sections(args: argparse.Namespace) -> tuple[dict[str, Any], list[Row]]:
+    counts = QUICK if args.quick else FULL
+    engine = await anyio.to_thread.run_sync(connect)
+    image = await anyio.to_thread.run_sync(
+        ensure_image, engine, lambda line: progress(f"image: {line}")
+    )
+    bench = Bench(counts, engine, image, Path(tempfile.mkdtemp(prefix="airlock-bench-")))
+    report: dict[str, Any] = {
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "mode": "quick" if args.quick else "full",
+        "counts": asdict(counts),
+        "machine": await anyio.to_thread.run_sync(machine, engine, image),
+        "loadavg_before": os.getloadavg(),
+        "sections": {},
+        "failed_sections": [],
+    }
+    started = time.perf_counter()
+    for name in args.sections:
+        progress(f"section {name} (load {os.getloadavg()[0]:.2f})")
+        t0, load0 = time.perf_counter(), os.getloadavg()
+        try:
+            result = await SECTION_FUNCS[name](bench)
+        except Exception as exc:
+            progress(f"section {name} crashed: {exc!r}")
+            report["failed_sections"].append(name)
+            result = {"error": traceback.format_exc()}
+            bench.row(name, "section crashed", f"{type(exc).__name__}: {exc}"[:80], "", False)
+        result["elapsed_s"] = time.perf_counter() - t0
+        result["loadavg_before"], result["loadavg_after"] = load0, os.getloadavg()
+        report["sections"][name] = result
+    report["elapsed_s"] = time.perf_counter() - started
+    report["loadavg_after"] = os.getloadavg()
+    report["table"] = [asdict(r) | {"result": r.verdict} for r in bench.rows]
+    engine.close()
+    if args.keep_temp:
+        report["temp_dir"] = str(bench.temp)
+        progress(f"kept {bench.temp}")
+    else:
+        await anyio.to_thread.run_sync(lambda: shutil.rmtree(bench.temp, ignore_errors=True))
+    return report, bench.rows
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="bench.run", description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small counts, for a smoke run")
+    parser.add_argument("--out", default=str(DEFAULT_OUT), help="JSON results file")
+    parser.add_argument(
+        "--keep-temp", action="store_true", help="keep the servers' data dirs and logs"
+    )
+    parser.add_argument(
+        "--sections",
+        default=",".join(SECTIONS),
+        help=f"comma-separated subset of {','.join(SECTIONS)} (default: all, in that order)",
+    )
+    args = parser.parse_args(argv)
+    chosen = [s.strip() for s in args.sections.split(",") if s.strip()]
+    unknown = sorted(set(chosen) - set(SECTIONS))
+    if unknown or not chosen:
+        parser.error(f"unknown sections {unknown}; choose from {', '.join(SECTIONS)}")
+    args.sections = chosen
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
+    report, rows = anyio.run(run_sections, args)
+    load = report["loadavg_before"], report["loadavg_after"]
+    m = report["machine"]
+    sys.stdout.write(
+        f"{render(rows)}\n\n{m['nproc']} CPUs, Docker {m['docker_server']}, load average "
+        f"{load[0][0]:.2f} before / {load[1][0]:.2f} after, {report['elapsed_s']:.0f} s "
+        f"({report['mode']} run)\n"
+    )
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=1, default=str) + "\n", encoding="utf-8")
+    progress(f"wrote {out}")
+    sys.exit(1 if report["failed_sections"] else 0)
+
+
+if __name__ == "__main__":
+    main()
