@@ -24,8 +24,7 @@ ratio of two things measured in the same run, interleaved:
   stderr goes to a log file in that directory). Timings are taken in this process around
   `call_tool`, so they include JSON-RPC over the pipes, validation, the store, the
   container and the envelope. Warm-up calls (the first ones of every server) are left out.
-  The policy sets only the pool size and `[tenants] max_concurrent_runs = 64` (the default
-  of 8 would refuse most of the 32 concurrent calls and 20 live runs the targets name).
+  The policy sets only the pool size; everything else is the shipped default.
 * The baseline is `docker run --rm --network none --entrypoint python3 IMAGE -c
   'print(1)'` with Airlock's own sandbox image (`sandbox.image.image_tag()`), run with the
   Docker CLI, timed around the process. Note that its time includes the container's
@@ -115,14 +114,10 @@ SECTIONS = ("warm", "cold", "concurrency", "egress", "teardown", "rss")
 LABEL_PID = "airlock.pid"
 LABEL_SESSION = "airlock.session"
 WARM_POOL = 4
-# The default caps a tenant at 8 runs at once; sections 3 and 5 need 32 and 20.
 POLICY = """version = 1
 
 [pool]
 size = {pool}
-
-[tenants]
-max_concurrent_runs = 64
 """
 SETTLE_TIMEOUT_S = 60.0
 CALL_TIMEOUT_S = 120.0

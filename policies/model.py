@@ -713,7 +713,7 @@ class BrokerSettings(_Section):
 class TenantLimits(_Section):
     """Caps per tenant (over HTTP each API key or JWT names one; over stdio there is one)."""
 
-    max_concurrent_runs: int = Field(default=8, gt=0, le=1024)
+    max_concurrent_runs: int = Field(default=32, gt=0, le=1024)
     """Most runs (and so run containers) one tenant may have at once; one more is refused."""
 
 

@@ -12,6 +12,7 @@ asynchronously.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -57,6 +58,7 @@ EGRESS_SOCKET = "proxy.sock"
 # Container start and packing the workspace happen outside the user's timeout.
 EXCHANGE_GRACE_S = 15.0
 RECEIVE_CHUNK = 65536
+ENGINE_CONCURRENCY = 16
 
 T = TypeVar("T")
 
@@ -161,6 +163,9 @@ class DockerBackend:
         self.client = client
         self.instance = instance
         self._mine = f"{LABEL_INSTANCE}={instance.id}"
+        # The SDK keeps 25 connection pools keyed by URL and closes the least recently
+        # used one even while a thread still uses it; stay below that.
+        self._engine_calls = anyio.CapacityLimiter(ENGINE_CONCURRENCY)
         self.pool = WarmPool(pool_size, self._start_pooled, self._remove)
         self._background: anyio.abc.TaskGroup | None = None
         # Containers handed a job, by session: pooled ones carry no session label.
@@ -188,7 +193,14 @@ class DockerBackend:
     async def run(self, job: JobSpec) -> JobOutcome:
         pooled = None if job.egress else self.pool.take(profile_of(job))
         if pooled is None:
-            container_id = await self._create(job)
+            try:
+                container_id = await self._create(job)
+            except BaseException:
+                # The engine may have created it before the call failed; find it by label.
+                with anyio.CancelScope(shield=True), contextlib.suppress(SandboxError):
+                    leftover = await self._list({"label": [f"{LABEL_RUN}={job.run_id}"]})
+                    await self._remove_many(leftover)
+                raise
         else:
             container_id = pooled
         self._active.setdefault(job.session_id, set()).add(container_id)
@@ -343,7 +355,8 @@ class DockerBackend:
     async def _remove(self, container_id: str) -> None:
         try:
             await anyio.to_thread.run_sync(
-                lambda: self.client.api.remove_container(container_id, force=True, v=True)
+                lambda: self.client.api.remove_container(container_id, force=True, v=True),
+                limiter=self._engine_calls,
             )
         except docker.errors.NotFound:
             pass
@@ -359,7 +372,7 @@ class DockerBackend:
             with engine_errors(action):
                 return fn()
 
-        return await anyio.to_thread.run_sync(guarded)
+        return await anyio.to_thread.run_sync(guarded, limiter=self._engine_calls)
 
 
 def _attach(client: docker.DockerClient, container_id: str) -> int:
