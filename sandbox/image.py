@@ -52,7 +52,16 @@ BaseKind = Literal["offline", "registry"]
 DEBIAN_SUITE = "bookworm"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 _DEBOOTSTRAP_VARIANT = "minbase"
-_DEBOOTSTRAP_INCLUDE = ("python3", "bash", "coreutils", "ca-certificates", "curl")
+_DEBOOTSTRAP_INCLUDE = (
+    "python3",
+    "bash",
+    "coreutils",
+    "ca-certificates",
+    "curl",
+    # The HTTP clients agents reach for first; from Debian, so no network at run time.
+    "python3-requests",
+    "python3-httpx",
+)
 # Pruned from the bootstrapped tree before import. Nothing in a sandbox runs apt (no network,
 # no root), so the package lists and downloaded .debs are dead weight; nobody reads man pages
 # there, and with LANG=C.UTF-8 no program looks up translated messages. Dropping them takes
