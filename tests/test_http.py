@@ -250,3 +250,83 @@ async def test_each_tenant_gets_the_policy_of_its_key(tmp_path: Path) -> None:
     assert not allowed.is_error
     assert refused.is_error
     assert "policy maximum of 5" in text(refused)
+
+
+@MODES
+async def test_a_client_that_disconnects_mid_call_gets_its_container_removed(
+    tmp_path: Path, mode: str, docker_client: docker.DockerClient
+) -> None:
+    async with http_server(tmp_path) as server:
+        async with client(server, "acme", mode) as acme:
+            first = await acme.call_tool("run_code", {"code": "print(1)"})
+            assert first.structured_content is not None
+            session = first.structured_content["session_id"]
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(
+                    acme.call_tool,
+                    "run_code",
+                    {"code": "import time; time.sleep(60)", "session_id": session},
+                )
+                await wait_until(
+                    lambda: docker_client.containers.list(
+                        filters={"label": f"airlock.session={session}"}, ignore_removed=True
+                    )
+                )
+                tg.cancel_scope.cancel()
+        await wait_until(
+            lambda: (
+                not docker_client.containers.list(
+                    all=True, filters={"label": f"airlock.session={session}"}, ignore_removed=True
+                )
+            ),
+            within=30,
+        )
+        assert server.process.returncode is None
+
+
+async def test_a_sigkilled_http_server_leaves_nothing_after_the_next_start(
+    tmp_path: Path, docker_client: docker.DockerClient
+) -> None:
+    session = ""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    async with http_server(tmp_path / "a") as first:
+        with contextlib.suppress(Exception):
+            async with client(first, "acme", "auto") as acme:
+                started = await acme.call_tool("run_code", {"code": "print(1)"})
+                assert started.structured_content is not None
+                session = started.structured_content["session_id"]
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(
+                        acme.call_tool,
+                        "run_code",
+                        {"code": "import time; time.sleep(120)", "session_id": session},
+                    )
+                    await wait_until(
+                        lambda: docker_client.containers.list(
+                            filters={"label": f"airlock.session={session}"}, ignore_removed=True
+                        )
+                    )
+                    first.process.kill()
+                    await first.process.wait()
+                    tg.cancel_scope.cancel()
+    survivors = docker_client.containers.list(
+        all=True, filters={"label": f"airlock.session={session}"}, ignore_removed=True
+    )
+    try:
+        assert survivors, "a SIGKILLed server cannot clean up; its container must still be there"
+        async with http_server(tmp_path / "b"), httpx.AsyncClient():
+            await wait_until(
+                lambda: (
+                    not docker_client.containers.list(
+                        all=True,
+                        filters={"label": f"airlock.session={session}"},
+                        ignore_removed=True,
+                    )
+                ),
+                within=30,
+            )
+    finally:
+        for container in survivors:
+            with contextlib.suppress(docker.errors.NotFound):
+                container.remove(force=True)
