@@ -173,11 +173,12 @@ def build_server(
 
     @mcp.tool(
         title="Run code in a sandbox",
-        annotations=ToolAnnotations(
-            read_only_hint=False,
-            destructive_hint=False,
-            idempotent_hint=False,
-            open_world_hint=False,
+        annotations=_hints(
+            read_only=False,
+            destructive=False,
+            idempotent=False,
+            # With a capability, the code reaches hosts outside Airlock.
+            open_world=True,
         ),
     )
     async def run_code(
@@ -224,16 +225,10 @@ def build_server(
                     timeout_s=timeout_s,
                     capabilities=capabilities,
                 )
-        raise AssertionError("unreachable")  # pragma: no cover
 
     @mcp.tool(
         title="Fetch a file a run produced",
-        annotations=ToolAnnotations(
-            read_only_hint=True,
-            destructive_hint=False,
-            idempotent_hint=True,
-            open_world_hint=False,
-        ),
+        annotations=_hints(read_only=True, destructive=False, idempotent=True),
     )
     async def fetch_artifact(
         run_id: Annotated[str, Field(description="run_id from a run_code result.")],
@@ -257,16 +252,10 @@ def build_server(
             return await tools.fetch_artifact(
                 services, session, run_id=run_id, path=path, offset=offset, max_bytes=max_bytes
             )
-        raise AssertionError("unreachable")  # pragma: no cover
 
     @mcp.tool(
         title="End a session",
-        annotations=ToolAnnotations(
-            read_only_hint=False,
-            destructive_hint=True,
-            idempotent_hint=False,
-            open_world_hint=False,
-        ),
+        annotations=_hints(read_only=False, destructive=True, idempotent=False),
     )
     async def end_session(session_id: SessionArg = None) -> EndSessionResult:
         """End a session: kill its running code, remove its containers and forget its
@@ -276,7 +265,6 @@ def build_server(
         _, leases = live.get()
         with tool_errors():
             return await leases.end(session_id, _caller(), reason="end_session")
-        raise AssertionError("unreachable")  # pragma: no cover
 
     async def ask_user(
         capability: str,
@@ -301,12 +289,7 @@ def build_server(
     @mcp.tool(
         title="Ask for network access",
         description=REQUEST_CAPABILITY_DOC + "\n\n" + offer,
-        annotations=ToolAnnotations(
-            read_only_hint=False,
-            destructive_hint=False,
-            idempotent_hint=False,
-            open_world_hint=False,
-        ),
+        annotations=_hints(read_only=False, destructive=False, idempotent=False),
     )
     async def request_capability(
         capability: Annotated[str, Field(description="Name of a capability the policy offers.")],
@@ -336,16 +319,10 @@ def build_server(
                 reason=reason,
                 approval=_approval(answer),
             )
-        raise AssertionError("unreachable")  # pragma: no cover
 
     @mcp.tool(
         title="Revoke network access",
-        annotations=ToolAnnotations(
-            read_only_hint=False,
-            destructive_hint=True,
-            idempotent_hint=True,
-            open_world_hint=False,
-        ),
+        annotations=_hints(read_only=False, destructive=True, idempotent=True),
     )
     async def revoke_capability(
         capability_id: Annotated[str, Field(description="capability_id to revoke.")],
@@ -357,7 +334,6 @@ def build_server(
         with tool_errors():
             session = await _lease(leases, session_id, ctx, http=http)
             return await tools.revoke_capability(services, session, capability_id=capability_id)
-        raise AssertionError("unreachable")  # pragma: no cover
 
     @mcp.resource(
         "airlock://runs/{run_id}/artifacts/{+path}",
@@ -397,6 +373,17 @@ def _connection_exit_stack(ctx: Context) -> AsyncExitStack | None:
         return None
     stack: AsyncExitStack = connection.exit_stack
     return stack
+
+
+def _hints(
+    *, read_only: bool, destructive: bool, idempotent: bool, open_world: bool = False
+) -> ToolAnnotations:
+    return ToolAnnotations(
+        read_only_hint=read_only,
+        destructive_hint=destructive,
+        idempotent_hint=idempotent,
+        open_world_hint=open_world,
+    )
 
 
 def _caller() -> str:

@@ -296,16 +296,23 @@ async def test_a_sigkilled_http_server_leaves_nothing_after_the_next_start(
                 started = await acme.call_tool("run_code", {"code": "print(1)"})
                 assert started.structured_content is not None
                 session = started.structured_content["session_id"]
+                first_run = started.structured_content["run_id"]
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(
                         acme.call_tool,
                         "run_code",
                         {"code": "import time; time.sleep(120)", "session_id": session},
                     )
+                    # The long run's container, not the first call's (removed after its reply).
                     await wait_until(
-                        lambda: docker_client.containers.list(
-                            filters={"label": f"airlock.session={session}"}, ignore_removed=True
-                        )
+                        lambda: [
+                            c
+                            for c in docker_client.containers.list(
+                                filters={"label": f"airlock.session={session}"},
+                                ignore_removed=True,
+                            )
+                            if c.labels.get("airlock.run") != first_run
+                        ]
                     )
                     first.process.kill()
                     await first.process.wait()

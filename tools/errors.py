@@ -9,8 +9,7 @@ returns a generic error and logs the traceback.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
+from types import TracebackType
 
 from mcp.server.mcpserver.exceptions import ToolError
 
@@ -19,15 +18,27 @@ from airlock.errors import AirlockError, StoreError, VaultError
 log = logging.getLogger(__name__)
 
 
-@contextmanager
-def tool_errors() -> Iterator[None]:
-    try:
-        yield
-    except (StoreError, VaultError) as exc:
-        log.error("storage failure: %s", exc, exc_info=exc)
-        raise ToolError(
-            "Airlock could not read or write its records; the operator should check the "
-            "server log and `airlock doctor`."
-        ) from exc
-    except AirlockError as exc:
-        raise ToolError(str(exc)) from exc
+class tool_errors:
+    """Translate Airlock errors raised in the block; never swallows anything.
+
+    A class rather than a generator context manager so type checkers know the block's
+    exceptions always propagate (and tool functions need no unreachable returns).
+    """
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if isinstance(exc, StoreError | VaultError):
+            log.error("storage failure: %s", exc, exc_info=exc)
+            raise ToolError(
+                "Airlock could not read or write its records; the operator should check the "
+                "server log and `airlock doctor`."
+            ) from exc
+        if isinstance(exc, AirlockError):
+            raise ToolError(str(exc)) from exc
