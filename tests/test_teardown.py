@@ -60,12 +60,16 @@ def text_of(result: CallToolResult) -> str:
     return "".join(block.text for block in result.content if isinstance(block, TextContent))
 
 
-async def start_session(client: Client) -> str:
-    """Make a quick call in the default session and return that session's id."""
+async def start_session(client: Client, docker_client: docker.DockerClient) -> str:
+    """Make a quick call in the default session and return that session's id, once the
+    call's own container (removed right after its reply) is gone, so later counts of the
+    session's containers see only the calls that follow."""
     result = await client.call_tool("run_code", {"code": "print('ready')"})
     assert result.structured_content is not None, text_of(result)
     assert result.structured_content["status"] == "ok", text_of(result)
     session_id: str = result.structured_content["session_id"]
+    run_label = f"airlock.run={result.structured_content['run_id']}"
+    await wait_for_containers(docker_client, run_label, none_left, within=VANISH_S)
     return session_id
 
 
@@ -74,7 +78,7 @@ async def test_cancelled_call_has_its_container_removed_and_server_keeps_serving
     make_server: Callable[..., Any], docker_client: docker.DockerClient, mode: str
 ) -> None:
     async with Client(make_server(), mode=mode) as client:
-        session_id = await start_session(client)
+        session_id = await start_session(client, docker_client)
         label = f"airlock.session={session_id}"
         async with anyio.create_task_group() as tg:
             tg.start_soon(client.call_tool, "run_code", {"code": LONG_RUN})
@@ -92,7 +96,7 @@ async def test_end_session_removes_every_container_and_fails_the_pending_calls(
     make_server: Callable[..., Any], docker_client: docker.DockerClient
 ) -> None:
     async with Client(make_server(), mode="auto") as client:
-        session_id = await start_session(client)
+        session_id = await start_session(client, docker_client)
         label = f"airlock.session={session_id}"
         pending: list[CallToolResult] = []
 
@@ -186,7 +190,7 @@ async def test_server_shutdown_during_a_call_leaves_no_container_of_its_instance
             anyio.create_task_group() as tg,
             Client(make_server(), mode=mode) as client,
         ):
-            session_id = await start_session(client)
+            session_id = await start_session(client, docker_client)
             tg.start_soon(long_call, client)
             [box] = await wait_for_containers(
                 docker_client, f"airlock.session={session_id}", running(1), within=APPEAR_S
