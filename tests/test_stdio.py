@@ -228,11 +228,17 @@ def text_of(result: CallToolResult) -> str:
     return "".join(block.text for block in result.content if isinstance(block, TextContent))
 
 
-async def start_session(client: Client, log: Callable[[], str]) -> str:
+async def start_session(
+    client: Client, log: Callable[[], str], docker_client: docker.DockerClient
+) -> str:
+    """A quick call's session id, once that call's own container (removed right after the
+    reply) is gone, so later waits on the session's containers see only later calls."""
     result = await client.call_tool("run_code", {"code": "print('ready')"})
     assert result.structured_content is not None, f"{text_of(result)}\n{log()}"
     assert result.structured_content["status"] == "ok", text_of(result)
     session_id: str = result.structured_content["session_id"]
+    run_label = f"airlock.run={result.structured_content['run_id']}"
+    await wait_for_containers(docker_client, run_label, none_left, within=VANISH_S, log=log)
     return session_id
 
 
@@ -308,7 +314,7 @@ async def test_stdin_eof_ends_the_server_with_exit_0_and_removes_its_containers(
     async with airlock_serve(tmp_path, tmp_path / "data", started_pids) as served:
         async with anyio.create_task_group() as tg:
             async with Client(pipe_transport(served.process)) as client:
-                session_id = await start_session(client, served.log)
+                session_id = await start_session(client, served.log, docker_client)
                 tg.start_soon(long_call, client, session_id, outcome)
                 [box] = await wait_for_containers(
                     docker_client,
@@ -345,7 +351,7 @@ async def test_signal_ends_the_server_with_exit_0_and_removes_its_containers(
         anyio.create_task_group() as tg,
         Client(pipe_transport(served.process)) as client,
     ):
-        session_id = await start_session(client, served.log)
+        session_id = await start_session(client, served.log, docker_client)
         tg.start_soon(long_call, client, session_id, outcome)
         [box] = await wait_for_containers(
             docker_client,
@@ -385,7 +391,7 @@ async def test_cancelled_call_over_stdio_has_its_container_removed(
         airlock_serve(tmp_path, tmp_path / "data", started_pids) as served,
         Client(pipe_transport(served.process)) as client,
     ):
-        session_id = await start_session(client, served.log)
+        session_id = await start_session(client, served.log, docker_client)
         label = f"airlock.session={session_id}"
         async with anyio.create_task_group() as tg:
             tg.start_soon(long_call, client, session_id, [])
@@ -410,7 +416,7 @@ async def test_sigkilled_server_leaves_its_container_for_the_next_server_to_reap
         anyio.create_task_group() as tg,
         Client(pipe_transport(first.process)) as client,
     ):
-        session_id = await start_session(client, first.log)
+        session_id = await start_session(client, first.log, docker_client)
         label = f"airlock.session={session_id}"
         tg.start_soon(long_call, client, session_id, outcome)
         [box] = await wait_for_containers(
