@@ -19,6 +19,7 @@ from ipaddress import ip_address
 from typing import Literal
 
 from egress.requests import TargetRejected, canonical_target_host
+from policies.hosts import host_matches
 
 _INTERNAL_ERROR = "internal error; request denied"
 _PORT_SUFFIX = re.compile(r"[0-9]*")
@@ -100,14 +101,6 @@ def _deny(reason: str, rule_id: str | None = None) -> Decision:
     return Decision(allow=False, reason=reason, rule_id=rule_id)
 
 
-def _is_ip_literal(host: str) -> bool:
-    try:
-        ip_address(host)
-    except ValueError:
-        return False
-    return True
-
-
 def _canonical_pattern(pattern: str) -> str:
     pattern = pattern.lower()
     if pattern.startswith("[") and pattern.endswith("]"):
@@ -119,15 +112,12 @@ def _canonical_pattern(pattern: str) -> str:
 
 
 def _host_matches(pattern: str, host: str) -> bool:
-    if pattern.startswith("*."):
-        suffix = _canonical_pattern(pattern[1:])
-        # ".x.y" at least: "*.com" is refused by policy validation, and refused here too
-        # so a rule that slipped through cannot open a whole TLD. A wildcard never
-        # matches an IP literal, or "*.0.0.1" would match 127.0.0.1.
-        if suffix.count(".") < 2 or _is_ip_literal(host):
-            return False
-        return host.endswith(suffix) and len(host) > len(suffix)
-    return _canonical_pattern(pattern) == host
+    canonical = _canonical_pattern(pattern)
+    # ".x.y" at least: "*.com" is refused by policy validation, and refused here too so
+    # a rule that slipped through cannot open a whole TLD.
+    if canonical.startswith("*.") and canonical.count(".") < 2:
+        return False
+    return host_matches(canonical, host)
 
 
 @lru_cache(maxsize=1024)
