@@ -291,6 +291,11 @@ class DockerBackend:
             # Read while the container still exists: the runner waits for us to hang up.
             usage, oom_killed = await self._final_state(container_id)
         elapsed_ms = int((time.monotonic() - started) * 1000)
+        if exchange.report is None and exchange.runner_log:
+            # The runner's own stderr is for the operator; it never reaches the agent.
+            log.warning(
+                "runner of %s ended without a report: %r", job.run_id, bytes(exchange.runner_log)
+            )
         if exchange.fault is not None and exchange.report is None:
             raise RunnerFailed(f"the sandbox runner failed: {exchange.fault}")
         return _outcome(
