@@ -1,4 +1,4 @@
-"""Shared leaf of every room: the version and the one error hierarchy.
+"""Shared leaf of every room: the version, the one error hierarchy, name suggestions.
 
 Nothing here imports any other Airlock package, so every room may import it.
 """

@@ -49,12 +49,14 @@ from tools import (
     Session,
     tool_errors,
 )
+from tools.artifacts import MAX_FETCH_BYTES
 from tools.capabilities import approval_question, check_request, describe_offer
 
 from .auth import current_tenant
 from .config import LOCAL_TENANT, Config
 from .engine import Engine
 from .sessions import Leases
+from .strict_tools import StrictToolServer
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +108,10 @@ def build_server(
     live = _Live()
     instance = Instance.current()
     offer = describe_offer(policy)
+    # The schema carries one maximum for every caller: the largest any tenant's policy
+    # allows; run_code then holds each caller to its own policy's maximum.
+    every_policy = [policy, *(tenant_policies or {}).values()]
+    max_timeout_s = max(p.limits.max_timeout_s for p in every_policy)
 
     @asynccontextmanager
     async def lifespan(_: MCPServer) -> AsyncIterator[None]:
@@ -138,8 +144,8 @@ def build_server(
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(engine.serve)
-                every = [policy, *(tenant_policies or {}).values()]
-                tg.start_soon(_housekeeping, leases, engine, min(map(_sweep_interval, every)))
+                interval = min(map(_sweep_interval, every_policy))
+                tg.start_soon(_housekeeping, leases, engine, interval)
                 try:
                     yield
                 finally:
@@ -158,7 +164,7 @@ def build_server(
             if on_stopped is not None:
                 on_stopped()
 
-    mcp = MCPServer(
+    mcp = StrictToolServer(
         "airlock",
         version=__version__,
         instructions=INSTRUCTIONS,
@@ -192,7 +198,12 @@ def build_server(
         ] = [],  # noqa: B006 - pydantic copies defaults; the schema needs a plain []
         timeout_s: Annotated[
             int | None,
-            Field(description="Wall-clock limit in seconds (default 30; the policy caps it)."),
+            Field(
+                ge=1,
+                le=max_timeout_s,
+                description=f"Wall-clock limit in seconds (default {policy.limits.timeout_s}, "
+                f"at most {max_timeout_s}).",
+            ),
         ] = None,
         capabilities: Annotated[
             list[str],
@@ -233,9 +244,14 @@ def build_server(
     async def fetch_artifact(
         run_id: Annotated[str, Field(description="run_id from a run_code result.")],
         path: Annotated[str, Field(description="Artifact path relative to /workspace.")],
-        offset: Annotated[int, Field(description="First byte to return.")] = 0,
+        offset: Annotated[int, Field(ge=0, description="First byte to return.")] = 0,
         max_bytes: Annotated[
-            int, Field(description="At most this many bytes (1 to 1048576).")
+            int,
+            Field(
+                ge=1,
+                le=MAX_FETCH_BYTES,
+                description=f"At most this many bytes (1 to {MAX_FETCH_BYTES}).",
+            ),
         ] = 65536,
         session_id: SessionArg = None,
         ctx: Context = None,  # type: ignore[assignment]  # injected by the SDK
