@@ -676,7 +676,7 @@ BAD_CALLS = {
     "bad_base64": ({"files": [_file("b.bin", "not base64!!", "base64")]}, "base64"),
     "too_big": ({"files": [_file("big.txt", "x" * 2048)]}, "more than 1024 bytes"),
     "too_many": ({"files": [_file(f"f{i}.txt") for i in range(4)]}, "at most 3"),
-    "timeout_above_max": ({"timeout_s": 301}, "above the policy maximum"),
+    "timeout_above_max": ({"timeout_s": 301}, "timeout_s must be at most 300"),
     "timeout_zero": ({"timeout_s": 0}, "at least 1"),
 }
 
