@@ -3,7 +3,8 @@
 This room holds the policy model, loading and validating policy files, the default
 policy shipped with the package, and the pure helpers that enforcing rooms share
 with it: host canonicalization and matching (`policies.hosts`) and capability
-scopes, path patterns and durations (`policies.capabilities`). It imports nothing
+scopes, path patterns and durations (`policies.capabilities`), and the globs of
+paths a hatch patch holds back (`policies.globs`). It imports nothing
 of Airlock's but `airlock.errors`; the rooms that enforce a policy import it from here.
 """
 
@@ -16,6 +17,7 @@ from policies.capabilities import (
     path_matches,
     resolve_scope,
 )
+from policies.globs import DEFAULT_PROTECTED, glob_matches, protecting_glob
 from policies.hosts import canonical_host, canonical_host_pattern, host_matches, parse_ip_literal
 from policies.load import describe_problem, load_policy, policy_json_schema
 from policies.model import (
@@ -26,6 +28,7 @@ from policies.model import (
     EgressRule,
     EgressSettings,
     FileLimits,
+    HatchSettings,
     InjectSpec,
     Limits,
     OutputLimits,
@@ -37,6 +40,7 @@ from policies.model import (
 )
 
 __all__ = [
+    "DEFAULT_PROTECTED",
     "BrokerSettings",
     "Capability",
     "Duration",
@@ -44,6 +48,7 @@ __all__ = [
     "EgressRule",
     "EgressSettings",
     "FileLimits",
+    "HatchSettings",
     "InjectSpec",
     "Limits",
     "OutputLimits",
@@ -57,11 +62,13 @@ __all__ = [
     "canonical_host_pattern",
     "describe_problem",
     "format_duration",
+    "glob_matches",
     "host_matches",
     "load_policy",
     "parse_duration",
     "parse_ip_literal",
     "path_matches",
     "policy_json_schema",
+    "protecting_glob",
     "resolve_scope",
 ]

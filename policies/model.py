@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import re
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
@@ -41,6 +42,7 @@ from policies.capabilities import (
     path_placeholders,
     validate_path_pattern,
 )
+from policies.globs import DEFAULT_PROTECTED, protecting_glob, validate_glob
 from policies.hosts import canonical_host_pattern
 
 _MIB = 1024 * 1024
@@ -717,6 +719,65 @@ class TenantLimits(_Section):
     """Most runs (and so run containers) one tenant may have at once; one more is refused."""
 
 
+def _check_root(value: str) -> str:
+    if not os.path.isabs(value):
+        raise ValueError(
+            f"{_q(value)} is relative; a hatch root is an absolute host path, such as "
+            '"/srv/repos/app"'
+        )
+    if os.path.normpath(value) != value or value.startswith("//"):
+        raise ValueError(f"{_q(value)} is not in normal form; write {_q(os.path.normpath(value))}")
+    if value == "/":
+        raise ValueError('"/" would offer the whole host; name the repository directory itself')
+    if not os.path.isdir(value):
+        raise ValueError(
+            f"{_q(value)} is not an existing directory on this host; create it or fix the path"
+        )
+    real = os.path.realpath(value)
+    if real != value:
+        # The root is the boundary the snapshot never leaves, so it is named as it is;
+        # a symlink in it could be repointed after the policy was checked.
+        raise ValueError(f"{_q(value)} passes through a symlink; write the real path {_q(real)}")
+    return value
+
+
+_RootPath = Annotated[str, AfterValidator(_reasoned("hatch_root", _check_root))]
+_Glob = Annotated[str, AfterValidator(_reasoned("glob", validate_glob))]
+
+
+class HatchSettings(_Section):
+    """Host directories an agent may have copied into its session, and what may come back
+    from them as a patch."""
+
+    roots: dict[_Name, _RootPath] = {}
+    """Directories an agent may ask for by name ([hatch.roots] table: name = absolute
+    path). Each must exist, be a directory and be written as its real path (no symlinks).
+    The server copies a snapshot in; nothing is ever mounted. Missing or empty: there is
+    nothing to copy, and every copy_in call is refused."""
+
+    protected: Annotated[tuple[_Glob, ...], BeforeValidator(_as_tuple)] = DEFAULT_PROTECTED
+    """Globs of paths (from the root) a patch never carries; changes to them are listed as
+    needing a human. "**" is any number of segments, "*" and "?" match within one; case is
+    ignored. Missing means CI and deploy configuration, code owners, submodules, .env files,
+    registry credentials and editor/hook configuration. Writing it replaces that list, so
+    keep its entries unless you mean to let agents' patches change them."""
+
+    max_files: int = Field(default=5000, gt=0, le=100_000)
+    """Most files one copy_in may take from a root; more is refused, naming this cap."""
+
+    max_bytes: int = Field(default=64 * _MIB, gt=0)
+    """Total size in bytes of the files one copy_in may take; more is refused."""
+
+    include_git_dir_read_only: bool = False
+    """Copy `.git` directories too. They hold history and may hold credentials (remote
+    URLs, hooks), so missing means false: they are skipped. Either way no change under a
+    `.git` directory ever leaves in a patch."""
+
+    def protecting_glob(self, path: str) -> str | None:
+        """The glob of `protected` that holds the root-relative `path` back, or None."""
+        return protecting_glob(self.protected, path)
+
+
 class Policy(_Section):
     """A complete Airlock policy. Every section may be left out to take its defaults."""
 
@@ -754,3 +815,6 @@ class Policy(_Section):
 
     broker: BrokerSettings = BrokerSettings()
     """Caps on live capability grants."""
+
+    hatch: HatchSettings = HatchSettings()
+    """Repositories agents may have copied in, and paths their patches may not touch."""

@@ -237,6 +237,7 @@ def test_json_schema_describes_the_sections() -> None:
         "egress",
         "broker",
         "tenants",
+        "hatch",
     }
     assert schema["additionalProperties"] is False
     limits = schema["$defs"]["Limits"]["properties"]
