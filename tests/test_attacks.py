@@ -517,10 +517,15 @@ print("allocated 1 GiB", flush=True)
 @pytest.mark.parametrize("mode", MODES)
 async def test_memory_bomb_is_oom_and_keeps_earlier_output(make_server: Any, mode: str) -> None:
     async with Client(make_server(SMALL), mode=mode) as c:
-        result = await run(c, MEMORY_BOMB, timeout_s=30)
-        assert result["status"] == "oom", result
+        r = await call(c, "run_code", {"code": MEMORY_BOMB, "timeout_s": 30})
+        result = r.structured_content
+        assert result is not None and result["status"] == "oom", result
         assert result["stdout"]["text"] == "before the bomb\n"
         assert "allocated" not in result["stdout"]["text"]
+        # The summary names the limit and the way to more, outside the untrusted envelope.
+        summary = all_text(r).split("<untrusted-output", 1)[0]
+        assert "stopped at its memory limit of 128 MiB" in summary
+        assert "raise [limits] memory_mb" in summary
         await assert_alive(c, result["session_id"])
 
 
@@ -627,13 +632,24 @@ async def test_sleeping_code_times_out_with_its_earlier_output(make_server: Any,
     code = "import time\nprint('before the sleep', flush=True)\ntime.sleep(60)\nprint('after')"
     async with Client(make_server(SMALL), mode=mode) as c:
         started = time.monotonic()
-        result = await run(c, code, timeout_s=2)
+        r = await call(c, "run_code", {"code": code, "timeout_s": 2})
         elapsed = time.monotonic() - started
-        assert result["status"] == "timeout", result
+        result = r.structured_content
+        assert result is not None and result["status"] == "timeout", result
+        summary = all_text(r).split("<untrusted-output", 1)[0]
+        assert "stopped at its time limit of 2 s; pass a larger timeout_s (up to 300)" in summary
         assert result["duration_ms"] < 10_000
         assert elapsed < 20, elapsed
         assert result["stdout"]["text"] == "before the sleep\n"
         await assert_alive(c, result["session_id"])
+
+
+async def test_a_timeout_at_the_policy_maximum_says_to_split_the_work(make_server: Any) -> None:
+    capped = {**SMALL, "limits": {**SMALL["limits"], "timeout_s": 2, "max_timeout_s": 2}}
+    async with Client(make_server(capped), mode="auto") as c:
+        r = await call(c, "run_code", {"code": "import time; time.sleep(60)"})
+    assert r.structured_content is not None and r.structured_content["status"] == "timeout"
+    assert "time limit of 2 s, the policy maximum; split the work" in all_text(r)
 
 
 BACKGROUND_CHILD = r"""
