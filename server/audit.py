@@ -135,6 +135,9 @@ async def run_detail(db: Database, blobs: BlobStore, run_id: str) -> str:
     ]
     if run.error:
         lines.append(f"error      {run.error}")
+    inputs = await db.list_run_inputs(run.id)
+    lines.append(f"inputs     {len(inputs)}")
+    lines.extend(f"  {sanitize(f.path)}  {f.size} bytes  {f.sha256}" for f in inputs)
     artifacts = await db.list_artifacts(run.id)
     files = [a for a in artifacts if a.path not in STREAM_PATHS.values()]
     lines.append(f"artifacts  {len(files)}")
@@ -151,4 +154,10 @@ async def run_detail(db: Database, blobs: BlobStore, run_id: str) -> str:
             lines.append(sanitize(text).rstrip("\n"))
             if record.size < total:
                 lines.append(f"[kept the first {record.size} of {total} bytes]")
+    lines.append(f"--- code ({run.language}), sha256 {run.code_sha256} ---")
+    if await blobs.exists(run.code_sha256):
+        # The agent's own code, shown as written, minus what could drive the terminal.
+        lines.append(sanitize((await blobs.read(run.code_sha256)).decode()).rstrip("\n"))
+    else:
+        lines.append("[not kept: this run predates code auditing]")
     return "\n".join(lines)

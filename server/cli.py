@@ -32,7 +32,7 @@ from .auth import generate_api_key, load_auth_config
 from .config import ENV_AUTH, ENV_DATA_DIR, ENV_POLICY, Config
 from .doctor import run_checks
 from .http import serve_http
-from .logs import setup_logging
+from .logs import LOG_FORMATS, setup_logging
 from .stdio import serve_stdio
 
 log = logging.getLogger("airlock")
@@ -56,6 +56,12 @@ def _parser() -> argparse.ArgumentParser:
         "else ~/.local/share/airlock",
     )
     common.add_argument("-v", "--verbose", action="store_true", help="log debug details to stderr")
+    common.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default="text",
+        help="stderr log lines as text (default) or one JSON object per line",
+    )
 
     parser = argparse.ArgumentParser(
         prog="airlock",
@@ -178,7 +184,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.command is None:
         parser.print_help(sys.stderr)
         sys.exit(2)
-    setup_logging(getattr(args, "verbose", False))
+    setup_logging(getattr(args, "verbose", False), getattr(args, "log_format", "text"))
     try:
         code = _dispatch(args)
     except AirlockError as exc:

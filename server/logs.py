@@ -1,14 +1,75 @@
-"""Logging for the CLI: everything to stderr, never stdout (stdout is the MCP wire)."""
+"""Logging for the CLI and the server: everything to stderr, never stdout (stdout is the
+MCP wire of `serve`).
+
+Every line has a UTC timestamp and a level. `text` lines read `TIME LEVEL logger: message
+key=value ...`; `json` (`--log-format json`, for log shippers) is one JSON object per line
+with the same fields as keys. Structured fields travel in `extra={"fields": {...}}`
+(`tools.events` sends them); values that could carry spaces or control characters are
+quoted, so one event is always one line.
+"""
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+LogFormat = Literal["text", "json"]
+LOG_FORMATS: tuple[LogFormat, ...] = ("text", "json")
+
+_PLAIN = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.:/@+")
 
 
-def setup_logging(verbose: bool = False) -> None:
+def _time(record: logging.LogRecord) -> str:
+    stamp = datetime.fromtimestamp(record.created, UTC)
+    return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{stamp.microsecond // 1000:03d}Z"
+
+
+def _fields(record: logging.LogRecord) -> dict[str, Any]:
+    fields = getattr(record, "fields", None)
+    return dict(fields) if isinstance(fields, dict) else {}
+
+
+def _value(value: Any) -> str:
+    text = "-" if value is None else str(value)
+    return text if text and set(text) <= _PLAIN else json.dumps(text)
+
+
+class TextFormatter(logging.Formatter):
+    """`2026-11-30T19:40:01.123Z INFO airlock.runs: run finished run=... status=ok`."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        message = record.getMessage().replace("\n", "\\n")
+        parts = [_time(record), record.levelname, f"{record.name}: {message}"]
+        parts.extend(f"{key}={_value(value)}" for key, value in _fields(record).items())
+        line = " ".join(parts)
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message, then the event's fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": _time(record),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for key, value in _fields(record).items():
+            entry.setdefault(key, value)
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str)
+
+
+def setup_logging(verbose: bool = False, log_format: LogFormat = "text") -> None:
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("airlock: %(message)s"))
+    handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.DEBUG if verbose else logging.INFO)

@@ -129,6 +129,15 @@ _SCHEMA = (
         revoked_at REAL
     )""",
     "CREATE INDEX IF NOT EXISTS grants_by_tenant ON grants (tenant, created_at)",
+    # What each run started from (the session workspace plus the call's files), for the
+    # audit; contents are blobs. A table of its own so older databases simply gain it.
+    """CREATE TABLE IF NOT EXISTS run_inputs (
+        run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+        path TEXT NOT NULL,
+        sha256 TEXT NOT NULL,
+        size INTEGER NOT NULL,
+        PRIMARY KEY (run_id, path)
+    )""",
 )
 
 _SESSION_COLUMNS = (
@@ -483,6 +492,26 @@ class Database:
         return [
             GrantRecord.model_validate(_from_json_fields(row, "params", "scope")) for row in rows
         ]
+
+    # Run inputs
+
+    async def add_run_inputs(self, run_id: str, files: Sequence[WorkspaceFile]) -> None:
+        """Record the files run `run_id` started with (all or none)."""
+        params = [(run_id, f.path, f.sha256, f.size) for f in files]
+        if params:
+            await self._write(
+                lambda conn: conn.executemany(
+                    "INSERT INTO run_inputs (run_id, path, sha256, size) VALUES (?, ?, ?, ?)",
+                    params,
+                )
+            )
+
+    async def list_run_inputs(self, run_id: str) -> list[WorkspaceFile]:
+        """The files a run started with, ordered by path; empty for none or an unknown run."""
+        rows = await self._fetch(
+            "SELECT path, sha256, size FROM run_inputs WHERE run_id = ? ORDER BY path", (run_id,)
+        )
+        return [WorkspaceFile.model_validate(dict(row)) for row in rows]
 
     # Session workspaces
 

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from typing import Literal
 
-from airlock.errors import CapabilityDenied, InvalidRequest, LimitExceeded, NotFound
+from airlock.errors import AirlockError, CapabilityDenied, InvalidRequest, LimitExceeded, NotFound
 from broker import Grant, GrantScope
 from policies import Capability, Policy
 from policies.capabilities import resolve_scope
 from store import GrantRecord
 
 from .context import Services, Session, iso_time
+from .events import CapabilityDecided
 from .models import CapabilityResult, RevokeResult, ScopeInfo
 
 # How the human answered, as the server learnt it from elicitation.
@@ -74,6 +75,50 @@ def check_request(
 
 
 async def request_capability(
+    services: Services,
+    session: Session,
+    *,
+    capability: str,
+    params: dict[str, str],
+    ttl_s: int | None,
+    reason: str,
+    approval: Approval,
+) -> CapabilityResult:
+    try:
+        result = await _decide(
+            services,
+            session,
+            capability=capability,
+            params=params,
+            ttl_s=ttl_s,
+            reason=reason,
+            approval=approval,
+        )
+    except AirlockError as exc:
+        services.events.emit(
+            CapabilityDecided(
+                tenant=session.tenant,
+                session_id=session.id,
+                capability=capability,
+                outcome="denied",
+                reason=str(exc),
+            )
+        )
+        raise
+    services.events.emit(
+        CapabilityDecided(
+            tenant=session.tenant,
+            session_id=session.id,
+            capability=capability,
+            outcome="granted",
+            approved_by=result.approved_by,
+            capability_id=result.capability_id,
+        )
+    )
+    return result
+
+
+async def _decide(
     services: Services,
     session: Session,
     *,

@@ -18,6 +18,8 @@ from policies import Policy
 from sandbox import Backend
 from store import BlobStore, Database
 
+from .events import Events
+
 
 @dataclass(frozen=True)
 class Session:
@@ -56,6 +58,7 @@ class Services:
     egress: Egress
     clock: Callable[[], float] = field(default=time.time)
     tenant_policies: Mapping[str, Policy] = field(default_factory=dict)
+    events: Events = field(default_factory=Events)
 
     def policy_for(self, tenant: str) -> Policy:
         """The tenant's own policy, or the server's."""

@@ -39,6 +39,7 @@ from .artifacts import artifact_uri, guess_mime_type
 from .capabilities import live_grants
 from .context import Services, Session
 from .envelope import clip, new_nonce, wrap
+from .events import RunFinished
 from .models import ArtifactInfo, FileArg, RunResult, StreamResult, UsageInfo
 
 MAX_CODE_BYTES = 1024 * 1024
@@ -80,9 +81,10 @@ async def run_code(
         created_at=services.clock(),
         timeout_s=timeout,
         limits=policy.limits.model_dump(),
-        code_sha256=_sha256(code.encode()),
+        code_sha256=await services.blobs.put(code.encode()),
     )
     await services.db.create_run(record)
+    await _keep_inputs(services, run_id, inputs, call_files)
     job = JobSpec(
         run_id=run_id,
         session_id=session.id,
@@ -127,15 +129,15 @@ async def run_code(
     except BaseException as exc:
         with anyio.CancelScope(shield=True):
             await services.db.add_egress(egress_log)
-            await services.db.finish_run(
-                record.model_copy(
-                    update={
-                        "status": "killed",
-                        "finished_at": services.clock(),
-                        "error": _failure_text(exc),
-                    }
-                )
+            killed = record.model_copy(
+                update={
+                    "status": "killed",
+                    "finished_at": services.clock(),
+                    "error": _failure_text(exc),
+                }
             )
+            await services.db.finish_run(killed)
+            services.events.emit(RunFinished(killed, job.runtime, tuple(egress_log)))
         raise
     with anyio.CancelScope(shield=True):
         await services.db.add_egress(egress_log)
@@ -143,22 +145,22 @@ async def run_code(
         stream_uris = await _keep_streams(services, session, run_id, outcome)
         if outcome.workspace is not None:
             await _save_workspace(services, session, inputs, outcome)
-        await services.db.finish_run(
-            record.model_copy(
-                update={
-                    "status": outcome.status,
-                    "finished_at": services.clock(),
-                    "duration_ms": outcome.duration_ms,
-                    "exit_code": outcome.exit_code,
-                    "cpu_seconds": outcome.usage.cpu_seconds,
-                    "peak_memory_bytes": outcome.usage.peak_memory_bytes,
-                    "stdout_bytes": outcome.stdout.total_bytes,
-                    "stdout_sha256": outcome.stdout.sha256,
-                    "stderr_bytes": outcome.stderr.total_bytes,
-                    "stderr_sha256": outcome.stderr.sha256,
-                }
-            )
+        finished = record.model_copy(
+            update={
+                "status": outcome.status,
+                "finished_at": services.clock(),
+                "duration_ms": outcome.duration_ms,
+                "exit_code": outcome.exit_code,
+                "cpu_seconds": outcome.usage.cpu_seconds,
+                "peak_memory_bytes": outcome.usage.peak_memory_bytes,
+                "stdout_bytes": outcome.stdout.total_bytes,
+                "stdout_sha256": outcome.stdout.sha256,
+                "stderr_bytes": outcome.stderr.total_bytes,
+                "stderr_sha256": outcome.stderr.sha256,
+            }
         )
+        await services.db.finish_run(finished)
+        services.events.emit(RunFinished(finished, job.runtime, tuple(egress_log)))
     return _result(policy, timeout, session, run_id, outcome, artifacts, stream_uris, egress_log)
 
 
@@ -222,6 +224,22 @@ async def _workspace_inputs(
             )
     inputs.update(call_files)
     return inputs
+
+
+async def _keep_inputs(
+    services: Services, run_id: str, inputs: dict[str, InputFile], call_files: dict[str, InputFile]
+) -> None:
+    """The listing of what the run started from, for the audit; the call's own files are
+    kept too (the workspace's already are), so every hash in the listing can be read."""
+    for file in call_files.values():
+        await services.blobs.put(file.data)
+    await services.db.add_run_inputs(
+        run_id,
+        [
+            WorkspaceFile(path=f.path, sha256=_sha256(f.data), size=len(f.data))
+            for f in inputs.values()
+        ],
+    )
 
 
 async def _keep_artifacts(

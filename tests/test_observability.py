@@ -1,0 +1,220 @@
+"""What operators see: log lines (text and JSON), the audited code and inputs of a run.
+
+The end-to-end test drives a run with egress through the real server, real Docker and a
+local `trustme` upstream, so the run holds a live token and the proxy injects a real
+secret; then it greps every log line, formatted both ways, for both values.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+import trustme
+from mcp.client import Client
+from mcp.server.mcpserver import MCPServer
+from test_egress_proxy import Upstream, start_upstream
+
+from broker import Vault, load_key, vault_path
+from server.audit import run_detail
+from server.logs import JsonFormatter, TextFormatter
+from store import BlobStore, Database, RunRecord
+from tools.events import CapabilityDecided, Events, RunFinished
+
+SECRET_NAME = "obs_token"
+SECRET = "sk-obs-" + secrets.token_urlsafe(24)
+CAP = "local-api"
+CALL_TIMEOUT_S = 90
+
+
+def _record(fields: dict[str, Any], message: str = "run finished") -> logging.LogRecord:
+    record = logging.LogRecord("airlock.runs", logging.INFO, __file__, 1, message, None, None)
+    record.fields = fields
+    return record
+
+
+def test_text_lines_carry_time_level_and_fields_and_stay_one_line() -> None:
+    line = TextFormatter().format(
+        _record({"run": "run_x", "status": "ok", "reason": "two words\nand a newline"})
+    )
+    assert "\n" not in line
+    stamp, level, rest = line.split(" ", 2)
+    assert stamp.endswith("Z") and stamp[10] == "T"
+    assert level == "INFO"
+    assert rest.startswith("airlock.runs: run finished run=run_x status=ok ")
+    assert 'reason="two words\\nand a newline"' in rest
+
+
+def test_json_lines_are_one_object_with_the_fields_as_keys() -> None:
+    line = JsonFormatter().format(_record({"run": "run_x", "exit_code": 3}))
+    entry = json.loads(line)
+    assert entry["level"] == "INFO" and entry["logger"] == "airlock.runs"
+    assert entry["message"] == "run finished"
+    assert entry["run"] == "run_x" and entry["exit_code"] == 3
+    assert entry["time"].endswith("Z")
+
+
+def test_a_failing_listener_does_not_stop_the_event(caplog: pytest.LogCaptureFixture) -> None:
+    seen: list[object] = []
+
+    def broken(_: object) -> None:
+        raise RuntimeError("listener bug")
+
+    events = Events()
+    events.subscribe(broken)
+    events.subscribe(seen.append)
+    event = CapabilityDecided(tenant="t", session_id="s", capability="c", outcome="denied")
+    with caplog.at_level(logging.INFO):
+        events.emit(event)
+    assert seen == [event]
+    assert any(r.getMessage() == "capability decision" for r in caplog.records)
+    assert any(r.getMessage() == "event listener failed" for r in caplog.records)
+
+
+def test_run_line_counts_egress_decisions() -> None:
+    run = RunRecord(
+        id="run_a",
+        session_id="ses_a",
+        tenant="local",
+        language="python",
+        status="ok",
+        created_at=0,
+        timeout_s=1,
+        limits={},
+        code_sha256="0" * 64,
+    )
+    assert RunFinished(run, "runc", ()).egress_count("deny") == 0
+
+
+# ---- end to end ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def data_dir() -> Iterator[Path]:
+    # The proxy socket lives deep below the data dir; unix socket paths end at 107 bytes.
+    root = Path(tempfile.mkdtemp(prefix="ao-", dir="/tmp"))
+    yield root / "data"
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def ca() -> trustme.CA:
+    return trustme.CA()
+
+
+@pytest.fixture
+def upstream(ca: trustme.CA) -> Iterator[Upstream]:
+    server = start_upstream(ca)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def egress_server(
+    make_server: Callable[..., MCPServer], data_dir: Path, upstream: Upstream, ca: trustme.CA
+) -> MCPServer:
+    Vault(vault_path(data_dir), load_key(data_dir, {})).set(SECRET_NAME, SECRET, ["localhost"])
+    ca_file = data_dir.parent / "ca.pem"
+    ca.cert_pem.write_to_path(str(ca_file))
+    return make_server(
+        {
+            "capabilities": {
+                CAP: {
+                    "hosts": ["localhost"],
+                    "ports": [upstream.port],
+                    "methods": ["GET"],
+                    "paths": ["/api/**"],
+                    "secret": SECRET_NAME,
+                    "inject": {"header": "Authorization", "format": "Bearer {secret}"},
+                    "approval": "auto",
+                    "allow_private": ["127.0.0.0/8", "::1/128"],
+                }
+            },
+            "egress": {"upstream_ca_file": str(ca_file)},
+        }
+    )
+
+
+CODE = """
+import os, urllib.request
+print("TOKEN", os.environ["AIRLOCK_TOKEN"])
+print("DATA", open("data.txt").read())
+with urllib.request.urlopen("https://localhost:PORT/api/x", timeout=20) as r:
+    print("STATUS", r.status)
+try:
+    urllib.request.urlopen("https://localhost:PORT/elsewhere", timeout=20)
+except urllib.error.HTTPError as e:
+    print("DENIED", e.code)
+"""
+
+
+@pytest.mark.anyio
+@pytest.mark.docker
+async def test_run_and_capability_lines_name_ids_and_counts_never_the_token_or_secret(
+    egress_server: MCPServer,
+    upstream: Upstream,
+    data_dir: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    code = CODE.replace("PORT", str(upstream.port))
+    async with Client(egress_server) as c:
+        with anyio.fail_after(CALL_TIMEOUT_S):
+            granted = await c.call_tool("request_capability", {"capability": CAP, "reason": "t"})
+            assert granted.structured_content is not None, granted.content
+            cap_id = granted.structured_content["capability_id"]
+            refused = await c.call_tool("request_capability", {"capability": "nope", "reason": "t"})
+            assert refused.is_error
+            result = await c.call_tool(
+                "run_code",
+                {
+                    "code": code,
+                    "capabilities": [cap_id],
+                    "files": [{"path": "data.txt", "content": "input-data"}],
+                },
+            )
+    out = result.structured_content
+    assert out is not None and out["status"] == "ok", result.content
+    lines = out["stdout"]["text"].splitlines()
+    token = lines[0].removeprefix("TOKEN ")
+    assert len(token) >= 32 and lines[1:] == ["DATA input-data", "STATUS 200", "DENIED 403"]
+    assert upstream.seen[0].all("Authorization") == [f"Bearer {SECRET}"]
+
+    run_lines = [r for r in caplog.records if r.getMessage() == "run finished"]
+    assert len(run_lines) == 1
+    fields = run_lines[0].fields  # type: ignore[attr-defined]
+    assert fields["run"] == out["run_id"] and fields["session"] == out["session_id"]
+    assert fields["tenant"] == "local" and fields["status"] == "ok"
+    assert fields["exit_code"] == 0 and fields["duration_ms"] == out["duration_ms"]
+    assert fields["runtime"] in ("runc", "runsc")
+    assert (fields["egress_allowed"], fields["egress_denied"]) == (1, 1)
+    decisions = [r.fields for r in caplog.records if r.getMessage() == "capability decision"]  # type: ignore[attr-defined]
+    assert [(d["capability"], d["outcome"]) for d in decisions] == [
+        (CAP, "granted"),
+        ("nope", "denied"),
+    ]
+    assert decisions[0]["capability_id"] == cap_id
+
+    text = "\n".join(TextFormatter().format(r) for r in caplog.records)
+    as_json = "\n".join(JsonFormatter().format(r) for r in caplog.records)
+    for formatted in (text, as_json):
+        assert out["run_id"] in formatted  # the grep below reads real lines
+        assert token not in formatted
+        assert SECRET not in formatted
+
+    # The run's code and the files it started with are kept and shown by the audit.
+    db = await Database.open(data_dir / "airlock.db")
+    try:
+        shown = await run_detail(db, BlobStore(data_dir / "blobs"), out["run_id"])
+    finally:
+        await db.close()
+    assert "inputs     1\n  data.txt  10 bytes  " in shown
+    assert code.strip() in shown
