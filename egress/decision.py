@@ -5,8 +5,13 @@ Belongs here: `Rule` (a granted capability or a policy allow rule, already resol
 the matching of host patterns, ports, methods and path globs, and `decide`. Does not
 belong here: sockets, TLS, DNS, the SSRF address check (`egress.addresses`, run by the
 caller after an allow, with `Decision.allow_private`), canonicalizing raw input
-(`egress.requests`), checking tokens with the broker (the caller does that and passes
-the outcome in), logging, or reading the clock.
+(`egress.targets`), checking tokens with the broker (the caller does that and passes
+the outcome in as `token_valid`), logging, or reading the clock.
+
+Matching uses the same functions policy validation is written against:
+`policies.hosts.host_matches` and `policies.capabilities.path_matches`. A partial-segment
+wildcard such as "/v1/item*" is refused by validation, so it matches only the literal
+segment "item*" here rather than widening a rule that slipped past validation.
 """
 
 from __future__ import annotations
@@ -14,11 +19,10 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
-from ipaddress import ip_address
 from typing import Literal
 
-from egress.requests import TargetRejected, canonical_target_host
+from egress.targets import TargetRejected, canonical_target_host
+from policies.capabilities import path_matches
 from policies.hosts import host_matches
 
 _INTERNAL_ERROR = "internal error; request denied"
@@ -33,12 +37,13 @@ class Rule:
     a rule writes `methods=("*",)` for any method and `paths=("/**",)` for any path.
     Host patterns are exact names (or IP literals), or "*.example.com" for subdomains of
     any depth (never example.com itself, never an IP literal). Path globs use "*" for
-    one non-empty segment (or part of one) and "**" for any number of segments,
-    including none. `secret` is a vault name, never a value.
+    exactly one non-empty whole segment and "**" for any number of segments, including
+    none. `secret` is a vault name, never a value.
     """
 
     id: str
-    """The grant id of a capability, or "policy:<name>" for a policy allow rule."""
+    """The grant id of a capability, or "policy:<name>" for a policy allow rule; for an
+    offer (a capability the tenant's policy lets the run ask for), the capability name."""
     kind: Literal["capability", "policy"]
     hosts: tuple[str, ...]
     ports: tuple[int, ...]
@@ -69,7 +74,7 @@ class RequestFacts:
     method: str | None
     """None at the connect stage."""
     path: str | None
-    """Normalized (`egress.requests.normalize_path`); None at the connect stage."""
+    """Normalized (`egress.targets.normalize_path`); None at the connect stage."""
     host_header: str | None
     """As received; compared after canonicalization with its port stripped."""
     sni: str | None
@@ -86,72 +91,40 @@ class Decision:
 
     `inject` is (header, format, secret name) when the chosen rule carries a secret;
     `allow_private` are the operator CIDRs the SSRF check must honour for this request;
-    `passthrough` asks for an opaque tunnel instead of TLS termination.
+    `passthrough` asks for an opaque tunnel instead of TLS termination. `status` is the
+    HTTP status a denial is answered with: 407 for the run token, 429 for the run's
+    request limit, 403 for everything else.
     """
 
     allow: bool
     reason: str
+    status: int = 403
     rule_id: str | None = None
     inject: tuple[str, str, str] | None = None
     allow_private: tuple[str, ...] = ()
     passthrough: bool = False
 
 
-def _deny(reason: str, rule_id: str | None = None) -> Decision:
-    return Decision(allow=False, reason=reason, rule_id=rule_id)
+def _deny(reason: str, rule_id: str | None = None, status: int = 403) -> Decision:
+    return Decision(allow=False, reason=reason, rule_id=rule_id, status=status)
 
 
-def _canonical_pattern(pattern: str) -> str:
-    pattern = pattern.lower()
-    if pattern.startswith("[") and pattern.endswith("]"):
-        pattern = pattern[1:-1]
-    if ":" in pattern:
-        # IPv6 literals have many spellings; the request side is already compressed.
-        return ip_address(pattern).compressed
-    return pattern[:-1] if pattern.endswith(".") else pattern
-
-
-def _host_matches(pattern: str, host: str) -> bool:
-    canonical = _canonical_pattern(pattern)
-    # ".x.y" at least: "*.com" is refused by policy validation, and refused here too so
-    # a rule that slipped through cannot open a whole TLD.
-    if canonical.startswith("*.") and canonical.count(".") < 2:
-        return False
-    return host_matches(canonical, host)
-
-
-@lru_cache(maxsize=1024)
-def _compile_glob(pattern: str) -> tuple[re.Pattern[str] | None, ...]:
-    # One entry per segment: None for "**", else a regex for that one segment.
-    compiled: list[re.Pattern[str] | None] = []
-    for segment in pattern.split("/"):
-        if segment == "**":
-            compiled.append(None)
-        elif segment == "*":
-            compiled.append(re.compile(r"[^/]+"))
-        else:
-            compiled.append(re.compile("[^/]*".join(re.escape(p) for p in segment.split("*"))))
-    return tuple(compiled)
-
-
-def _path_matches(pattern: str, path: str) -> bool:
-    if not pattern.startswith("/"):
-        return False
-    globs = _compile_glob(pattern)
-    segments = path.split("/")
-    # reachable[j]: the globs seen so far can consume exactly the first j segments.
-    reachable = [True] + [False] * len(segments)
-    for glob in globs:
-        if glob is None:
-            # "**" consumes any number of segments, including none.
-            nxt = [any(reachable[: j + 1]) for j in range(len(segments) + 1)]
-        else:
-            nxt = [False] + [
-                reachable[j] and glob.fullmatch(segments[j]) is not None
-                for j in range(len(segments))
-            ]
-        reachable = nxt
-    return reachable[len(segments)]
+def _allow(
+    reason: str,
+    rule: Rule,
+    *,
+    inject: tuple[str, str, str] | None = None,
+    passthrough: bool = False,
+) -> Decision:
+    return Decision(
+        allow=True,
+        reason=reason,
+        status=200,
+        rule_id=rule.id,
+        inject=inject,
+        allow_private=rule.allow_private,
+        passthrough=passthrough,
+    )
 
 
 def _method_matches(allowed: str, method: str) -> bool:
@@ -160,12 +133,12 @@ def _method_matches(allowed: str, method: str) -> bool:
 
 
 def _matches_target(rule: Rule, host: str, port: int) -> bool:
-    return port in rule.ports and any(_host_matches(p, host) for p in rule.hosts)
+    return port in rule.ports and any(host_matches(p, host) for p in rule.hosts)
 
 
 def _matches_request(rule: Rule, method: str, path: str) -> bool:
     return any(_method_matches(m, method) for m in rule.methods) and any(
-        _path_matches(p, path) for p in rule.paths
+        path_matches(p, path) for p in rule.paths
     )
 
 
@@ -212,25 +185,33 @@ def _same_host(received: str | None, expected: str, parse: bool) -> bool:
     return host == expected
 
 
-def _decide_connect(facts: RequestFacts, rules: Sequence[Rule]) -> Decision:
+def _offer_hint(offers: Sequence[Rule], facts: RequestFacts) -> str:
+    # Only the offers of the tenant's own policy are passed in, so a hint never names
+    # another tenant's capability.
+    for offer in offers:
+        if not _matches_target(offer, facts.host, facts.port):
+            continue
+        if facts.method is None or facts.path is None:
+            return f'request_capability "{offer.id}" would allow it'
+        if _matches_request(offer, facts.method, facts.path):
+            return f'request_capability "{offer.id}" would allow it'
+    return "no capability of this tenant's policy would allow it, so ask the operator"
+
+
+def _decide_connect(facts: RequestFacts, rules: Sequence[Rule], offers: Sequence[Rule]) -> Decision:
     target = _authority(facts.host, facts.port)
     matching = [r for r in rules if _matches_target(r, facts.host, facts.port)]
     if not matching:
         return _deny(
-            f"no capability or allow rule permits connections to {target}; "
-            "request_capability for it or ask the operator"
+            f"no granted capability or allow rule permits connections to {target}; "
+            + _offer_hint(offers, facts)
         )
     # Terminating wins over passthrough when both match: the proxy then sees, checks and
     # logs every inner request instead of trusting an opaque tunnel.
     terminating = [r for r in matching if r.tls == "terminate"]
     if terminating:
         chosen = _best(terminating)
-        return Decision(
-            allow=True,
-            reason=f"{_describe(chosen)} permits a TLS-terminated tunnel to {target}",
-            rule_id=chosen.id,
-            allow_private=chosen.allow_private,
-        )
+        return _allow(f"{_describe(chosen)} permits a TLS-terminated tunnel to {target}", chosen)
     chosen = _best(matching)
     if chosen.secret is not None:
         # An opaque tunnel cannot carry an injected header; fail closed rather than
@@ -240,16 +221,12 @@ def _decide_connect(facts: RequestFacts, rules: Sequence[Rule]) -> Decision:
             f"{target}, which is refused; ask the operator to fix the rule",
             chosen.id,
         )
-    return Decision(
-        allow=True,
-        reason=f"{_describe(chosen)} permits an opaque tunnel to {target}",
-        rule_id=chosen.id,
-        allow_private=chosen.allow_private,
-        passthrough=True,
+    return _allow(
+        f"{_describe(chosen)} permits an opaque tunnel to {target}", chosen, passthrough=True
     )
 
 
-def _decide_request(facts: RequestFacts, rules: Sequence[Rule]) -> Decision:
+def _decide_request(facts: RequestFacts, rules: Sequence[Rule], offers: Sequence[Rule]) -> Decision:
     if facts.method is None or facts.path is None:
         return _deny("the request has no method or path, so it cannot be checked; it is denied")
     consistent = _same_host(facts.host_header, facts.host, parse=True) and _same_host(
@@ -278,17 +255,12 @@ def _decide_request(facts: RequestFacts, rules: Sequence[Rule]) -> Decision:
     if not matching:
         hint = " (rules for this host allow other methods or paths)" if at_target else ""
         return _deny(
-            f"no capability or allow rule permits {target}{hint}; "
-            "request_capability for it or ask the operator"
+            f"no granted capability or allow rule permits {target}{hint}; "
+            + _offer_hint(offers, facts)
         )
     chosen = _best(matching)
     if chosen.secret is None:
-        return Decision(
-            allow=True,
-            reason=f"{_describe(chosen)} permits {target}",
-            rule_id=chosen.id,
-            allow_private=chosen.allow_private,
-        )
+        return _allow(f"{_describe(chosen)} permits {target}", chosen)
     if facts.scheme != "https":
         return _deny(
             f"this host's secret is only sent over TLS; use https://{facts.host} instead",
@@ -308,49 +280,57 @@ def _decide_request(facts: RequestFacts, rules: Sequence[Rule]) -> Decision:
             "request is refused; ask the operator to fix the rule",
             chosen.id,
         )
-    return Decision(
-        allow=True,
-        reason=f"{_describe(chosen)} permits {target} with its secret injected",
-        rule_id=chosen.id,
+    return _allow(
+        f"{_describe(chosen)} permits {target} with its secret injected",
+        chosen,
         inject=(chosen.inject_header, chosen.inject_format, chosen.secret),
-        allow_private=chosen.allow_private,
     )
 
 
-def _decide(facts: RequestFacts, rules: Sequence[Rule]) -> Decision:
+def _decide(facts: RequestFacts, rules: Sequence[Rule], offers: Sequence[Rule]) -> Decision:
     if not facts.run_live:
         return _deny("this run has ended, so its network access is closed; do not retry")
     if not facts.token_valid:
-        return _deny(facts.token_reason or "the proxy token is missing or not valid for this run")
+        return _deny(
+            facts.token_reason or "the proxy token is missing or not valid for this run",
+            status=407,
+        )
     if facts.requests_so_far >= facts.max_requests:
         return _deny(
-            f"this run reached its limit of {facts.max_requests} requests; "
-            "no further requests are allowed in this run"
+            f"this run reached its limit of {facts.max_requests} requests (refused ones "
+            "count too); no further requests are allowed in this run",
+            status=429,
         )
     if facts.stage == "connect":
-        return _decide_connect(facts, rules)
+        return _decide_connect(facts, rules, offers)
     if facts.stage == "request":
-        return _decide_request(facts, rules)
+        return _decide_request(facts, rules, offers)
     return _deny(_INTERNAL_ERROR)
 
 
-def decide(facts: RequestFacts, rules: Sequence[Rule]) -> Decision:
+def decide(facts: RequestFacts, rules: Sequence[Rule], offers: Sequence[Rule] = ()) -> Decision:
     """Decide one CONNECT or one request; deny unless a rule permits it.
+
+    `rules` are what the run holds (its live grants and the policy's allow rules);
+    `offers` are the capabilities the tenant's policy lets it ask for, used only to
+    say in a denial which one would allow the request.
 
     Rule order, first hit wins:
 
-    1. The run is not live: deny.
-    2. The token is not valid: deny with `token_reason`.
-    3. `requests_so_far` has reached `max_requests`: deny.
+    1. The run is not live: deny (403).
+    2. The run token is not valid: deny (407) with `token_reason`.
+    3. `requests_so_far` (allowed and refused alike) has reached `max_requests`: deny (429).
     4. Connect stage (method and path not yet known): allow when a rule matches host and
        port. A terminating rule wins over a passthrough one; the tunnel is passthrough
        only when every matching rule says so, and a passthrough rule with a secret is
-       denied (an opaque tunnel cannot carry the credential). Otherwise deny.
+       denied (an opaque tunnel cannot carry the credential). Otherwise deny, naming the
+       first offer that would match or saying that none would.
     5. Request stage:
        a. Host header (port stripped) and SNI, when present, must equal the target host
           after canonicalization; over https that is the CONNECT target. Else deny.
        b. An Upgrade (WebSocket) request: deny.
-       c. No rule matches host, port, method and path: deny, naming what would be needed.
+       c. No rule matches host, port, method and path: deny, naming the first offer that
+          would match or saying that none would.
        d. Among the matches prefer one with a secret, then a capability over a policy
           rule, then the first. If it carries a secret: deny over plaintext http, deny on
           a passthrough rule, deny when it names no header to inject into.
@@ -360,7 +340,7 @@ def decide(facts: RequestFacts, rules: Sequence[Rule]) -> Decision:
     Any unexpected error is a deny: a decision that could not be made is never an allow.
     """
     try:
-        return _decide(facts, rules)
+        return _decide(facts, rules, offers)
     except Exception:
         # Deny is the default value; a bug or a malformed rule must not open the proxy.
         return _deny(_INTERNAL_ERROR)

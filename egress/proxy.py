@@ -39,10 +39,11 @@ from store import EgressRecord, EgressVerdict
 
 from .addresses import check_addresses
 from .decision import Decision, RequestFacts, Rule, decide
-from .requests import (
+from .targets import (
     TargetRejected,
     canonical_target_host,
     normalize_path,
+    origin_form,
     parse_authority,
     path_for_log,
 )
@@ -54,6 +55,10 @@ SOCKET_NAME = "proxy.sock"
 MAX_HEAD_BYTES = 16 * 1024
 RECEIVE_CHUNK = 65536
 PROXY_NAME = "airlock"
+TOKEN_REFUSED = (
+    "missing, expired or revoked run token; use the proxy settings Airlock put in "
+    "the environment, and only during the run"
+)
 # Connection-level headers never forwarded in either direction (RFC 9110 7.6.1).
 HOP_BY_HOP = frozenset(
     {
@@ -135,6 +140,7 @@ class RunProxy:
         ca: RunCA,
         authorize: Callable[[str], RunClaims | None],
         rules: Callable[[RunClaims], Sequence[Rule]],
+        offers: Sequence[Rule] = (),
         lookup_secret: SecretLookup,
         limits: EgressLimits,
         upstream_tls: ssl.SSLContext,
@@ -146,6 +152,7 @@ class RunProxy:
         self._ca = ca
         self._authorize = authorize
         self._rules = rules
+        self._offers = tuple(offers)
         self._lookup_secret = lookup_secret
         self._limits = limits
         self._upstream_tls = upstream_tls
@@ -212,9 +219,8 @@ class RunProxy:
         try:
             raw_host, port = parse_authority(authority)
             host = canonical_target_host(raw_host)
-            claims = self._check_token(request)
-            decision = self._decide(
-                claims,
+            claims, decision = self._decide(
+                self._claims(request),
                 stage="connect",
                 scheme="https",
                 host=host,
@@ -395,12 +401,11 @@ class RunProxy:
         logged_path = path_for_log(raw_target)
         decision: Decision | None = None
         try:
-            if claims is None:
-                claims = self._check_token(request)
             path = normalize_path(raw_target)
+            forwarded_target = origin_form(raw_target)
             _check_framing(request)
-            decision = self._decide(
-                claims,
+            claims, decision = self._decide(
+                claims if claims is not None else self._claims(request),
                 stage="request",
                 scheme=target.scheme,
                 host=target.host,
@@ -437,7 +442,7 @@ class RunProxy:
             decision,
             upstream,
             secret_header,
-            raw_target,
+            forwarded_target,
             logged_path,
             started,
         )
@@ -452,7 +457,7 @@ class RunProxy:
         decision: Decision,
         upstream: _Upstream,
         secret_header: tuple[str, str] | None,
-        raw_target: str,
+        forwarded_target: str,
         logged_path: str,
         started: float,
     ) -> tuple[bool, _Upstream | None]:
@@ -464,7 +469,7 @@ class RunProxy:
             await _send(
                 upstream.stream,
                 upstream.conn,
-                h11.Request(method=request.method, target=raw_target, headers=headers),
+                h11.Request(method=request.method, target=forwarded_target, headers=headers),
             )
             while True:
                 event = await _next_event(client, conn)
@@ -568,32 +573,26 @@ class RunProxy:
 
     # ---- decisions and helpers ----
 
-    def _check_token(self, request: h11.Request) -> RunClaims:
+    def _claims(self, request: h11.Request) -> RunClaims | None:
         token = _proxy_token(request)
-        claims = self._authorize(token) if token is not None else None
-        if claims is None:
-            raise Refused(
-                407,
-                "missing, expired or revoked run token; use the proxy settings Airlock put in "
-                "the environment, and only during the run",
-            )
-        return claims
+        return self._authorize(token) if token is not None else None
 
-    def _decide(self, claims: RunClaims, **facts: object) -> Decision:
+    def _decide(self, claims: RunClaims | None, **facts: object) -> tuple[RunClaims, Decision]:
         decision = decide(
             RequestFacts(
                 run_live=self.live,
-                token_valid=True,
-                token_reason=None,
+                token_valid=claims is not None,
+                token_reason=TOKEN_REFUSED,
                 requests_so_far=self._counters.requests,
                 max_requests=self._limits.max_requests,
                 **facts,  # type: ignore[arg-type]
             ),
-            self._rules(claims),
+            self._rules(claims) if claims is not None else (),
+            self._offers,
         )
-        if not decision.allow:
-            raise Refused(403, decision.reason)
-        return decision
+        if not decision.allow or claims is None:
+            raise Refused(decision.status, decision.reason)
+        return claims, decision
 
     async def _secret_header(self, decision: Decision, host: str) -> tuple[str, str] | None:
         if decision.inject is None:
@@ -825,9 +824,7 @@ async def _next_event(stream: anyio.abc.ByteStream, conn: h11.Connection) -> h11
         try:
             event = conn.next_event()
         except h11.RemoteProtocolError as exc:
-            raise Refused(
-                431 if "too long" in str(exc).lower() else 400, f"malformed HTTP: {exc}"
-            ) from exc
+            raise Refused(exc.error_status_hint, f"malformed HTTP: {exc}") from exc
         if event is h11.NEED_DATA:
             conn.receive_data(await _receive(stream))
             continue

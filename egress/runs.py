@@ -13,7 +13,7 @@ import shutil
 import ssl
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +22,8 @@ import anyio
 
 from airlock.errors import EgressUnavailable
 from broker import Grant, Grants, RunClaims, RunTokens, Secret, Vault
-from policies import EgressSettings
+from policies import Capability, EgressSettings
+from policies.capabilities import path_placeholders
 from store import EgressRecord
 
 from .decision import Rule
@@ -81,6 +82,33 @@ def _policy_rules(settings: EgressSettings) -> tuple[Rule, ...]:
     )
 
 
+def _offers(capabilities: Mapping[str, Capability]) -> tuple[Rule, ...]:
+    """What each capability the run could ask for would allow, for hints in denials.
+
+    A `{param}` segment stands for any one segment here: the hint says which capability
+    to ask for, and `request_capability` checks the actual values.
+    """
+    return tuple(
+        Rule(
+            id=name,
+            kind="capability",
+            hosts=cap.hosts,
+            ports=cap.ports,
+            methods=cap.methods,
+            paths=tuple(_any_param(pattern) for pattern in cap.paths),
+            tls=cap.tls,
+        )
+        for name, cap in capabilities.items()
+        if cap.approval != "deny"
+    )
+
+
+def _any_param(pattern: str) -> str:
+    if not path_placeholders(pattern):
+        return pattern
+    return "/".join("*" if s.startswith("{") and s.endswith("}") else s for s in pattern.split("/"))
+
+
 def upstream_context(ca_file: str | None) -> ssl.SSLContext:
     """How the proxy verifies upstream servers: the system store, plus the operator's CA."""
     context = ssl.create_default_context()
@@ -126,8 +154,13 @@ class Egress:
         grants: Sequence[Grant],
         deadline: float,
         settings: EgressSettings | None = None,
+        capabilities: Mapping[str, Capability] | None = None,
     ) -> AsyncIterator[RunEgress]:
-        """The run's egress under `settings` (the tenant's policy; default: the server's)."""
+        """The run's egress under `settings` (the tenant's policy; default: the server's).
+
+        `capabilities` are those of the policy that applies to this run's tenant (never
+        another's): a denial names the one that would allow the request.
+        """
         settings = settings or self._settings
         policy_rules = _policy_rules(settings)
         now = self._clock()
@@ -167,6 +200,7 @@ class Egress:
                     presented, run_id=run_id, now=self._clock()
                 ),
                 rules=lambda claims: self._rules(claims, policy_rules),
+                offers=_offers(capabilities or {}),
                 lookup_secret=self._lookup_secret,
                 limits=settings.limits,
                 upstream_tls=self._upstream_context(settings.upstream_ca_file),

@@ -64,10 +64,10 @@ def canonical_host(raw: str) -> str:
             '"api.example.com"'
         )
     name = raw.lower()
-    if not name.isascii():
+    if not name.isascii() or "xn--" in name:
         try:
             name = idna.encode(name, uts46=True).decode("ascii")
-        except idna.IDNAError as exc:
+        except (idna.IDNAError, UnicodeError) as exc:
             raise ValueError(
                 f"{_q(raw)} is not a valid internationalized domain name ({exc}); "
                 "write its punycode (xn--) form"
@@ -171,7 +171,9 @@ def host_matches(pattern: str, host: str) -> bool:
         return parse_ip_literal(host) == pattern_ip
     if pattern.startswith("*."):
         suffix = pattern[1:]
-        if not host.endswith(suffix) or parse_ip_literal(host) is not None:
+        # Validation refuses "*.com"; refusing it here too keeps a pattern that slipped
+        # past validation from opening a whole top-level domain.
+        if suffix.count(".") < 2 or not host.endswith(suffix) or parse_ip_literal(host) is not None:
             return False
         prefix = host[: -len(suffix)]
         return bool(prefix) and all(prefix.split("."))

@@ -122,7 +122,7 @@ ROWS: list[Row] = [
         facts(CONNECT, host="evil.example.org"),
         (API,),
         False,
-        "no capability or allow rule permits connections to evil.example.org:443",
+        "no granted capability or allow rule permits connections to evil.example.org:443",
     ),
     (
         "connect_denies_wrong_port",
@@ -131,7 +131,7 @@ ROWS: list[Row] = [
         False,
         "api.example.com:8443",
     ),
-    ("connect_denies_with_no_rules", CONNECT, (), False, "request_capability"),
+    ("connect_denies_with_no_rules", CONNECT, (), False, "ask the operator"),
     (
         "connect_allows_wildcard_subdomain",
         facts(CONNECT, host="files.pythonhosted.org"),
@@ -151,35 +151,35 @@ ROWS: list[Row] = [
         facts(CONNECT, host="pythonhosted.org"),
         (PUBLIC,),
         False,
-        "no capability or allow rule",
+        "no granted capability or allow rule",
     ),
     (
         "connect_wildcard_excludes_lookalike",
         facts(CONNECT, host="evilpythonhosted.org"),
         (PUBLIC,),
         False,
-        "no capability or allow rule",
+        "no granted capability or allow rule",
     ),
     (
         "connect_wildcard_over_a_tld_matches_nothing",
         facts(CONNECT, host="example.com"),
         (replace(PUBLIC, hosts=("*.com",)),),
         False,
-        "no capability or allow rule",
+        "no granted capability or allow rule",
     ),
     (
         "connect_wildcard_never_matches_ip_literal",
         facts(CONNECT, host="127.0.0.1"),
         (replace(PUBLIC, hosts=("*.0.0.1",)),),
         False,
-        "no capability or allow rule",
+        "no granted capability or allow rule",
     ),
     (
         "connect_star_pattern_matches_nothing",
         facts(CONNECT, host="example.com"),
         (replace(PUBLIC, hosts=("*",)),),
         False,
-        "no capability or allow rule",
+        "no granted capability or allow rule",
     ),
     (
         "connect_allows_ipv6_literal_in_any_spelling",
@@ -290,8 +290,8 @@ ROWS: list[Row] = [
         facts(method="POST"),
         (API,),
         False,
-        "no capability or allow rule permits POST api.example.com:443/repos/acme/widgets "
-        "(rules for this host allow other methods or paths); request_capability",
+        "no granted capability or allow rule permits POST api.example.com:443/repos/acme/widgets "
+        "(rules for this host allow other methods or paths); no capability of this",
     ),
     ("denies_lowercase_method", facts(method="get"), (API,), False, "permits get"),
     (
@@ -306,25 +306,51 @@ ROWS: list[Row] = [
         facts(host="other.example.com", host_header=None, sni=None),
         (API,),
         False,
-        "permits GET other.example.com:443/repos/acme/widgets; request_capability",
+        "permits GET other.example.com:443/repos/acme/widgets; no capability of this",
     ),
     ("double_star_matches_zero_segments", facts(path="/repos/acme"), (API,), True, "cap_api"),
     ("double_star_matches_trailing_slash", facts(path="/repos/acme/"), (API,), True, "cap_api"),
     ("double_star_matches_deep_path", facts(path="/repos/acme/a/b/c"), (API,), True, "cap_api"),
     ("single_star_matches_one_segment", facts(path="/users/octocat"), (API,), True, "cap_api"),
-    ("single_star_rejects_two_segments", facts(path="/users/a/b"), (API,), False, "no capability"),
-    ("single_star_rejects_empty_segment", facts(path="/users/"), (API,), False, "no capability"),
-    ("double_slash_matches_no_glob", facts(path="/users//x"), (API,), False, "no capability"),
+    (
+        "single_star_rejects_two_segments",
+        facts(path="/users/a/b"),
+        (API,),
+        False,
+        "no granted capability",
+    ),
+    (
+        "single_star_rejects_empty_segment",
+        facts(path="/users/"),
+        (API,),
+        False,
+        "no granted capability",
+    ),
+    (
+        "double_slash_matches_no_glob",
+        facts(path="/users//x"),
+        (API,),
+        False,
+        "no granted capability",
+    ),
     (
         "glob_is_not_a_prefix_match",
         facts(path="/repos/acmecorp/x"),
         (API,),
         False,
-        "no capability",
+        "no granted capability",
+    ),
+    # Validation refuses partial-segment wildcards; one that slipped past it is literal.
+    (
+        "star_inside_a_segment_is_literal",
+        facts(path="/files/a.json"),
+        (replace(API, paths=("/files/*.json",)),),
+        False,
+        "no granted capability",
     ),
     (
-        "star_inside_a_segment_stays_in_the_segment",
-        facts(path="/files/a.json"),
+        "star_inside_a_segment_matches_only_itself",
+        facts(path="/files/*.json"),
         (replace(API, paths=("/files/*.json",)),),
         True,
         "cap_api",
@@ -334,23 +360,35 @@ ROWS: list[Row] = [
         facts(path="/files/a/b.json"),
         (replace(API, paths=("/files/*.json",)),),
         False,
-        "no capability",
+        "no granted capability",
     ),
     (
         "glob_specials_other_than_star_are_literal",
         facts(path="/a/x"),
         (replace(API, paths=("/a/?",)),),
         False,
-        "no capability",
+        "no granted capability",
     ),
-    ("empty_methods_match_nothing", REQUEST, (replace(API, methods=()),), False, "no capability"),
-    ("empty_paths_match_nothing", REQUEST, (replace(API, paths=()),), False, "no capability"),
+    (
+        "empty_methods_match_nothing",
+        REQUEST,
+        (replace(API, methods=()),),
+        False,
+        "no granted capability",
+    ),
+    (
+        "empty_paths_match_nothing",
+        REQUEST,
+        (replace(API, paths=()),),
+        False,
+        "no granted capability",
+    ),
     (
         "relative_glob_matches_nothing",
         REQUEST,
         (replace(API, paths=("**",)),),
         False,
-        "no capability",
+        "no granted capability",
     ),
     # 5d: choosing among matches, and secrets.
     (
@@ -409,7 +447,7 @@ ROWS: list[Row] = [
     (
         "denies_on_internal_error",
         REQUEST,
-        (replace(API, hosts=("::not-an-ip",)),),
+        (replace(API, ports=None),),
         False,
         "internal error; request denied",
     ),
@@ -442,6 +480,7 @@ def test_allow_carries_rule_injection_and_private_ranges() -> None:
         allow=True,
         reason="capability cap_api permits GET api.example.com:443/repos/acme/widgets "
         "with its secret injected",
+        status=200,
         rule_id="cap_api",
         inject=("Authorization", "Bearer {secret}", "api_token"),
     )
@@ -469,3 +508,83 @@ def test_denials_name_no_secret_and_carry_no_injection() -> None:
         if not decision.allow:
             assert decision.inject is None
             assert "Bearer" not in decision.reason
+
+
+@pytest.mark.parametrize(
+    ("facts_", "status"),
+    [
+        pytest.param(facts(token_valid=False), 407, id="token"),
+        pytest.param(facts(requests_so_far=100, max_requests=100), 429, id="limit"),
+        pytest.param(facts(host="evil.example.org", host_header=None, sni=None), 403, id="rule"),
+        pytest.param(REQUEST, 200, id="allowed"),
+    ],
+)
+def test_status_follows_the_rule_that_decided(facts_: RequestFacts, status: int) -> None:
+    assert decide(facts_, (API,)).status == status
+
+
+def test_an_invalid_token_is_denied_before_any_rule_is_looked_at() -> None:
+    # The token is a real input: even a rule set that would allow the request does not.
+    decision = decide(facts(token_valid=False, token_reason="run token expired"), (API, PUBLIC))
+    assert (decision.allow, decision.status, decision.reason) == (False, 407, "run token expired")
+
+
+# Offers: what the tenant's policy would let the run ask for (finding 7).
+OFFER_ISSUES = Rule(
+    id="github-issues",
+    kind="capability",
+    hosts=("api.example.com",),
+    ports=(443,),
+    methods=("GET", "POST"),
+    paths=("/repos/*/issues/**",),
+)
+OFFER_PINNED = Rule(
+    id="pinned-mirror",
+    kind="capability",
+    hosts=("pinned.example.net",),
+    ports=(443,),
+    methods=(),
+    paths=(),
+    tls="passthrough",
+)
+
+
+@pytest.mark.parametrize(
+    ("facts_", "fragment"),
+    [
+        pytest.param(
+            facts(method="POST", path="/repos/acme/issues/7"),
+            'request_capability "github-issues" would allow it',
+            id="request-matching-an-offer",
+        ),
+        pytest.param(
+            facts(CONNECT, host="pinned.example.net"),
+            'request_capability "pinned-mirror" would allow it',
+            id="connect-matching-an-offer",
+        ),
+        pytest.param(
+            facts(method="DELETE", path="/repos/acme/issues/7"),
+            "no capability of this tenant's policy would allow it, so ask the operator",
+            id="no-offer-allows-the-method",
+        ),
+        pytest.param(
+            facts(CONNECT, host="evil.example.org"),
+            "no capability of this tenant's policy would allow it, so ask the operator",
+            id="no-offer-for-the-host",
+        ),
+    ],
+)
+def test_denials_name_the_capability_that_would_allow_the_request(
+    facts_: RequestFacts, fragment: str
+) -> None:
+    decision = decide(facts_, (), (OFFER_ISSUES, OFFER_PINNED))
+    assert not decision.allow
+    assert decision.reason.endswith(fragment), decision.reason
+    # One sentence.
+    assert ". " not in decision.reason and "\n" not in decision.reason
+
+
+def test_offers_never_allow_a_request() -> None:
+    # An offer is a hint, not a grant.
+    assert not decide(facts(method="POST", path="/repos/acme/issues/7"), (), (OFFER_ISSUES,)).allow
+    assert not decide(facts(CONNECT, host="pinned.example.net"), (), (OFFER_PINNED,)).allow

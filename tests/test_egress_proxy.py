@@ -401,6 +401,8 @@ class Harness:
     tokens: RunTokens
     clock: Clock
     upstream: Upstream
+    capabilities: dict[str, Capability] = field(default_factory=dict)
+    """The capabilities of the tenant's policy: what denials may suggest asking for."""
     _runs: int = 0
 
     def grant(
@@ -446,6 +448,7 @@ class Harness:
             run_id=f"run_p{self._runs}",
             grants=list(grants) or [self.grant()],
             deadline=self.clock() + 600,
+            capabilities=self.capabilities,
         ) as run:
             yield run
 
@@ -603,15 +606,33 @@ async def test_token_expires_with_its_grant_and_the_next_connect_is_refused_407(
 async def test_connect_to_a_host_not_granted_is_refused_403_with_a_reason(
     harness: Harness, other_upstream: Upstream
 ) -> None:
+    harness.capabilities["other-api"] = Capability.model_validate(
+        {
+            "hosts": ["localhost"],
+            "ports": [other_upstream.port],
+            "methods": ["GET"],
+            "paths": ["/**"],
+        }
+    )
+    hints = (
+        'request_capability "other-api" would allow it',
+        "no capability of this tenant's policy would allow it, so ask the operator",
+    )
+    authorities = (f"localhost:{other_upstream.port}", f"127.0.0.2:{harness.upstream.port}")
     async with harness.run() as run:
-        for authority in (f"localhost:{other_upstream.port}", f"127.0.0.2:{harness.upstream.port}"):
+        for authority, hint in zip(authorities, hints, strict=True):
             async with await dial(run) as wire:
                 await wire.send(connect_head(authority, token_of(run)))
                 reason = assert_refusal(
                     await wire.reply(), 403, f"permits connections to {authority}"
                 )
-                assert "request_capability" in reason
+                assert reason.endswith(hint), reason
         records = await settled(run, 2)
+    # The run result's egress list says the same as the 403 body.
+    assert [r["reason"].endswith(hint) for r, hint in zip(records, hints, strict=True)] == [
+        True,
+        True,
+    ]
     assert {r["status"] for r in records} == {403}
     assert other_upstream.seen == [] and harness.upstream.seen == []
     # Denied CONNECTs name their target like every other record: host and port apart.
@@ -630,7 +651,7 @@ async def test_connect_to_an_ip_literal_in_an_odd_form_is_refused_400(
     async with harness.run(harness.grant(("localhost", "127.0.0.1"))) as run:
         async with await dial(run) as wire:
             await wire.send(connect_head(f"{host}:{port}", token_of(run)))
-            assert_refusal(await wire.reply(), 400, "unusual form")
+            assert_refusal(await wire.reply(), 400, "not an IPv4 address in canonical form")
         records = await settled(run, 1)
     assert records[0]["status"] == 400
     assert harness.upstream.seen == []
@@ -787,7 +808,7 @@ async def test_request_head_over_16_kib_is_refused_431(
     assert harness.upstream.seen == []
 
 
-async def test_requests_over_the_run_limit_are_refused_403(make_harness: MakeHarness) -> None:
+async def test_requests_over_the_run_limit_are_refused_429(make_harness: MakeHarness) -> None:
     harness = make_harness(limits={"max_requests": 2})
     port = harness.upstream.port
     async with harness.run() as run:
@@ -796,12 +817,12 @@ async def test_requests_over_the_run_limit_are_refused_403(make_harness: MakeHar
                 await wire.send(request_head("GET", f"/api/{n}", f"localhost:{port}"))
                 assert (await wire.reply()).status == 200
             await wire.send(request_head("GET", "/api/3", f"localhost:{port}"))
-            assert_refusal(await wire.reply(), 403, "limit of 2 requests")
+            assert_refusal(await wire.reply(), 429, "limit of 2 requests")
         async with await dial(run) as wire:
             await wire.send(connect_head(f"localhost:{port}", token_of(run)))
-            assert_refusal(await wire.reply(), 403, "limit of 2 requests")
+            assert_refusal(await wire.reply(), 429, "limit of 2 requests")
         records = await settled(run, 4)
-    assert [r["status"] for r in records] == [200, 200, 403, 403]
+    assert [r["status"] for r in records] == [200, 200, 429, 429]
     assert harness.upstream.paths() == ["/api/1", "/api/2"]
 
 
@@ -818,6 +839,44 @@ async def test_response_over_the_byte_limit_is_cut(make_harness: MakeHarness) ->
     assert records[0]["status"] == 502 and records[0]["decision"] == "deny"
     assert "over 1000 bytes" in records[0]["reason"]
     assert records[0]["bytes_in"] > 1000
+
+
+async def test_a_fragment_cannot_carry_dot_segments_past_the_match(harness: Harness) -> None:
+    port = harness.upstream.port
+    async with harness.run() as run:
+        async with await tunnel(run, "localhost", port) as wire:
+            smuggled = "/api/x#/../../denied/secret"
+            await wire.send(request_head("GET", smuggled, f"localhost:{port}"))
+            assert (await wire.reply()).status == 200
+        records = await settled(run, 1)
+    # What was decided on ("/api/x") is what the upstream received, with the secret.
+    assert harness.upstream.paths() == ["/api/x"]
+    assert harness.upstream.seen[0].all("authorization") == [f"Bearer {SECRET}"]
+    assert records[0]["path"] == "/api/x"
+
+
+async def test_denials_suggest_only_the_capabilities_of_the_runs_own_policy(
+    make_harness: MakeHarness, other_upstream: Upstream
+) -> None:
+    port = other_upstream.port
+    offered = make_harness()
+    offered.capabilities["other-api"] = Capability.model_validate(
+        {"hosts": ["localhost"], "ports": [port], "methods": ["GET"], "paths": ["/**"]}
+    )
+    # Another tenant's policy (another Egress.open) offers nothing: its run hears so.
+    bare = make_harness()
+    async with offered.run() as with_offer, bare.run() as without:
+        for run, hint in (
+            (with_offer, 'request_capability "other-api" would allow it'),
+            (without, "no capability of this tenant's policy would allow it"),
+        ):
+            async with await dial(run) as wire:
+                await wire.send(connect_head(f"localhost:{port}", token_of(run)))
+                reason = assert_refusal(await wire.reply(), 403, hint)
+                assert "other-api" not in reason or run is with_offer
+        await settled(with_offer, 1)
+        await settled(without, 1)
+    assert other_upstream.seen == []
 
 
 async def test_path_and_method_outside_the_grant_are_refused_403(harness: Harness) -> None:

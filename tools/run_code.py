@@ -109,6 +109,7 @@ async def run_code(
         if services.egress.needed(grants, policy.egress):
             async with services.egress.open(
                 settings=policy.egress,
+                capabilities=policy.capabilities,
                 tenant=session.tenant,
                 session_id=session.id,
                 run_id=run_id,

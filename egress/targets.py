@@ -13,17 +13,9 @@ Everything here is pure string work; nothing touches sockets, DNS, logs or the c
 from __future__ import annotations
 
 import re
-from ipaddress import IPv6Address
 
-import idna
+from policies.hosts import canonical_host
 
-_MAX_HOST = 253
-_MAX_LABEL = 63
-# Underscore is not valid in host names but appears in real ones; allowing it cannot
-# widen a match, because policy patterns are compared literally.
-_LABEL = re.compile(r"[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?")
-_DOTTED_QUAD_PART = re.compile(r"0|[1-9][0-9]{0,2}")
-_HEX_NUMBER = re.compile(r"0x[0-9a-f]*")
 _PORT = re.compile(r"[1-9][0-9]{0,4}")
 _UNRESERVED = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 _HEX = frozenset("0123456789abcdefABCDEF")
@@ -52,86 +44,17 @@ def _quoted(raw: str) -> str:
     return ascii(shown)
 
 
-def _is_ipv4_like(host: str) -> bool:
-    # The WHATWG URL rule: a host whose last label is a number (decimal or 0x hex) is an
-    # IPv4 address to browsers and to many resolvers (inet_aton), whatever else it holds.
-    last = host.rsplit(".", 1)[-1]
-    if last.isascii() and last.isdigit():
-        return True
-    return _HEX_NUMBER.fullmatch(last) is not None
-
-
-def _canonical_ipv4(raw: str, host: str) -> str:
-    parts = host.split(".")
-    if (
-        raw == host
-        and len(parts) == 4
-        and all(_DOTTED_QUAD_PART.fullmatch(p) and int(p) <= 255 for p in parts)
-    ):
-        return host
-    raise TargetRejected(
-        f"the host {_quoted(raw)} is an IP address in an unusual form; "
-        "write it as a dotted quad a.b.c.d"
-    )
-
-
-def _canonical_ipv6(raw: str, literal: str) -> str:
-    if "%" in literal:
-        raise TargetRejected(
-            f"the host {_quoted(raw)} carries an IPv6 zone id, which is not allowed"
-        )
-    try:
-        return IPv6Address(literal).compressed
-    except ValueError:
-        raise TargetRejected(
-            f"the host {_quoted(raw)} is neither a host name nor an IPv6 address; "
-            "give the port separately and bracket IPv6 addresses"
-        ) from None
-
-
 def canonical_target_host(raw: str) -> str:
     """Return the canonical form of a host from a CONNECT authority or an absolute URL.
 
-    Names are lowercased, lose one trailing dot and are converted to punycode (IDNA 2008
-    with UTS 46 mapping). A dotted-quad IPv4 address is returned as is; an IPv6 literal,
-    bracketed or not, is returned compressed and without brackets. Raises
-    `TargetRejected` for an empty host, userinfo, characters a host name cannot hold, and
-    IP addresses written any other way ("127.1", "0x7f.0.0.1", "2130706433",
-    "0177.0.0.1", "127.0.0.1.").
+    The one canonicalizer is `policies.hosts.canonical_host`, which the policy model uses
+    for the hosts an operator writes, so both sides compare the same strings; this only
+    turns its ValueError into `TargetRejected`.
     """
-    if not raw:
-        raise TargetRejected("the target host is empty")
-    if "@" in raw:
-        raise TargetRejected("the target must not contain userinfo (user@host); remove it")
-    if raw.startswith("["):
-        if not raw.endswith("]"):
-            raise TargetRejected(f"the host {_quoted(raw)} has an unclosed '['")
-        return _canonical_ipv6(raw, raw[1:-1])
-    if ":" in raw:
-        return _canonical_ipv6(raw, raw)
-    host = raw
-    if not host.isascii() or "xn--" in host.lower():
-        try:
-            # UTS 46 maps full-width dots and digits to ASCII, so the IPv4 check below
-            # runs on the converted form and still sees "127。0。0。1" as an address.
-            host = idna.encode(host, uts46=True).decode("ascii")
-        except (idna.IDNAError, UnicodeError):
-            raise TargetRejected(
-                f"the host {_quoted(raw)} is not a valid internationalized name"
-            ) from None
-    host = host.lower()
-    stripped = host[:-1] if host.endswith(".") else host
-    if _is_ipv4_like(stripped):
-        return _canonical_ipv4(raw, stripped)
-    if not stripped or len(stripped) > _MAX_HOST:
-        raise TargetRejected(f"the host {_quoted(raw)} is not a valid host name")
-    for label in stripped.split("."):
-        if len(label) > _MAX_LABEL or not _LABEL.fullmatch(label):
-            raise TargetRejected(
-                f"the host {_quoted(raw)} is not a valid host name; "
-                "use letters, digits, '-' and '.'"
-            )
-    return stripped
+    try:
+        return canonical_host(raw)
+    except ValueError as exc:
+        raise TargetRejected(str(exc)) from None
 
 
 def parse_authority(authority: str) -> tuple[str, int]:
@@ -140,6 +63,8 @@ def parse_authority(authority: str) -> tuple[str, int]:
     The port is required and must be a plain decimal number from 1 to 65535. Raises
     `TargetRejected` otherwise, and for everything `canonical_target_host` refuses.
     """
+    if "@" in authority:
+        raise TargetRejected("the target must not contain userinfo (user@host); remove it")
     if authority.startswith("["):
         close = authority.find("]")
         if close < 0:
@@ -234,6 +159,18 @@ def normalize_path(raw_target: str) -> str:
     for segment in normalized.split("/"):
         _check_segment(segment)
     return normalized
+
+
+def origin_form(raw_target: str) -> str:
+    """Return the target to forward upstream: the normalized path decided on, and the query.
+
+    The fragment is dropped, never forwarded: what follows "#" was not part of the path
+    that was matched ("/allowed/x#/../../denied" must not reach a server that reads it).
+    Raises `TargetRejected` for every path `normalize_path` refuses.
+    """
+    path = normalize_path(raw_target)
+    _, query = _strip_query(raw_target)
+    return path if query is None else f"{path}?{query}"
 
 
 def _printable(text: str) -> str:
