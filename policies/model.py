@@ -763,7 +763,8 @@ class HatchSettings(_Section):
     keep its entries unless you mean to let agents' patches change them."""
 
     max_files: int = Field(default=5000, gt=0, le=100_000)
-    """Most files one copy_in may take from a root; more is refused, naming this cap."""
+    """Most files and directories one copy_in may take from a root; more is refused,
+    naming this cap."""
 
     max_bytes: int = Field(default=64 * _MIB, gt=0)
     """Total size in bytes of the files one copy_in may take; more is refused."""
