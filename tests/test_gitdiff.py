@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from policies import DEFAULT_PROTECTED, protecting_glob
-from sandbox.gitdiff import FileState, build_patch, git_blob_id, quote_name, unsafe_name
+from sandbox.gitdiff import FileState, GitPatch, build_patch, git_blob_id, quote_name, unsafe_name
 
 Tree = dict[str, tuple[bytes, int]]
 
@@ -24,7 +24,7 @@ def _states(tree: Tree) -> tuple[dict[str, FileState], dict[str, bytes]]:
     return states, blobs
 
 
-def _patch(before: Tree, after: Tree, protected: tuple[str, ...] = DEFAULT_PROTECTED):  # type: ignore[no-untyped-def]
+def _patch(before: Tree, after: Tree, protected: tuple[str, ...] = DEFAULT_PROTECTED) -> GitPatch:
     old, old_blobs = _states(before)
     new, new_blobs = _states(after)
     blobs = {**old_blobs, **new_blobs}
