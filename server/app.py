@@ -101,6 +101,7 @@ def build_server(
     auth: AuthSettings | None = None,
     on_stopped: Callable[[], None] | None = None,
     tenant_policies: Mapping[str, Policy] | None = None,
+    local_tenant: str = LOCAL_TENANT,
 ) -> MCPServer:
     """The Airlock MCP server. Over HTTP every call's tenant comes from its bearer token
     (the local user when serving loopback without auth), and a call without session_id
@@ -225,7 +226,7 @@ def build_server(
         """
         services, leases = live.get()
         with tool_errors():
-            session = await _lease(leases, session_id, ctx, http=http)
+            session = await _lease(leases, session_id, ctx, http=http, local_tenant=local_tenant)
             async with leases.running(session):
                 return await tools.run_code(
                     services,
@@ -264,7 +265,7 @@ def build_server(
         """
         services, leases = live.get()
         with tool_errors():
-            session = await _lease(leases, session_id, ctx, http=http)
+            session = await _lease(leases, session_id, ctx, http=http, local_tenant=local_tenant)
             return await tools.fetch_artifact(
                 services, session, run_id=run_id, path=path, offset=offset, max_bytes=max_bytes
             )
@@ -280,7 +281,7 @@ def build_server(
         """
         _, leases = live.get()
         with tool_errors():
-            return await leases.end(session_id, _caller(), reason="end_session")
+            return await leases.end(session_id, _caller(local_tenant), reason="end_session")
 
     async def ask_user(
         capability: str,
@@ -292,7 +293,9 @@ def build_server(
         """Ask the human, through MCP elicitation, when the capability needs approval."""
         services, _ = live.get()
         try:
-            cap, ttl = check_request(services, _caller(), capability, params or {}, ttl_s)
+            cap, ttl = check_request(
+                services, _caller(local_tenant), capability, params or {}, ttl_s
+            )
         except AirlockError:
             return "not_asked"  # the tool body reports the precise problem
         if cap.approval != "ask":
@@ -325,7 +328,7 @@ def build_server(
     ) -> CapabilityResult:
         services, leases = live.get()
         with tool_errors():
-            session = await _lease(leases, session_id, ctx, http=http)
+            session = await _lease(leases, session_id, ctx, http=http, local_tenant=local_tenant)
             return await tools.request_capability(
                 services,
                 session,
@@ -348,7 +351,7 @@ def build_server(
         """Revoke a capability now: every later request of any run using it is refused."""
         services, leases = live.get()
         with tool_errors():
-            session = await _lease(leases, session_id, ctx, http=http)
+            session = await _lease(leases, session_id, ctx, http=http, local_tenant=local_tenant)
             return await tools.revoke_capability(services, session, capability_id=capability_id)
 
     @mcp.resource(
@@ -360,7 +363,7 @@ def build_server(
     async def artifact(run_id: str, path: str) -> str | bytes:
         services, _ = live.get()
         try:
-            return await tools.read_artifact_resource(services, _caller(), run_id, path)
+            return await tools.read_artifact_resource(services, _caller(local_tenant), run_id, path)
         except NotFound as exc:
             raise ResourceNotFoundError(str(exc)) from exc
         except AirlockError as exc:
@@ -369,11 +372,13 @@ def build_server(
     return mcp
 
 
-async def _lease(leases: Leases, session_id: str | None, ctx: Context, *, http: bool) -> Session:
+async def _lease(
+    leases: Leases, session_id: str | None, ctx: Context, *, http: bool, local_tenant: str
+) -> Session:
     """The caller's lease. A remote call without session_id starts a fresh one; on a
     handshake-era connection (which has a lifetime: DELETE, idle timeout) that lease
     also ends with the connection."""
-    session = await leases.resolve(session_id, _caller(), fresh=http)
+    session = await leases.resolve(session_id, _caller(local_tenant), fresh=http)
     if http and session_id is None:
         stack = _connection_exit_stack(ctx)
         if stack is not None:
@@ -402,9 +407,9 @@ def _hints(
     )
 
 
-def _caller() -> str:
+def _caller(local_tenant: str) -> str:
     """The tenant of the current request: from its token, else the local user."""
-    return current_tenant() or LOCAL_TENANT
+    return current_tenant() or local_tenant
 
 
 class Approval(BaseModel):

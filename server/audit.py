@@ -161,3 +161,22 @@ async def run_detail(db: Database, blobs: BlobStore, run_id: str) -> str:
     else:
         lines.append("[not kept: this run predates code auditing]")
     return "\n".join(lines)
+
+
+async def drills_table(db: Database, *, limit: int) -> str:
+    drills = await db.list_drills(limit=limit)
+    if not drills:
+        return "no drills recorded; run `airlock drill`"
+    lines = []
+    for d in drills:
+        verdict = f"{d.failed} GOT THROUGH" if d.failed else "all held"
+        lines.append(
+            f"{d.id}  {iso_time(d.started_at)}  {verdict}, {d.held} held, "
+            f"{d.not_applicable} n/a  against {d.target}"
+        )
+        lines.extend(
+            f"    {'NO ' if row['held'] is False else 'n/a' if row['held'] is None else 'yes'}"
+            f"  {row['attack']}: {row['observed']}"
+            for row in d.rows
+        )
+    return "\n".join(lines)

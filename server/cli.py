@@ -27,10 +27,11 @@ from sandbox import connect
 from sandbox.image import build_image
 from store import BlobStore, Database
 
-from .audit import egress_table, grants_table, run_detail, runs_table
+from .audit import drills_table, egress_table, grants_table, run_detail, runs_table
 from .auth import generate_api_key, load_auth_config
 from .config import ENV_AUTH, ENV_DATA_DIR, ENV_POLICY, Config
 from .doctor import run_checks
+from .drill import drill_main
 from .http import serve_http
 from .logs import LOG_FORMATS, setup_logging
 from .stdio import serve_stdio
@@ -144,11 +145,29 @@ def _parser() -> argparse.ArgumentParser:
     egress.add_argument("--session", metavar="ID", help="only this session")
     egress.add_argument("--run", metavar="RUN", help="only this run")
     egress.add_argument("--limit", type=int, default=200, help="at most this many (default 200)")
+    drills = audit.add_parser("drills", parents=[common], help="past drills and what held")
+    drills.add_argument("--limit", type=int, default=20, help="at most this many (default 20)")
     grants = audit.add_parser(
         "capabilities", parents=[common], help="capability grants: who asked, who approved"
     )
     grants.add_argument("--session", metavar="ID", help="only this session")
     grants.add_argument("--limit", type=int, default=100, help="at most this many (default 100)")
+
+    drill = commands.add_parser(
+        "drill",
+        parents=[common],
+        help="attack the live configuration with hostile programs and report what held",
+        description="Run hostile programs through run_code against the real policy and print "
+        "attack, expected, observed and held. Exits 1 when any attack got through.",
+    )
+    drill.add_argument("--tenant", metavar="T", help="use this tenant's policy (needs --auth)")
+    drill.add_argument(
+        "--auth",
+        metavar="FILE",
+        default=os.environ.get(ENV_AUTH),
+        help=f"auth file naming tenant policies; default ${ENV_AUTH}",
+    )
+    drill.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
     secrets = commands.add_parser(
         "secrets", help="manage the encrypted secret vault (values are never shown)"
@@ -211,6 +230,9 @@ def _dispatch(args: argparse.Namespace) -> int:
         return 0
     if args.command == "doctor":
         return _doctor(config)
+    if args.command == "drill":
+        auth = Path(args.auth) if args.auth else None
+        return drill_main(config, tenant=args.tenant, auth=auth, as_json=args.json)
     if args.command == "secrets":
         return _secrets(config, args)
     return anyio.run(_audit, config, args)
@@ -266,6 +288,8 @@ async def _audit(config: Config, args: argparse.Namespace) -> int:
             _out(await runs_table(db, session_id=args.session, limit=args.limit))
         elif args.audit_command == "egress":
             _out(await egress_table(db, session_id=args.session, run_id=args.run, limit=args.limit))
+        elif args.audit_command == "drills":
+            _out(await drills_table(db, limit=args.limit))
         elif args.audit_command == "capabilities":
             _out(await grants_table(db, session_id=args.session, limit=args.limit))
         else:

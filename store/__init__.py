@@ -12,6 +12,7 @@ from .blobs import BlobStore
 from .db import SCHEMA_VERSION, Database
 from .records import (
     ArtifactRecord,
+    DrillRecord,
     EgressRecord,
     EgressVerdict,
     GrantRecord,
@@ -26,6 +27,7 @@ __all__ = [
     "ArtifactRecord",
     "BlobStore",
     "Database",
+    "DrillRecord",
     "EgressRecord",
     "EgressVerdict",
     "GrantRecord",

@@ -22,6 +22,7 @@ from airlock.errors import StoreError
 
 from .records import (
     ArtifactRecord,
+    DrillRecord,
     EgressRecord,
     GrantRecord,
     RunRecord,
@@ -129,6 +130,19 @@ _SCHEMA = (
         revoked_at REAL
     )""",
     "CREATE INDEX IF NOT EXISTS grants_by_tenant ON grants (tenant, created_at)",
+    # Each `airlock drill`: when, against which policy, what held (rows as JSON).
+    """CREATE TABLE IF NOT EXISTS drills (
+        id TEXT PRIMARY KEY,
+        target TEXT NOT NULL,
+        tenant TEXT NOT NULL,
+        started_at REAL NOT NULL,
+        finished_at REAL NOT NULL,
+        held INTEGER NOT NULL,
+        failed INTEGER NOT NULL,
+        not_applicable INTEGER NOT NULL,
+        sessions_json TEXT NOT NULL,
+        rows_json TEXT NOT NULL
+    )""",
     # What each run started from (the session workspace plus the call's files), for the
     # audit; contents are blobs. A table of its own so older databases simply gain it.
     """CREATE TABLE IF NOT EXISTS run_inputs (
@@ -158,6 +172,11 @@ _GRANT_COLUMNS = (
     " created_at, expires_at, revoked_at"
 )
 
+_DRILL_COLUMNS = (
+    "id, target, tenant, started_at, finished_at, held, failed, not_applicable,"
+    " sessions_json, rows_json"
+)
+
 
 def _insert_sql(table: str, columns: str) -> str:
     """An INSERT of `columns` taking named parameters of the same names."""
@@ -170,6 +189,7 @@ _INSERT_RUN = _insert_sql("runs", _RUN_COLUMNS)
 _INSERT_ARTIFACT = _insert_sql("artifacts", _ARTIFACT_COLUMNS)
 _INSERT_EGRESS = _insert_sql("egress_log", _EGRESS_COLUMNS)
 _INSERT_GRANT = _insert_sql("grants", _GRANT_COLUMNS)
+_INSERT_DRILL = _insert_sql("drills", _DRILL_COLUMNS)
 
 
 def _json_fields(params: dict[str, Any], *names: str) -> dict[str, Any]:
@@ -512,6 +532,21 @@ class Database:
             "SELECT path, sha256, size FROM run_inputs WHERE run_id = ? ORDER BY path", (run_id,)
         )
         return [WorkspaceFile.model_validate(dict(row)) for row in rows]
+
+    # Drills
+
+    async def record_drill(self, rec: DrillRecord) -> None:
+        params = _json_fields(rec.model_dump(), "sessions", "rows")
+        await self._write(lambda conn: conn.execute(_INSERT_DRILL, params))
+
+    async def list_drills(self, *, limit: int = 20) -> list[DrillRecord]:
+        """Drills, newest first."""
+        if limit < 0:
+            raise ValueError("limit must be 0 or more")
+        rows = await self._fetch(
+            f"SELECT {_DRILL_COLUMNS} FROM drills ORDER BY started_at DESC LIMIT ?", (limit,)
+        )
+        return [DrillRecord.model_validate(_from_json_fields(r, "sessions", "rows")) for r in rows]
 
     # Session workspaces
 

@@ -142,3 +142,24 @@ class GrantRecord(BaseModel):
     created_at: float
     expires_at: float
     revoked_at: float | None = None
+
+
+class DrillRecord(BaseModel):
+    """One `airlock drill`: the policy it ran against and each attack's outcome.
+
+    `rows` are {attack, expected, observed, held} with held true, false or null (not
+    applicable under that policy); `sessions` are the drill's own sessions, all ended.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    target: str
+    tenant: str
+    started_at: float
+    finished_at: float
+    held: int
+    failed: int
+    not_applicable: int
+    sessions: list[str]
+    rows: list[dict[str, Any]]

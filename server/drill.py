@@ -1,0 +1,358 @@
+"""`airlock drill`: attack the live configuration and report what held.
+
+The drill builds the real server on the real data directory with the policy under test
+(the server's, or one tenant's), and sends each hostile program (`drill_probes`) through
+`run_code` with the SDK's in-memory client: the very path an agent's code takes. Its
+calls run as their own tenant (`airlock-drill`), each probe in a fresh session that it
+ends. Afterwards it checks that nothing was left behind (containers, live sessions,
+unrevoked grants) and records the whole table in the database (`airlock audit drills`).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import ipaddress
+import json
+import os
+import secrets
+import sys
+import time
+from dataclasses import asdict, dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import anyio
+from mcp.client import Client
+
+from airlock.errors import AirlockError, InvalidRequest
+from broker import Vault, load_key, vault_path
+from policies import Policy, load_policy
+from sandbox import connect
+from sandbox.environment import sandbox_environment
+from store import Database, DrillRecord
+from tools.envelope import sanitize
+
+from .app import build_server
+from .auth import load_auth_config
+from .config import ENV_AUTH, Config
+from .drill_probes import (
+    CallFacts,
+    Probe,
+    Verdict,
+    battery,
+    protected_probe,
+    replay_probe,
+    token_probe,
+)
+
+DRILL_TENANT = "airlock-drill"
+CALL_TIMEOUT_S = 180
+PROBE_TIMEOUT_S = 60
+# Names whose values in the operator's environment count as secrets the sandbox must
+# never see (the vault's values always count).
+_SECRET_NAME_PARTS = ("KEY", "TOKEN", "SECRET", "PASS", "CRED", "AUTH", "COOKIE", "SESSION")
+
+
+@dataclass(frozen=True)
+class DrillRow:
+    attack: str
+    expected: str
+    observed: str
+    held: bool | None
+
+
+@dataclass(frozen=True)
+class DrillReport:
+    id: str
+    target: str
+    rows: list[DrillRow]
+    sessions: list[str]
+
+    @property
+    def failed(self) -> list[DrillRow]:
+        return [r for r in self.rows if r.held is False]
+
+    def table(self) -> str:
+        header = ("ATTACK", "EXPECTED", "OBSERVED", "HELD")
+        body = [
+            (r.attack, r.expected, r.observed, {True: "yes", False: "NO", None: "n/a"}[r.held])
+            for r in self.rows
+        ]
+        widths = [max(len(row[i]) for row in [header, *body]) for i in range(3)]
+        lines = [
+            "  ".join([*(c.ljust(w) for c, w in zip(row[:3], widths, strict=True)), row[3]])
+            for row in [header, *body]
+        ]
+        failed = len(self.failed)
+        verdict = (
+            f"drill {self.id} against {self.target}: "
+            + (f"{failed} attack(s) got through" if failed else "every attack was held")
+            + f" ({sum(r.held is None for r in self.rows)} not applicable under this policy)"
+        )
+        return "\n".join([*lines, "", verdict])
+
+    def as_json(self) -> str:
+        return json.dumps(
+            {
+                "drill": self.id,
+                "target": self.target,
+                "held": not self.failed,
+                "rows": [asdict(r) for r in self.rows],
+            },
+            indent=2,
+        )
+
+
+def needles(config: Config, environ: dict[str, str]) -> list[str]:
+    """sha256 digests of what must never be inside: every vault value, and the operator's
+    secret-looking environment values (not those the sandbox gets by design)."""
+    values: set[str] = set()
+    try:
+        vault = Vault(vault_path(config.data_dir), load_key(config.data_dir, environ))
+        for info in vault.list():
+            found = vault.get(info.name)
+            if found is not None:
+                values.add(found[0].reveal())
+    except AirlockError:
+        pass  # no vault (or no key): there are no vault secrets to leak
+    by_design = set(sandbox_environment().values())
+    for name, value in environ.items():
+        if any(part in name.upper() for part in _SECRET_NAME_PARTS) and value not in by_design:
+            values.add(value)
+    return sorted(hashlib.sha256(v.encode()).hexdigest() for v in values if len(v) >= 8)
+
+
+def allowed_host(policy: Policy) -> str:
+    """A host the policy lets every run reach, for the Host-mismatch probes."""
+    for rule in policy.egress.allow:
+        for host in rule.hosts:
+            if not host.startswith("*"):
+                return host
+    return "example.com"
+
+
+async def run_drill(
+    config: Config, policy: Policy, *, tenant_policy: Policy | None, target: str
+) -> DrillReport:
+    """Run the whole battery; the report says what held. Records it in the database."""
+    effective = tenant_policy or policy
+    started = _now()
+    drill_id = "drill_" + base64.b32encode(secrets.token_bytes(10)).decode().lower()
+    server = build_server(
+        config,
+        policy,
+        tenant_policies={DRILL_TENANT: effective},
+        local_tenant=DRILL_TENANT,
+    )
+    host = allowed_host(effective)
+    rows: list[DrillRow] = []
+    sessions: list[str] = []
+    async with Client(server) as client:
+        for probe in battery(needles(config, dict(os.environ)), host):
+            facts, session = await _attack(client, probe)
+            sessions.append(session)
+            rows.append(_row(probe, probe.judge(facts)))
+        rows.append(await _replay(client, host, sessions))
+        rows.append(await _protected(client, effective, sessions))
+    rows.append(policy_review(effective))
+    rows.append(await _leftovers(config, sessions))
+    report = DrillReport(id=drill_id, target=target, rows=rows, sessions=sessions)
+    await _record(config, report, started)
+    return report
+
+
+async def _attack(client: Client, probe: Probe) -> tuple[CallFacts, str]:
+    """Run one probe in a fresh session and end that session."""
+    args: dict[str, Any] = {"code": probe.code, "timeout_s": PROBE_TIMEOUT_S}
+    if probe.files:
+        args["files"] = [{"path": p, "content": c} for p, c in probe.files]
+    with anyio.fail_after(CALL_TIMEOUT_S):
+        result = await client.call_tool("run_code", args)
+    structured = dict(result.structured_content or {})
+    text = "\n".join(getattr(block, "text", "") for block in result.content)
+    if result.is_error:
+        raise AirlockError(f"the drill could not run its probe {probe.name!r}: {sanitize(text)}")
+    session = str(structured["session_id"])
+    with anyio.fail_after(CALL_TIMEOUT_S):
+        ended = await client.call_tool("end_session", {"session_id": session})
+    if ended.is_error:
+        raise AirlockError(f"the drill could not end its session {session}")
+    return CallFacts(text=text, structured=structured, is_error=result.is_error), session
+
+
+def _row(probe: Probe, verdict: Verdict) -> DrillRow:
+    return DrillRow(probe.name, probe.expected, verdict.observed, verdict.held)
+
+
+async def _replay(client: Client, host: str, sessions: list[str]) -> DrillRow:
+    first = token_probe()
+    facts, session = await _attack(client, first)
+    sessions.append(session)
+    token = facts.report.get("token")
+    if not isinstance(token, str) or not token:
+        return DrillRow(
+            first.name,
+            first.expected,
+            "no run token is ever issued under this policy (no egress): nothing to replay",
+            None,
+        )
+    probe = replay_probe(token, host)
+    facts, session = await _attack(client, probe)
+    sessions.append(session)
+    return _row(probe, probe.judge(facts))
+
+
+# Paths a patch must never carry, whatever the policy's own list says; the probe writes
+# them and the drill checks each against `[hatch] protected`.
+_PROTECTED_SAMPLES = [
+    ".github/workflows/ci.yml",
+    ".gitlab-ci.yml",
+    ".env",
+    "config/.env.production",
+    "CODEOWNERS",
+]
+
+
+async def _protected(client: Client, policy: Policy, sessions: list[str]) -> DrillRow:
+    probe = protected_probe(_PROTECTED_SAMPLES)
+    facts, session = await _attack(client, probe)
+    sessions.append(session)
+    unprotected = [p for p in _PROTECTED_SAMPLES if policy.hatch.protecting_glob(p) is None]
+    if unprotected:
+        return DrillRow(
+            probe.name,
+            probe.expected,
+            "[hatch] protected does not cover " + ", ".join(unprotected),
+            False,
+        )
+    written = facts.report.get("written", {})
+    return DrillRow(
+        probe.name,
+        probe.expected,
+        f"{len(written)} written inside, all covered by [hatch] protected; no repository "
+        "patch exists in this build, so they stayed run artifacts",
+        None,
+    )
+
+
+METADATA_ADDRESSES = (
+    ipaddress.ip_address("169.254.169.254"),
+    ipaddress.ip_address("169.254.170.2"),
+    ipaddress.ip_address("fd00:ec2::254"),
+    ipaddress.ip_address("100.100.100.200"),
+)
+
+
+def policy_review(policy: Policy) -> DrillRow:
+    """What no probe can see from inside: entries that open a door for a later run."""
+    problems = []
+    entries = [
+        (f"capability {n}", c.hosts, c.allow_private, c.secret)
+        for n, c in sorted(policy.capabilities.items())
+    ]
+    entries += [
+        (f"allow rule {r.name}", r.hosts, r.allow_private, None) for r in policy.egress.allow
+    ]
+    for label, hosts, allow_private, secret in entries:
+        networks = [ipaddress.ip_network(cidr, strict=False) for cidr in allow_private]
+        if any(address in net for net in networks for address in METADATA_ADDRESSES):
+            problems.append(f"{label} lets runs reach a cloud metadata address")
+        if secret is not None and any(h.startswith("*") for h in hosts):
+            problems.append(f"{label} sends secret {secret} to a wildcard host")
+    return DrillRow(
+        "policy entries that open a door",
+        "no metadata range allowed, no secret on a wildcard host",
+        "; ".join(problems) or f"{len(entries)} entries reviewed, none",
+        not problems,
+    )
+
+
+async def _leftovers(config: Config, sessions: list[str]) -> DrillRow:
+    """Containers, live sessions or live grants the drill's sessions left behind."""
+    found: list[str] = []
+    client = await anyio.to_thread.run_sync(connect)
+    try:
+        for session in sessions:
+            label = f"airlock.session={session}"
+            containers = await anyio.to_thread.run_sync(
+                partial(
+                    client.containers.list,
+                    all=True,
+                    filters={"label": label},
+                    ignore_removed=True,
+                )
+            )
+            found.extend(f"container {c.short_id}" for c in containers)
+    finally:
+        client.close()
+    db = await Database.open(config.db_path)
+    try:
+        for session in sessions:
+            record = await db.get_session(session)
+            if record is None or record.ended_at is None:
+                found.append(f"session {session} not ended")
+        grants = await db.list_grants(tenant=DRILL_TENANT, limit=10_000)
+        found.extend(
+            f"grant {g.id} not revoked"
+            for g in grants
+            if g.session_id in sessions and g.revoked_at is None
+        )
+    finally:
+        await db.close()
+    return DrillRow(
+        "leaves nothing behind",
+        "no container, live session or grant",
+        "left " + ", ".join(found) if found else f"{len(sessions)} sessions ended, nothing left",
+        not found,
+    )
+
+
+async def _record(config: Config, report: DrillReport, started: float) -> None:
+    db = await Database.open(config.db_path)
+    try:
+        await db.record_drill(
+            DrillRecord(
+                id=report.id,
+                target=report.target,
+                tenant=DRILL_TENANT,
+                started_at=started,
+                finished_at=_now(),
+                held=sum(r.held is True for r in report.rows),
+                failed=len(report.failed),
+                not_applicable=sum(r.held is None for r in report.rows),
+                sessions=report.sessions,
+                rows=[asdict(r) for r in report.rows],
+            )
+        )
+    finally:
+        await db.close()
+
+
+def _now() -> float:
+    return time.time()
+
+
+def drill_main(config: Config, *, tenant: str | None, auth: Path | None, as_json: bool) -> int:
+    """`airlock drill`: print the table (or JSON); 1 when any attack got through."""
+    policy = load_policy(config.policy_path)
+    tenant_policy = None
+    target = f"the server policy ({config.policy_path or 'built-in default'})"
+    if tenant is not None:
+        if auth is None:
+            raise InvalidRequest(
+                f"--tenant {tenant} needs the auth file that names its policy: pass --auth FILE "
+                f"or set {ENV_AUTH}"
+            )
+        path = load_auth_config(auth).policy_for(tenant)
+        if path is None:
+            target = f"tenant {tenant} (no policy of its own: the server policy)"
+        else:
+            tenant_policy = load_policy(path)
+            target = f"tenant {tenant} ({path})"
+    report = anyio.run(
+        partial(run_drill, config, policy, tenant_policy=tenant_policy, target=target)
+    )
+    sys.stdout.write((report.as_json() if as_json else report.table()) + "\n")
+    return 1 if report.failed else 0
