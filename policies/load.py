@@ -8,6 +8,7 @@ to defaults. What the settings mean is `policies.model`.
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,8 @@ from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
 from airlock.errors import PolicyInvalid
+from airlock.spelling import did_you_mean
+from airlock.validation import known_keys, predicate
 from policies.model import Policy
 
 _DEFAULT_SOURCE = "policies/default.toml (packaged default)"
@@ -58,14 +61,34 @@ def _parse(source: str, raw: bytes) -> Policy:
     try:
         return Policy.model_validate(data)
     except ValidationError as exc:
-        raise PolicyInvalid(source, [describe_problem(error) for error in exc.errors()]) from exc
+        schema = policy_json_schema()
+        problems = [
+            f"{_dotted(error['loc']) or '(top level)'}: {reason}"
+            for error in exc.errors()
+            for reason in error.get("ctx", {}).get("reasons") or [_reason(error, schema)]
+        ]
+        raise PolicyInvalid(source, problems) from exc
 
 
-def describe_problem(error: ErrorDetails) -> str:
-    """One pydantic error as "dotted.key: message", the form every config problem takes."""
-    where = _dotted(error["loc"]) or "(top level)"
-    message = _UNKNOWN_KEY if error["type"] == "extra_forbidden" else error["msg"]
-    return f"{where}: {message}"
+def describe_problem(error: ErrorDetails, schema: Mapping[str, Any] | None = None) -> str:
+    """One pydantic error as "dotted.key: message", the form every config problem takes;
+    with the file's JSON Schema, an unknown key gets the nearest known one suggested."""
+    return f"{_dotted(error['loc']) or '(top level)'}: {_reason(error, schema or {})}"
+
+
+def _reason(error: ErrorDetails, schema: Mapping[str, Any]) -> str:
+    if error["type"] == "missing":
+        return "required but missing"
+    if error["type"] != "extra_forbidden":
+        return predicate(error, schema, object_word="a table")
+    loc = tuple(error["loc"])
+    known = known_keys(schema, loc[:-1])
+    hint = did_you_mean(str(loc[-1]), known)
+    if hint:
+        return f"unknown key{hint}"
+    if known:
+        return f"{_UNKNOWN_KEY} (the keys here are {', '.join(known)})"
+    return _UNKNOWN_KEY
 
 
 def _dotted(loc: tuple[int | str, ...]) -> str:

@@ -28,13 +28,16 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    ValidationError,
     ValidationInfo,
+    ValidatorFunctionWrapHandler,
     WithJsonSchema,
     field_validator,
     model_validator,
 )
-from pydantic_core import PydanticCustomError
+from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
 
+from airlock.validation import PYDANTIC_ERROR_TYPES
 from policies.capabilities import (
     PARAM_NAME,
     format_duration,
@@ -213,6 +216,18 @@ def _q(text: str) -> str:
 def _problem(kind: str, reason: str) -> PydanticCustomError:
     # The reason goes in as context, so braces in it ("{org}") are kept as written.
     return PydanticCustomError(kind, "{reason}", {"reason": reason})
+
+
+def _all_problems(found: list[PydanticCustomError]) -> None:
+    """Raise every problem a cross-key check found at once (pydantic stops at one raise);
+    `policies.load` lists each of `reasons` on its own line."""
+    if len(found) == 1:
+        raise found[0]
+    if found:
+        reasons = [str(problem) for problem in found]
+        raise PydanticCustomError(
+            "several_problems", "{reason}", {"reason": "; ".join(reasons), "reasons": reasons}
+        )
 
 
 def _reasoned(kind: str, check: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -408,24 +423,78 @@ def _require_ports(ports: tuple[int, ...]) -> tuple[int, ...]:
     return ports
 
 
-def _check_tls_shape(tls: str, methods: tuple[str, ...], paths: tuple[str, ...]) -> None:
+def _tls_shape_problems(
+    tls: str, methods: tuple[str, ...], paths: tuple[str, ...]
+) -> list[PydanticCustomError]:
     if tls == "passthrough":
         if methods or paths:
-            raise _problem(
-                "passthrough_filters",
-                "passthrough tunnels are opaque, so the proxy cannot check methods or "
-                'paths; remove methods and paths or use tls = "terminate"',
+            return [
+                _problem(
+                    "passthrough_filters",
+                    "passthrough tunnels are opaque, so the proxy cannot check methods or "
+                    'paths; remove methods and paths or use tls = "terminate"',
+                )
+            ]
+        return []
+    found = []
+    if not methods:
+        found.append(
+            _problem(
+                "methods_missing",
+                'methods is missing; list the methods allowed, such as methods = ["GET", "HEAD"]',
             )
-    elif not methods:
-        raise _problem(
-            "methods_missing",
-            'methods is missing; list the methods allowed, such as methods = ["GET", "HEAD"]',
         )
-    elif not paths:
-        raise _problem(
-            "paths_missing",
-            'paths is missing; list the paths allowed, such as paths = ["/**"] for all of them',
+    if not paths:
+        found.append(
+            _problem(
+                "paths_missing",
+                'paths is missing; list the paths allowed, such as paths = ["/**"] for all '
+                "of them",
+            )
         )
+    return found
+
+
+def _with_raw_problems(data: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    """Validate, and when some keys fail (so pydantic skips the model validator), also
+    report the methods/paths problems that show from the raw table alone, so that one
+    run of `policy check` lists them all."""
+    try:
+        return handler(data)
+    except ValidationError as exc:
+        tls = data.get("tls", "terminate") if isinstance(data, dict) else None
+        if tls not in ("terminate", "passthrough"):
+            raise
+        assert isinstance(data, dict)
+        methods, paths = tuple(data.get("methods") or ()), tuple(data.get("paths") or ())
+        seen = {error["type"] for error in exc.errors()}
+        extra = [p for p in _tls_shape_problems(tls, methods, paths) if p.type not in seen]
+        if not extra:
+            raise
+        errors: list[InitErrorDetails] = [_again(error) for error in exc.errors()]
+        errors += [{"type": problem, "loc": (), "input": data} for problem in extra]
+        raise ValidationError.from_exception_data(exc.title, errors) from None
+
+
+def _again(error: ErrorDetails) -> InitErrorDetails:
+    """A reported error in the form that raises it again unchanged."""
+    kind = error["type"]
+    ctx = dict(error.get("ctx") or {})
+    again: InitErrorDetails = {"type": kind, "loc": error["loc"], "input": error["input"]}
+    if kind not in PYDANTIC_ERROR_TYPES:
+        again["type"] = PydanticCustomError(kind, "{reason}", {**ctx, "reason": error["msg"]})
+    elif ctx:
+        again["ctx"] = ctx
+    return again
+
+
+# methods and paths are required unless tls = "passthrough", which forbids them; the
+# schema says so too, so editors flag a missing one as the loader does.
+_FILTERS_BY_TLS: dict[str, Any] = {
+    "if": {"properties": {"tls": {"const": "passthrough"}}, "required": ["tls"]},
+    "then": {"not": {"anyOf": [{"required": ["methods"]}, {"required": ["paths"]}]}},
+    "else": {"required": ["methods", "paths"]},
+}
 
 
 class InjectSpec(_Section):
@@ -468,6 +537,13 @@ class InjectSpec(_Section):
 class Capability(_Section):
     """Something an agent may ask for by name: HTTP access to some hosts, methods
     and paths, optionally with a secret the proxy injects, for a limited time."""
+
+    model_config = ConfigDict(json_schema_extra=_FILTERS_BY_TLS)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _every_problem(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        return _with_raw_problems(data, handler)
 
     description: str = ""
     """What the capability is for, shown to the agent and to whoever approves it.
@@ -565,44 +641,63 @@ class Capability(_Section):
 
     @model_validator(mode="after")
     def _parts_agree(self) -> Capability:
+        found = []
         if self.tls == "passthrough" and (self.secret is not None or self.inject is not None):
-            raise _problem(
-                "passthrough_secret",
-                "passthrough tunnels are opaque and never carry injected secrets; remove "
-                'secret/inject or use tls = "terminate"',
+            found.append(
+                _problem(
+                    "passthrough_secret",
+                    "passthrough tunnels are opaque and never carry injected secrets; remove "
+                    'secret/inject or use tls = "terminate"',
+                )
             )
         if self.secret is not None and self.inject is None:
-            raise _problem(
-                "secret_without_inject",
-                "secret is set but inject is missing; add inject = { header = "
-                '"Authorization", format = "Bearer {secret}" } or remove secret',
+            found.append(
+                _problem(
+                    "secret_without_inject",
+                    "secret is set but inject is missing; add inject = { header = "
+                    '"Authorization", format = "Bearer {secret}" } or remove secret',
+                )
             )
         if self.inject is not None and self.secret is None:
-            raise _problem(
-                "inject_without_secret",
-                'inject is set but secret is missing; add secret = "<vault entry name>" '
-                "or remove inject",
-            )
-        _check_tls_shape(self.tls, self.methods, self.paths)
-        used = {name for pattern in self.paths for name in path_placeholders(pattern)}
-        for name in self.params:
-            if name not in used:
-                raise _problem(
-                    "unused_param",
-                    f"param {_q(name)} is declared but no path uses {{{name}}}, so its "
-                    "value would limit nothing; use it in a path or remove it",
+            found.append(
+                _problem(
+                    "inject_without_secret",
+                    'inject is set but secret is missing; add secret = "<vault entry name>" '
+                    "or remove inject",
                 )
-        if self.ttl > self.max_ttl:
-            raise _problem(
-                "ttl_above_max",
-                f"ttl ({format_duration(self.ttl)}) is longer than max_ttl "
-                f"({format_duration(self.max_ttl)}); shorten ttl or raise max_ttl",
             )
+        found += _tls_shape_problems(self.tls, self.methods, self.paths)
+        used = {name for pattern in self.paths for name in path_placeholders(pattern)}
+        found += [
+            _problem(
+                "unused_param",
+                f"param {_q(name)} is declared but no path uses {{{name}}}, so its "
+                "value would limit nothing; use it in a path or remove it",
+            )
+            for name in self.params
+            if name not in used
+        ]
+        if self.ttl > self.max_ttl:
+            found.append(
+                _problem(
+                    "ttl_above_max",
+                    f"ttl ({format_duration(self.ttl)}) is longer than max_ttl "
+                    f"({format_duration(self.max_ttl)}); shorten ttl or raise max_ttl",
+                )
+            )
+        _all_problems(found)
         return self
 
 
 class EgressRule(_Section):
     """Traffic every run may send without asking for a capability."""
+
+    model_config = ConfigDict(json_schema_extra=_FILTERS_BY_TLS)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _every_problem(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        return _with_raw_problems(data, handler)
 
     name: _Name
     """Name of the rule, shown in the egress log and in denials; required and unique."""
@@ -654,7 +749,7 @@ class EgressRule(_Section):
 
     @model_validator(mode="after")
     def _parts_agree(self) -> EgressRule:
-        _check_tls_shape(self.tls, self.methods, self.paths)
+        _all_problems(_tls_shape_problems(self.tls, self.methods, self.paths))
         return self
 
 

@@ -55,6 +55,7 @@ from tools.capabilities import approval_question, check_request, describe_offer
 from .auth import current_tenant
 from .config import LOCAL_TENANT, Config
 from .engine import Engine
+from .secret_check import warn_missing_secrets
 from .sessions import Leases
 from .strict_tools import StrictToolServer
 
@@ -124,6 +125,9 @@ def build_server(
         )
         tokens = RunTokens()
         vault = Vault(vault_path(config.data_dir), load_key(config.data_dir, os.environ))
+        await anyio.to_thread.run_sync(
+            warn_missing_secrets, every_policy, config.data_dir, os.environ
+        )
         services = Services(
             db=db,
             blobs=BlobStore(config.blobs_dir),

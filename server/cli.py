@@ -20,7 +20,7 @@ from pathlib import Path
 import anyio
 
 from airlock import __version__
-from airlock.errors import AirlockError
+from airlock.errors import AirlockError, PolicyInvalid
 from broker import Vault, load_key, vault_path
 from policies import load_policy, policy_json_schema
 from sandbox import connect
@@ -34,6 +34,7 @@ from .doctor import run_checks
 from .drill import drill_main
 from .http import serve_http
 from .logs import LOG_FORMATS, setup_logging
+from .secret_check import missing_secrets
 from .stdio import serve_stdio
 
 log = logging.getLogger("airlock")
@@ -191,8 +192,18 @@ def _parser() -> argparse.ArgumentParser:
     policy = commands.add_parser("policy", help="validate policies").add_subparsers(
         dest="policy_command", metavar="ACTION", required=True
     )
-    check = policy.add_parser("check", help="validate a policy file offline")
+    check = policy.add_parser(
+        "check",
+        help="validate a policy file offline, listing every problem; warn about secrets "
+        "it names that the vault lacks",
+    )
     check.add_argument("path", metavar="PATH", type=Path)
+    check.add_argument(
+        "--data-dir",
+        metavar="DIR",
+        help=f"whose vault to check secrets against; default: ${ENV_DATA_DIR}, "
+        "else ~/.local/share/airlock",
+    )
     policy.add_parser("schema", help="print the policy JSON Schema (for editors)")
     return parser
 
@@ -322,6 +333,14 @@ def _policy(args: argparse.Namespace) -> int:
     if args.policy_command == "schema":
         _out(json.dumps(policy_json_schema(), indent=2))
         return 0
-    load_policy(args.path)
+    try:
+        policy = load_policy(args.path)
+    except PolicyInvalid as exc:
+        _out(f"{args.path}: {len(exc.problems)} problem(s)")
+        _out("\n".join(f"  - {problem}" for problem in exc.problems))
+        return 1
     _out(f"{args.path}: valid")
+    data_dir = Config.resolve(args.data_dir).data_dir
+    for gap in missing_secrets(policy, data_dir, os.environ):
+        _out(f"  warning: {gap}")
     return 0

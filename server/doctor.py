@@ -10,11 +10,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from airlock.errors import AirlockError
-from policies import load_policy
+from policies import Policy, load_policy
 from sandbox import connect
 from sandbox.image import image_exists, image_tag
 
 from .config import Config
+from .secret_check import missing_secrets
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,8 @@ def run_checks(config: Config) -> Iterator[Check]:
         policy = None
         yield Check("policy", False, str(exc), "correct the policy file, or unset AIRLOCK_POLICY")
     yield _data_dir(config.data_dir)
+    if policy is not None:
+        yield from _secrets(policy, config)
     try:
         client = connect()
     except AirlockError as exc:
@@ -65,6 +68,16 @@ def run_checks(config: Config) -> Iterator[Check]:
                 "needed to build the image offline",
                 "apt-get install debootstrap",
             )
+
+
+def _secrets(policy: Policy, config: Config) -> Iterator[Check]:
+    try:
+        missing = missing_secrets(policy, config.data_dir, os.environ)
+    except AirlockError as exc:
+        yield Check("secrets", False, str(exc), "fix the vault key (see the message)")
+        return
+    for gap in missing:
+        yield Check("secret", False, str(gap), f"{gap.command}  (value on stdin)")
 
 
 def _data_dir(path: Path) -> Check:

@@ -15,7 +15,7 @@ Nothing else here touches the SDK beyond its public `add_tool` and `call_tool`.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -26,8 +26,7 @@ from mcp.types import CallToolResult, Icon, InputRequiredResult, ToolAnnotations
 from pydantic import ConfigDict, ValidationError
 
 from airlock.spelling import did_you_mean
-
-Schema = Mapping[str, Any]
+from airlock.validation import Loc, Schema, known_keys, predicate
 
 
 class StrictToolServer(MCPServer[Any]):
@@ -98,117 +97,21 @@ def describe_argument_errors(tool: str, error: ValidationError, schema: Schema) 
     parts = []
     for item in error.errors(include_url=False, include_input=False):
         loc = tuple(item["loc"])
-        parts.append(_describe(tool, loc, item["type"], item.get("ctx") or {}, item["msg"], schema))
+        if item["type"] == "extra_forbidden":
+            known = known_keys(schema, loc[:-1])
+            unknown = str(loc[-1])
+            hint = did_you_mean(unknown, known)
+            if len(loc) == 1:
+                parts.append(f"unknown argument {unknown!r}{hint}; {tool} takes {', '.join(known)}")
+            else:
+                where = _where(loc[:-1])
+                parts.append(f"{where} has no field {unknown!r}{hint}; it takes {', '.join(known)}")
+        else:
+            parts.append(f"{_where(loc)} {predicate(item, schema)}")
     return f"Invalid arguments for {tool}: " + "; ".join(dict.fromkeys(parts)) + "."
 
 
-def _describe(
-    tool: str, loc: tuple[int | str, ...], kind: str, ctx: Mapping[str, Any], msg: str, root: Schema
-) -> str:
-    where = _where(loc)
-    if kind == "extra_forbidden":
-        parent = _at(root, loc[:-1])
-        known = list((parent or {}).get("properties", {}))
-        unknown = str(loc[-1])
-        hint = did_you_mean(unknown, known)
-        if len(loc) == 1:
-            return f"unknown argument {unknown!r}{hint}; {tool} takes {', '.join(known)}"
-        return f"{_where(loc[:-1])} has no field {unknown!r}{hint}; it takes {', '.join(known)}"
-    if kind == "missing":
-        return f"{where} is required"
-    if kind in ("literal_error", "enum"):
-        return f"{where} must be {ctx.get('expected', 'one of the listed values')}"
-    if kind in _BOUNDS:
-        phrase, key = _BOUNDS[kind]
-        return f"{where} must be {phrase} {ctx.get(key)}"
-    if kind in ("string_too_long", "too_long"):
-        unit = "characters" if kind == "string_too_long" else "items"
-        return f"{where} must have at most {ctx.get('max_length')} {unit}"
-    if kind in ("string_too_short", "too_short"):
-        unit = "characters" if kind == "string_too_short" else "items"
-        return f"{where} must have at least {ctx.get('min_length')} {unit}"
-    shape = _shape(_at(root, loc))
-    if shape is not None:
-        return f"{where} must be {shape}"
-    return f"{where} is not valid ({msg[:1].lower() + msg[1:]})"
-
-
-_BOUNDS = {
-    "greater_than_equal": ("at least", "ge"),
-    "greater_than": ("more than", "gt"),
-    "less_than_equal": ("at most", "le"),
-    "less_than": ("less than", "lt"),
-}
-
-_TYPES = {
-    "integer": "a whole number",
-    "number": "a number",
-    "string": "a string",
-    "boolean": "true or false",
-    "array": "a list",
-    "object": "an object",
-    "null": "null",
-}
-
-
-def _shape(schema: Schema | None) -> str | None:
-    """What a value at this schema must look like, in words."""
-    if schema is None:
-        return None
-    if "enum" in schema:
-        return " or ".join(repr(v) for v in schema["enum"])
-    if "const" in schema:
-        return repr(schema["const"])
-    options: Sequence[Schema] = schema.get("anyOf", ())
-    if options:
-        words = [_shape(option) for option in options]
-        return " or ".join(w for w in words if w) or None
-    kind = schema.get("type")
-    if kind == "object" and "properties" in schema:
-        return "an object with " + ", ".join(schema["properties"])
-    if kind == "array" and isinstance(schema.get("items"), Mapping):
-        inner = _shape(schema["items"])
-        return f"a list of {_plural(inner)}" if inner else "a list"
-    return _TYPES.get(kind) if isinstance(kind, str) else None
-
-
-def _plural(shape: str) -> str:
-    for article in ("an ", "a "):
-        if shape.startswith(article):
-            rest = shape[len(article) :]
-            head, _, tail = rest.partition(" ")
-            return f"{head}s {tail}".rstrip()
-    return shape
-
-
-def _at(root: Schema, loc: tuple[int | str, ...]) -> Schema | None:
-    """The sub-schema at an error location (following $ref, items and nullable unions)."""
-    node: Schema | None = _resolve(root, root)
-    for step in loc:
-        if node is None:
-            return None
-        if isinstance(step, int):
-            items = node.get("items")
-            node = _resolve(root, items) if isinstance(items, Mapping) else None
-        else:
-            node = _resolve(root, node.get("properties", {}).get(step))
-    return node
-
-
-def _resolve(root: Schema, node: Any) -> Schema | None:
-    if not isinstance(node, Mapping):
-        return None
-    ref = node.get("$ref")
-    if isinstance(ref, str) and ref.startswith("#/$defs/"):
-        return _resolve(root, root.get("$defs", {}).get(ref.removeprefix("#/$defs/")))
-    options = [o for o in node.get("anyOf", ()) if isinstance(o, Mapping)]
-    concrete = [o for o in options if o.get("type") != "null"]
-    if len(concrete) == 1 and len(options) == 2:
-        return _resolve(root, concrete[0])
-    return node
-
-
-def _where(loc: tuple[int | str, ...]) -> str:
+def _where(loc: Loc) -> str:
     text = ""
     for step in loc:
         text += f"[{step}]" if isinstance(step, int) else (f".{step}" if text else str(step))

@@ -658,7 +658,7 @@ def test_one_tenant_with_two_policies_is_an_error(tmp_path: Path) -> None:
     [
         ("", "no credentials"),
         ('[[keys]]\nid = "k"\ntenant = "acme"\nhash = "alk_secret"\n', "keys[0].hash: not a key"),
-        ('[[keys]]\nid = "k"\ntenant = "acme"\n', "keys[0].hash: Field required"),
+        ('[[keys]]\nid = "k"\ntenant = "acme"\n', "keys[0].hash: required but missing"),
         (
             '[[keys]]\nid = "k"\ntenant = "acme"\nkey = "alk_x"\nhash = "sha256:{h}"\n',
             "keys[0].key",

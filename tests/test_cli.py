@@ -66,9 +66,10 @@ def test_policy_check_lists_every_problem_and_fails(tmp_path: Path) -> None:
     bad.write_text('[limits]\ntimeout_s = 0\nbogus = 1\n[capabilities.x]\nhosts = ["*"]\n')
     result = airlock("policy", "check", str(bad))
     assert result.returncode == 1
-    assert "limits.timeout_s" in result.stderr
-    assert "limits.bogus" in result.stderr
-    assert "capabilities.x" in result.stderr
+    assert result.stdout.splitlines()[0] == f"{bad}: 5 problem(s)"
+    assert "limits.timeout_s: must be at least 1" in result.stdout
+    assert "limits.bogus" in result.stdout
+    assert "capabilities.x" in result.stdout
 
 
 def test_policy_check_accepts_the_shipped_default() -> None:

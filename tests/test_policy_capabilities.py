@@ -251,7 +251,7 @@ def test_capability_normalizes_what_is_written(
         ({"hosts": '["user@x.com"]'}, "hosts[0]", "cannot contain user info"),
         ({"hosts": '[""]'}, "hosts[0]", "a host cannot be empty"),
         ({"hosts": "[]"}, "hosts", "list at least one host"),
-        ({"hosts": None}, "hosts", "Field required"),
+        ({"hosts": None}, "hosts", "required but missing"),
         ({"hosts": '["127.1"]'}, "hosts[0]", 'such as "127.0.0.1"'),
         ({"hosts": '["0x7f.0.0.1"]'}, "hosts[0]", "not an IPv4 address in canonical form"),
         ({"hosts": '["2130706433"]'}, "hosts[0]", "not an IPv4 address in canonical form"),
@@ -264,7 +264,7 @@ def test_capability_normalizes_what_is_written(
         ({"ports": "[0]"}, "ports[0]", "port 0 is out of range; write a port from 1 to 65535"),
         ({"ports": "[65536]"}, "ports[0]", "port 65536 is out of range"),
         ({"ports": "[]"}, "ports", "list at least one port, or leave ports out for [443]"),
-        ({"ports": '["443"]'}, "ports[0]", "Input should be a valid integer"),
+        ({"ports": '["443"]'}, "ports[0]", "must be a whole number"),
         # methods
         ({"methods": '["get"]'}, "methods[0]", 'methods are case-sensitive; write "GET"'),
         ({"methods": '["CONNECT"]'}, "methods[0]", "CONNECT is how the proxy opens tunnels"),
@@ -289,7 +289,7 @@ def test_capability_normalizes_what_is_written(
         ({"paths": '["/a/x{org}"]'}, "paths[0]", "a placeholder is a whole segment"),
         ({"paths": '["/a/{org"]'}, "paths[0]", "a placeholder is a whole segment"),
         ({"paths": '["/a/{other}"]'}, "paths", "uses {other}, which params does not declare"),
-        ({"paths": None}, "", "paths is missing"),
+        ({"paths": None, "params": None}, "", "paths is missing"),
         # params
         ({"params": '{ org = "(" }'}, "params.org", "is not a valid regular expression"),
         ({"params": '{ org = "" }'}, "params.org", "an empty regex"),
@@ -344,13 +344,14 @@ def test_capability_normalizes_what_is_written(
             "inject.header",
             "not a valid HTTP header name",
         ),
-        ({"inject": '{ header = "X" }'}, "inject.format", "Field required"),
+        ({"inject": '{ header = "X" }'}, "inject.format", "required but missing"),
         # tls
         (
             {
                 "tls": '"passthrough"',
                 "methods": None,
                 "paths": None,
+                "params": None,
                 "secret": '"tok"',
                 "inject": '{ header = "X", format = "{secret}" }',
             },
@@ -359,7 +360,7 @@ def test_capability_normalizes_what_is_written(
             'remove secret/inject or use tls = "terminate"',
         ),
         ({"tls": '"passthrough"'}, "", "cannot check methods or paths"),
-        ({"tls": '"mitm"'}, "tls", "Input should be 'terminate' or 'passthrough'"),
+        ({"tls": '"mitm"'}, "tls", "must be 'terminate' or 'passthrough'"),
         # durations
         ({"ttl": '"2h"'}, "", "ttl (2h) is longer than max_ttl (1h); shorten ttl or raise max_ttl"),
         (
@@ -375,7 +376,7 @@ def test_capability_normalizes_what_is_written(
         ({"ttl": "true"}, "ttl", "a duration is a string"),
         ({"ttl": "1.5"}, "ttl", "a duration is a string"),
         # approval, allow_private, unknown keys
-        ({"approval": '"maybe"'}, "approval", "Input should be 'auto', 'ask' or 'deny'"),
+        ({"approval": '"maybe"'}, "approval", "must be 'auto', 'ask' or 'deny'"),
         ({"allow_private": '["nope"]'}, "allow_private[0]", "is not an IP network"),
         ({"allow_private": '["127.1/8"]'}, "allow_private[0]", "is not an IP network"),
         ({"allow_private": '["fe80::1%eth0/64"]'}, "allow_private[0]", "is not an IP network"),
@@ -420,23 +421,23 @@ def test_user_info_is_not_echoed_in_the_message(tmp_path: Path) -> None:
     ("text", "where", "fragment"),
     [
         (_rule(hosts='["*"]'), "egress.allow[0].hosts[0]", "would allow every host"),
-        (_rule(name=None), "egress.allow[0].name", "Field required"),
+        (_rule(name=None), "egress.allow[0].name", "required but missing"),
         (_rule(name='"PyPI"'), "egress.allow[0].name", "is not a valid name"),
         (_rule(paths='["/{x}"]'), "egress.allow[0].paths", "egress rules take no params"),
         (_rule(methods=None), "egress.allow[0]", "methods is missing"),
         (_rule(tls='"passthrough"'), "egress.allow[0]", "cannot check methods or paths"),
         (_rule(secret='"tok"'), "egress.allow[0].secret", "unknown key"),
         (_rule() + _rule(), "egress.allow", 'two rules are named "r"'),
-        ("[egress.limits]\nmax_requests = 0", "egress.limits.max_requests", "greater than 0"),
+        ("[egress.limits]\nmax_requests = 0", "egress.limits.max_requests", "must be at least 1"),
         (
             "[egress.limits]\nmax_connections = -1",
             "egress.limits.max_connections",
-            "greater than 0",
+            "must be at least 1",
         ),
         (
             "[broker]\nmax_live_grants_per_tenant = 0",
             "broker.max_live_grants_per_tenant",
-            "greater than 0",
+            "must be at least 1",
         ),
         ("[broker]\nbogus = 1", "broker.bogus", "unknown key"),
     ],

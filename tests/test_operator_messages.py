@@ -1,0 +1,120 @@
+"""What an operator reads when something is missing or wrong: each message names the fix.
+
+The CLI runs as a real subprocess; the server start runs in-process with the SDK client.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+from mcp.client import Client
+
+from policies import Policy
+from server import Config, build_server
+
+AIRLOCK = str(Path(sys.executable).with_name("airlock"))
+
+CAPABILITY_WITH_SECRET = """
+[capabilities.github-read]
+hosts = ["api.github.com"]
+methods = ["GET"]
+paths = ["/**"]
+secret = "github_token"
+inject = { header = "Authorization", format = "Bearer {secret}" }
+"""
+
+
+def airlock(
+    *args: str, stdin: str = "", env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [AIRLOCK, *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=env if env is not None else {**os.environ, "PATH": "/usr/bin:/bin"},
+    )
+
+
+def test_policy_check_lists_every_problem_with_the_nearest_key(tmp_path: Path) -> None:
+    policy = tmp_path / "policy.toml"
+    policy.write_text("[limits]\nmax_timout_s = 100\nmemory_mb = 8\n[capabilities.x]\nhosts = []\n")
+    result = airlock("policy", "check", str(policy))
+    assert result.returncode == 1
+    assert result.stdout.splitlines() == [
+        f"{policy}: 5 problem(s)",
+        "  - limits.memory_mb: must be at least 64",
+        "  - limits.max_timout_s: unknown key (did you mean 'max_timeout_s'?)",
+        '  - capabilities.x.hosts: list at least one host, such as hosts = ["api.example.com"]',
+        "  - capabilities.x: methods is missing; list the methods allowed, such as "
+        'methods = ["GET", "HEAD"]',
+        "  - capabilities.x: paths is missing; list the paths allowed, such as "
+        'paths = ["/**"] for all of them',
+    ]
+
+
+def test_policy_check_warns_about_a_secret_the_vault_lacks(tmp_path: Path) -> None:
+    policy = tmp_path / "policy.toml"
+    policy.write_text(CAPABILITY_WITH_SECRET)
+    data = tmp_path / "data"
+    missing = airlock("policy", "check", str(policy), "--data-dir", str(data))
+    assert missing.returncode == 0, missing.stdout
+    assert missing.stdout.splitlines() == [
+        f"{policy}: valid",
+        f"  warning: capability 'github-read' injects the secret 'github_token', which the vault "
+        f"in {data} does not hold; store it with `airlock secrets set github_token "
+        "--hosts api.github.com` (the value is read from stdin)",
+    ]
+    # Checking created nothing: no vault, no key.
+    assert not data.exists()
+    stored = airlock(
+        "secrets",
+        "set",
+        "github_token",
+        "--hosts",
+        "api.github.com",
+        "--data-dir",
+        str(data),
+        stdin="ghp_example\n",
+    )
+    assert stored.returncode == 0, stored.stderr
+    present = airlock("policy", "check", str(policy), "--data-dir", str(data))
+    assert present.stdout.splitlines() == [f"{policy}: valid"]
+
+
+def test_doctor_flags_a_secret_the_vault_lacks(tmp_path: Path) -> None:
+    policy = tmp_path / "policy.toml"
+    policy.write_text(CAPABILITY_WITH_SECRET)
+    result = airlock("doctor", "--policy", str(policy), "--data-dir", str(tmp_path / "data"))
+    assert result.returncode == 1
+    assert "[MISSING] secret: capability 'github-read' injects the secret 'github_token'" in (
+        result.stdout
+    )
+    assert "fix: airlock secrets set github_token --hosts api.github.com" in result.stdout
+
+
+@pytest.mark.anyio
+async def test_the_server_warns_at_start_about_a_secret_the_vault_lacks(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    policy = Policy.model_validate(
+        {**tomllib.loads(CAPABILITY_WITH_SECRET), "sandbox": {"image": "airlock-test/absent:0"}}
+    )
+    server = build_server(Config(data_dir=tmp_path / "data"), policy)
+    with caplog.at_level(logging.WARNING, logger="server.secret_check"):
+        async with Client(server, mode="auto") as client:
+            await client.list_tools()
+    warnings = [r.getMessage() for r in caplog.records if r.name == "server.secret_check"]
+    assert warnings == [
+        f"capability 'github-read' injects the secret 'github_token', which the vault in "
+        f"{tmp_path / 'data'} does not hold; store it with `airlock secrets set github_token "
+        "--hosts api.github.com` (the value is read from stdin)"
+    ]
