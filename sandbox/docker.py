@@ -70,7 +70,9 @@ def engine_errors(action: str) -> Iterator[None]:
         yield
     except docker.errors.ImageNotFound as exc:
         raise ImageUnavailable(
-            f"{action}: the sandbox image is missing; run `airlock image build`"
+            f"{action}: the sandbox image is missing; run `airlock image build`, or for an "
+            "image named by [sandbox] image in the policy, `docker pull` it (`airlock doctor` "
+            "says which)"
         ) from exc
     except (docker.errors.APIError, docker.errors.DockerException) as exc:
         if isinstance(exc, docker.errors.APIError) and not _is_connection_error(exc):

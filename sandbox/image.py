@@ -158,6 +158,15 @@ def image_exists(client: docker.DockerClient, tag: str) -> bool:
     return True
 
 
+def missing_policy_image(tag: str) -> str:
+    """Why a run cannot start when the image the policy names is absent, and the fixes."""
+    return (
+        f"the sandbox image {tag}, named by [sandbox] image in the policy, is not in the "
+        f"Docker engine: pull it (`docker pull {tag}`), build it under that name, or correct "
+        "the name in the policy (remove it to use the image Airlock builds itself)"
+    )
+
+
 def ensure_image(
     client: docker.DockerClient, progress: Progress, runner: Path = RUNNER_PATH
 ) -> str:

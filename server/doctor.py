@@ -53,7 +53,12 @@ def run_checks(config: Config) -> Iterator[Check]:
     if image_exists(client, tag):
         yield Check("image", True, tag)
     elif configured:
-        yield Check("image", False, f"{tag} (named by the policy) is missing", f"docker pull {tag}")
+        yield Check(
+            "image",
+            False,
+            f"{tag} (named by [sandbox] image in the policy) is not in the engine",
+            f"docker pull {tag}; or build it under that name, or correct [sandbox] image",
+        )
     else:
         yield Check(
             "image",

@@ -12,9 +12,10 @@ import time
 
 import anyio
 
+from airlock.errors import ImageUnavailable
 from policies import Policy
 from sandbox import Backend, DockerBackend, connect, limits_of
-from sandbox.image import ensure_image
+from sandbox.image import ensure_image, image_exists, missing_policy_image
 from sandbox.instance import Instance
 from sandbox.pool import Profile
 
@@ -45,6 +46,8 @@ class Engine:
                 image = self._policy.sandbox.image
                 if image is None:
                     image = await anyio.to_thread.run_sync(self._build, backend)
+                elif not await anyio.to_thread.run_sync(image_exists, backend.client, image):
+                    raise ImageUnavailable(missing_policy_image(image))
                 self._image = image
                 backend.pool.want(
                     Profile(

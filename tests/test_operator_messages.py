@@ -118,3 +118,34 @@ async def test_the_server_warns_at_start_about_a_secret_the_vault_lacks(
         f"{tmp_path / 'data'} does not hold; store it with `airlock secrets set github_token "
         "--hosts api.github.com` (the value is read from stdin)"
     ]
+
+
+@pytest.mark.docker
+@pytest.mark.anyio
+async def test_a_missing_policy_image_is_not_called_ready_and_the_error_names_the_pull(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    absent = "example.invalid/nope:1"
+    policy = Policy.model_validate({"sandbox": {"image": absent}})
+    server = build_server(Config(data_dir=tmp_path / "data"), policy)
+    with caplog.at_level(logging.INFO, logger="server.engine"):
+        async with Client(server, mode="auto") as client:
+            result = await client.call_tool("run_code", {"code": "print(1)"})
+    assert result.is_error
+    text = getattr(result.content[0], "text", "")
+    assert f"`docker pull {absent}`" in text
+    assert "correct the name in the policy" in text
+    assert "airlock image build" not in text
+    messages = [r.getMessage() for r in caplog.records if r.name == "server.engine"]
+    assert not any("engine ready" in m for m in messages), messages
+    assert any(m.startswith("sandbox engine not ready") and absent in m for m in messages)
+
+
+@pytest.mark.docker
+def test_doctor_names_the_pull_for_a_missing_policy_image(tmp_path: Path) -> None:
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[sandbox]\nimage = "example.invalid/nope:1"\n')
+    result = airlock("doctor", "--policy", str(policy), "--data-dir", str(tmp_path / "data"))
+    assert result.returncode == 1
+    assert "[MISSING] image: example.invalid/nope:1 (named by [sandbox] image" in result.stdout
+    assert "fix: docker pull example.invalid/nope:1" in result.stdout
