@@ -1,5 +1,5 @@
-"""Airlock's records: SQLite (WAL) for sessions, runs, artifacts and session workspaces,
-and a content-addressed blob store for their bytes.
+"""Airlock's records: SQLite (WAL) for sessions, runs, artifacts and versioned session
+workspaces, and a content-addressed blob store for their bytes.
 
 Imports nothing of ours but `airlock.errors`. Failures of sqlite3 or the filesystem come
 out as `StoreError`; a record that is not there is `None` (or an empty list), never
@@ -21,6 +21,14 @@ from .records import (
     SessionRecord,
     WorkspaceFile,
 )
+from .workspace import (
+    WorkspaceCommit,
+    WorkspaceConflict,
+    WorkspaceDelta,
+    WorkspaceHead,
+    ancestors,
+    diff,
+)
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -34,5 +42,11 @@ __all__ = [
     "RunRecord",
     "RunStatus",
     "SessionRecord",
+    "WorkspaceCommit",
+    "WorkspaceConflict",
+    "WorkspaceDelta",
     "WorkspaceFile",
+    "WorkspaceHead",
+    "ancestors",
+    "diff",
 ]

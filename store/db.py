@@ -30,10 +30,13 @@ from .records import (
     SessionRecord,
     WorkspaceFile,
 )
+from .workspace import Change, WorkspaceCommit, WorkspaceDelta, WorkspaceHead, merge
 
 _T = TypeVar("_T")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""1: the first schema. 2: workspace entries keep kind, mode, mtime, writer and version;
+workspace versions and their changes are recorded (columns and tables added on open)."""
 
 # A second process (e.g. `airlock gc`) may hold the write lock briefly; wait rather than fail.
 _BUSY_TIMEOUT_MS = 5000
@@ -152,6 +155,41 @@ _SCHEMA = (
         size INTEGER NOT NULL,
         PRIMARY KEY (run_id, path)
     )""",
+    # One row per committed workspace version; version 0 (the empty start) has none.
+    """CREATE TABLE IF NOT EXISTS workspace_versions (
+        session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+        version INTEGER NOT NULL,
+        base_version INTEGER NOT NULL,
+        written_by TEXT,
+        created_at REAL NOT NULL,
+        PRIMARY KEY (session_id, version)
+    )""",
+    # What each version changed, path by path: the state after, or deleted = 1.
+    """CREATE TABLE IF NOT EXISTS workspace_changes (
+        session_id TEXT NOT NULL,
+        version INTEGER NOT NULL,
+        path TEXT NOT NULL,
+        deleted INTEGER NOT NULL,
+        kind TEXT NOT NULL,
+        sha256 TEXT NOT NULL,
+        size INTEGER NOT NULL,
+        mode INTEGER NOT NULL,
+        mtime INTEGER NOT NULL,
+        written_by TEXT,
+        PRIMARY KEY (session_id, version, path),
+        FOREIGN KEY (session_id, version)
+            REFERENCES workspace_versions (session_id, version) ON DELETE CASCADE
+    )""",
+)
+
+# Columns added to tables of schema 1: each is added on open when it is missing, so a
+# database written by an older Airlock opens with its rows intact and the defaults filled in.
+_ADDED_COLUMNS = (
+    ("workspace_files", "kind", "TEXT NOT NULL DEFAULT 'file' CHECK (kind IN ('file', 'dir'))"),
+    ("workspace_files", "mode", "INTEGER NOT NULL DEFAULT 420"),
+    ("workspace_files", "mtime", "INTEGER NOT NULL DEFAULT 0"),
+    ("workspace_files", "written_by", "TEXT"),
+    ("workspace_files", "version", "INTEGER NOT NULL DEFAULT 0"),
 )
 
 _SESSION_COLUMNS = (
@@ -167,6 +205,7 @@ _EGRESS_COLUMNS = (
     "time, tenant, session_id, run_id, capability, method, host, port, path, status,"
     " bytes_in, bytes_out, duration_ms, decision, reason, resolved_ip, injected_json"
 )
+_WORKSPACE_COLUMNS = "path, sha256, size, kind, mode, mtime, written_by, version"
 _GRANT_COLUMNS = (
     "id, tenant, session_id, capability, params_json, scope_json, approved_by, reason,"
     " created_at, expires_at, revoked_at"
@@ -251,6 +290,7 @@ def _connect(path: Path) -> sqlite3.Connection:
                 )
             for statement in _SCHEMA:
                 conn.execute(statement)
+            _add_missing_columns(conn)
             if version < SCHEMA_VERSION:
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             conn.execute("COMMIT")
@@ -262,6 +302,109 @@ def _connect(path: Path) -> sqlite3.Connection:
         conn.close()
         raise
     return conn
+
+
+def _add_missing_columns(conn: sqlite3.Connection) -> None:
+    for table, column, declaration in _ADDED_COLUMNS:
+        present = {row["name"] for row in conn.execute(f"PRAGMA table_info({table})")}
+        if column not in present:
+            conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
+
+
+def _head_version(conn: sqlite3.Connection, session_id: str) -> int:
+    (version,) = conn.execute(
+        "SELECT COALESCE(MAX(version), 0) FROM workspace_versions WHERE session_id = ?",
+        (session_id,),
+    ).fetchone()
+    return int(version)
+
+
+def _workspace_rows(conn: sqlite3.Connection, session_id: str) -> list[WorkspaceFile]:
+    rows = conn.execute(
+        f"SELECT {_WORKSPACE_COLUMNS} FROM workspace_files WHERE session_id = ? ORDER BY path",
+        (session_id,),
+    ).fetchall()
+    return [WorkspaceFile.model_validate(dict(row)) for row in rows]
+
+
+def _changes_since(conn: sqlite3.Connection, session_id: str, version: int) -> dict[str, Change]:
+    """The last change of each path committed after `version`."""
+    rows = conn.execute(
+        "SELECT path, deleted, kind, sha256, size, mode, mtime, written_by, version"
+        " FROM workspace_changes WHERE session_id = ? AND version > ? ORDER BY version",
+        (session_id, version),
+    ).fetchall()
+    since: dict[str, Change] = {}
+    for row in rows:
+        fields = dict(row)
+        deleted = fields.pop("deleted")
+        after = None if deleted else WorkspaceFile.model_validate(fields)
+        since[row["path"]] = Change(written_by=row["written_by"], after=after)
+    return since
+
+
+def _commit(
+    conn: sqlite3.Connection,
+    session_id: str,
+    delta: WorkspaceDelta,
+    writer: str | None,
+    at: float,
+) -> WorkspaceCommit:
+    head_version = _head_version(conn, session_id)
+    if not 0 <= delta.base_version <= head_version:
+        raise StoreError(
+            f"workspace of session {session_id!r} has no version {delta.base_version} "
+            f"(head is {head_version})"
+        )
+    head = {f.path: f for f in _workspace_rows(conn, session_id)}
+    version = head_version + 1
+    merged = merge(
+        head,
+        delta,
+        _changes_since(conn, session_id, delta.base_version),
+        writer=writer,
+        version=version,
+    )
+    written, deleted = merged.changes(head)
+    if not written and not deleted:
+        return WorkspaceCommit(
+            base_version=delta.base_version,
+            version=head_version,
+            applied=0,
+            conflicts=tuple(merged.conflicts),
+        )
+    conn.execute(
+        "INSERT INTO workspace_versions (session_id, version, base_version, written_by,"
+        " created_at) VALUES (?, ?, ?, ?, ?)",
+        (session_id, version, delta.base_version, writer, at),
+    )
+    conn.executemany(
+        "DELETE FROM workspace_files WHERE session_id = ? AND path = ?",
+        [(session_id, e.path) for e in deleted],
+    )
+    conn.executemany(
+        f"INSERT OR REPLACE INTO workspace_files (session_id, {_WORKSPACE_COLUMNS})"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+            (session_id, e.path, e.sha256, e.size, e.kind, e.mode, e.mtime, e.written_by, e.version)
+            for e in written
+        ],
+    )
+    conn.executemany(
+        "INSERT INTO workspace_changes (session_id, version, path, deleted, kind, sha256, size,"
+        " mode, mtime, written_by) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+            (session_id, version, e.path, 0, e.kind, e.sha256, e.size, e.mode, e.mtime, writer)
+            for e in written
+        ]
+        + [(session_id, version, e.path, 1, e.kind, "", 0, 0, 0, writer) for e in deleted],
+    )
+    return WorkspaceCommit(
+        base_version=delta.base_version,
+        version=version,
+        applied=len(written) + len(deleted),
+        conflicts=tuple(merged.conflicts),
+    )
 
 
 class Database:
@@ -550,23 +693,42 @@ class Database:
 
     # Session workspaces
 
-    async def get_workspace(self, session_id: str) -> list[WorkspaceFile]:
-        """The files of a session's workspace, ordered by path; empty if it has none."""
-        rows = await self._fetch(
-            "SELECT path, sha256, size FROM workspace_files WHERE session_id = ? ORDER BY path",
-            (session_id,),
-        )
-        return [WorkspaceFile.model_validate(dict(row)) for row in rows]
+    async def workspace_head(self, session_id: str) -> WorkspaceHead:
+        """The current version of a session's workspace and its entries, read together.
 
-    async def replace_workspace(self, session_id: str, files: Sequence[WorkspaceFile]) -> None:
-        """Make `files` the whole workspace of the session, in one transaction."""
-        params = [(session_id, f.path, f.sha256, f.size) for f in files]
+        A session without commits (or unknown) is version 0 with no entries.
+        """
 
-        def replace(conn: sqlite3.Connection) -> None:
-            conn.execute("DELETE FROM workspace_files WHERE session_id = ?", (session_id,))
-            conn.executemany(
-                "INSERT INTO workspace_files (session_id, path, sha256, size) VALUES (?, ?, ?, ?)",
-                params,
+        def read(conn: sqlite3.Connection) -> WorkspaceHead:
+            # One lock holder at a time, and commits write in one transaction: the version
+            # and the entries read here always belong together.
+            return WorkspaceHead(
+                version=_head_version(conn, session_id),
+                files=tuple(_workspace_rows(conn, session_id)),
             )
 
-        await self._write(replace)
+        return await self._call(read)
+
+    async def get_workspace(self, session_id: str) -> list[WorkspaceFile]:
+        """The entries (files and directories) of a session's workspace, ordered by path."""
+        return list((await self.workspace_head(session_id)).files)
+
+    async def get_workspace_file(self, session_id: str, path: str) -> WorkspaceFile | None:
+        rows = await self._fetch(
+            f"SELECT {_WORKSPACE_COLUMNS} FROM workspace_files WHERE session_id = ? AND path = ?",
+            (session_id, path),
+        )
+        return WorkspaceFile.model_validate(dict(rows[0])) if rows else None
+
+    async def commit_workspace(
+        self, session_id: str, delta: WorkspaceDelta, *, writer: str | None, at: float
+    ) -> WorkspaceCommit:
+        """Lay `delta` onto the session's current head in one transaction.
+
+        `writer` (a run id, or another name such as a copy-in) is recorded as the last writer
+        of every entry the commit changes. Paths other writers changed since
+        `delta.base_version` merge as `store.workspace.merge` describes; every path where
+        the two differ is in the result's `conflicts`. A commit that changes nothing makes
+        no new version. The session must exist (else `StoreError`).
+        """
+        return await self._write(lambda conn: _commit(conn, session_id, delta, writer, at))

@@ -70,14 +70,37 @@ class ArtifactRecord(BaseModel):
     created_at: float
 
 
+EntryKind = Literal["file", "dir"]
+"""What a workspace path holds: a regular file or a directory (nothing else is ever kept)."""
+
+
 class WorkspaceFile(BaseModel):
-    """One file of a session's workspace; its content is the blob named by `sha256`."""
+    """One entry of a session's workspace; a file's content is the blob named by `sha256`."""
 
     model_config = ConfigDict(frozen=True)
 
     path: str
     sha256: str
+    """Hex SHA-256 of a file's content; empty for a directory."""
     size: int
+    kind: EntryKind = "file"
+    mode: int = 0o644
+    """Permission bits only (`& 0o777`): setuid, setgid and sticky are never kept."""
+    mtime: int = 0
+    """Modification time in whole UNIX seconds; 0 for entries from before it was kept."""
+    written_by: str | None = None
+    """The run (or other writer, e.g. a copy-in) that last changed it; None if unknown."""
+    version: int = 0
+    """The workspace version that last changed it; 0 for entries from before versions."""
+
+    def same_as(self, other: WorkspaceFile | None) -> bool:
+        """Whether `other` holds the same thing here: kind, content and mode (not mtime)."""
+        return (
+            other is not None
+            and other.kind == self.kind
+            and other.sha256 == self.sha256
+            and other.mode == self.mode
+        )
 
 
 EgressVerdict = Literal["allow", "deny", "error"]

@@ -23,7 +23,9 @@ from store import (
     GrantRecord,
     RunRecord,
     SessionRecord,
+    WorkspaceDelta,
     WorkspaceFile,
+    WorkspaceHead,
 )
 
 pytestmark = pytest.mark.anyio
@@ -261,35 +263,151 @@ async def test_add_artifacts_stores_none_when_one_fails(db: Database) -> None:
 # Session workspaces
 
 
-async def test_replace_workspace_drops_old_files_of_that_session_only(db: Database) -> None:
-    await db.create_session(session("s1"))
-    await db.create_session(session("s2"))
-    old = WorkspaceFile(path="old.txt", sha256="1" * 64, size=1)
-    await db.replace_workspace("s1", [old])
-    await db.replace_workspace("s2", [old])
-
-    new = [
-        WorkspaceFile(path="z.txt", sha256="2" * 64, size=2),
-        WorkspaceFile(path="dir/a.txt", sha256="3" * 64, size=3),
-    ]
-    await db.replace_workspace("s1", new)
-
-    assert await db.get_workspace("s1") == sorted(new, key=lambda f: f.path)
-    assert await db.get_workspace("s2") == [old]
+def ws_file(path: str, content: str = "1", **fields: Any) -> WorkspaceFile:
+    return WorkspaceFile(path=path, sha256=content * 64, size=1, **fields)
 
 
-async def test_unknown_session_has_empty_workspace(db: Database) -> None:
+def ws_dir(path: str, mode: int = 0o755) -> WorkspaceFile:
+    return WorkspaceFile(path=path, sha256="", size=0, kind="dir", mode=mode)
+
+
+async def test_a_new_session_workspace_is_version_0_and_empty(db: Database) -> None:
+    assert await db.workspace_head("nope") == WorkspaceHead(version=0)
     assert await db.get_workspace("nope") == []
 
 
-async def test_failed_workspace_replace_keeps_the_old_workspace(db: Database) -> None:
+async def test_commit_makes_a_version_with_writer_mode_and_mtime(db: Database) -> None:
     await db.create_session(session())
-    old = WorkspaceFile(path="old.txt", sha256="1" * 64, size=1)
-    await db.replace_workspace("s1", [old])
-    twice = WorkspaceFile(path="dup.txt", sha256="2" * 64, size=2)
+    delta = WorkspaceDelta(
+        base_version=0,
+        upserts=(ws_dir("bin", 0o700), ws_file("bin/run.sh", mode=0o755, mtime=1700000000)),
+    )
+    commit = await db.commit_workspace("s1", delta, writer="r1", at=1.0)
+    assert (commit.base_version, commit.version, commit.applied, commit.conflicts) == (0, 1, 2, ())
+    head = await db.workspace_head("s1")
+    assert head.version == 1
+    script = head.by_path()["bin/run.sh"]
+    assert (script.mode, script.mtime, script.written_by, script.version) == (
+        0o755,
+        1700000000,
+        "r1",
+        1,
+    )
+    assert head.by_path()["bin"].kind == "dir"
+    assert await db.get_workspace_file("s1", "bin/run.sh") == script
+    assert await db.get_workspace_file("s1", "nope") is None
+
+
+async def test_commit_that_changes_nothing_makes_no_version(db: Database) -> None:
+    await db.create_session(session())
+    await db.commit_workspace(
+        "s1", WorkspaceDelta(base_version=0, upserts=(ws_file("a"),)), writer="r1", at=1.0
+    )
+    again = await db.commit_workspace(
+        "s1", WorkspaceDelta(base_version=0, deletes=("never-there",)), writer="r2", at=2.0
+    )
+    assert (again.version, again.applied) == (1, 0)
+
+
+async def test_sessions_have_separate_workspaces(db: Database) -> None:
+    await db.create_session(session("s1"))
+    await db.create_session(session("s2"))
+    await db.commit_workspace(
+        "s1", WorkspaceDelta(base_version=0, upserts=(ws_file("a"),)), writer="r1", at=1.0
+    )
+    assert await db.workspace_head("s2") == WorkspaceHead(version=0)
+    assert await db.get_workspace_file("s2", "a") is None
+
+
+async def test_commit_from_an_unknown_version_is_refused_and_changes_nothing(
+    db: Database,
+) -> None:
+    await db.create_session(session())
+    with pytest.raises(StoreError, match="no version 5"):
+        await db.commit_workspace("s1", WorkspaceDelta(base_version=5), writer="r1", at=1.0)
+    assert await db.workspace_head("s1") == WorkspaceHead(version=0)
+
+
+async def test_commit_for_an_unknown_session_fails_and_keeps_nothing(db: Database) -> None:
+    delta = WorkspaceDelta(base_version=0, upserts=(ws_file("a"),))
     with pytest.raises(StoreError):
-        await db.replace_workspace("s1", [twice, twice])
-    assert await db.get_workspace("s1") == [old]
+        await db.commit_workspace("ghost", delta, writer="r1", at=1.0)
+    assert await db.get_workspace("ghost") == []
+
+
+async def test_sixteen_concurrent_commits_from_one_base_all_land(db: Database) -> None:
+    await db.create_session(session())
+    await db.commit_workspace(
+        "s1", WorkspaceDelta(base_version=0, upserts=(ws_file("shared"),)), writer="r0", at=1.0
+    )
+    commits = []
+
+    async def one(i: int) -> None:
+        delta = WorkspaceDelta(
+            base_version=1,
+            upserts=(ws_file(f"own-{i:02}", "2"), ws_file("same", str(i % 10))),
+            deletes=("shared",),
+        )
+        commits.append(await db.commit_workspace("s1", delta, writer=f"r{i}", at=2.0))
+
+    async with anyio.create_task_group() as tg:
+        for i in range(16):
+            tg.start_soon(one, i)
+    head = await db.workspace_head("s1")
+    paths = [e.path for e in head.files]
+    assert paths == sorted([f"own-{i:02}" for i in range(16)] + ["same"])
+    assert head.version == 17
+    assert sorted(c.version for c in commits) == list(range(2, 18))
+    # Every commit but the first saw `same` written by an earlier one, differently or not.
+    first = min(commits, key=lambda c: c.version)
+    assert all(c.path != "shared" for commit in commits for c in commit.conflicts)
+    assert first.conflicts == ()
+    conflicted = [c for c in commits if c.conflicts]
+    assert conflicted, "the same path written by 16 runs must conflict somewhere"
+    last = max(commits, key=lambda c: c.version)
+    assert head.by_path()["same"].version == last.version
+    # The deletion was applied once: only one version records it.
+    with closing(sqlite3.connect(db_path(db))) as conn:
+        deletions = conn.execute(
+            "SELECT COUNT(*) FROM workspace_changes WHERE path = 'shared' AND deleted = 1"
+        ).fetchone()
+    assert deletions == (1,)
+
+
+def db_path(db: Database) -> Path:
+    return db._path
+
+
+async def test_database_of_schema_1_opens_with_its_workspace_kept(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    with closing(sqlite3.connect(path)) as conn:
+        conn.executescript(
+            """
+            CREATE TABLE sessions (id TEXT PRIMARY KEY, tenant TEXT NOT NULL,
+                created_at REAL NOT NULL, last_used_at REAL NOT NULL, expires_at REAL NOT NULL,
+                ended_at REAL, end_reason TEXT, containers_removed INTEGER NOT NULL DEFAULT 0);
+            CREATE TABLE workspace_files (
+                session_id TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+                path TEXT NOT NULL, sha256 TEXT NOT NULL, size INTEGER NOT NULL,
+                PRIMARY KEY (session_id, path));
+            INSERT INTO sessions VALUES ('s1', 't1', 1, 1, 1000, NULL, NULL, 0);
+            INSERT INTO workspace_files VALUES ('s1', 'old.txt', '"""
+            + "1" * 64
+            + """', 1);
+            PRAGMA user_version = 1;
+            """
+        )
+    db = await Database.open(path)
+    try:
+        head = await db.workspace_head("s1")
+        assert head == WorkspaceHead(version=0, files=(ws_file("old.txt"),))
+        delta = WorkspaceDelta(base_version=0, upserts=(ws_file("new.txt", "2"),))
+        assert (await db.commit_workspace("s1", delta, writer="r1", at=2.0)).version == 1
+        assert [e.path for e in await db.get_workspace("s1")] == ["new.txt", "old.txt"]
+    finally:
+        await db.close()
+    with closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
 
 
 # The database file
@@ -309,8 +427,9 @@ async def test_records_survive_close_and_reopen(tmp_path: Path) -> None:
     await db.create_session(session())
     await db.create_run(run())
     await db.add_artifacts([artifact("a.txt")])
-    workspace = [WorkspaceFile(path="a.txt", sha256="a" * 64, size=3)]
-    await db.replace_workspace("s1", workspace)
+    delta = WorkspaceDelta(base_version=0, upserts=(ws_file("a.txt", mode=0o700, mtime=5),))
+    await db.commit_workspace("s1", delta, writer="r1", at=1.0)
+    workspace = await db.get_workspace("s1")
     await db.close()
 
     db = await Database.open(path)

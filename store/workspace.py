@@ -1,0 +1,276 @@
+"""Workspace versions: what a run changed, and how that lands on a head others moved.
+
+Pure functions of plain records: no SQL, no files, no clock. `diff` turns the version a run
+started from and the run's final listing into its delta; `merge` lays that delta onto the
+current head, given what other writers changed since the run's base. The database wraps
+`merge` in one transaction (`Database.commit_workspace`).
+
+The rules, in the order `merge` applies them:
+1. Each path of the delta takes the run's state. If another writer changed that path since
+   the base to something else, that is a conflict the later commit (this one) wins; the
+   other version stays an artifact of the run that wrote it.
+2. A path this run wrote needs its parents to be directories. A parent another writer
+   removed or turned into a file is made a directory again (a conflict this run wins).
+3. A directory this run deleted stays when another writer put something inside it since
+   the base (a conflict the other writer wins: deleting a directory never drops their file).
+4. An entry another writer put under a path this run turned into a file cannot stay: it is
+   removed and reported as a conflict (this run wins; the file stays an artifact of theirs).
+Nothing leaves the head without being either in this run's delta or in `conflicts`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from .records import WorkspaceFile
+
+DEFAULT_DIR_MODE = 0o755
+
+
+class WorkspaceHead(BaseModel):
+    """A version of a session's workspace and every entry it holds, ordered by path."""
+
+    model_config = ConfigDict(frozen=True)
+
+    version: int
+    files: tuple[WorkspaceFile, ...] = ()
+
+    def by_path(self) -> dict[str, WorkspaceFile]:
+        return {entry.path: entry for entry in self.files}
+
+
+class WorkspaceDelta(BaseModel):
+    """What one writer changed relative to the version it started from."""
+
+    model_config = ConfigDict(frozen=True)
+
+    base_version: int
+    upserts: tuple[WorkspaceFile, ...] = ()
+    """Entries added or modified, in their new state (commit sets `written_by`, `version`)."""
+    deletes: tuple[str, ...] = ()
+    dirs: tuple[WorkspaceFile, ...] = ()
+    """Every directory of the writer's final state, for parents rule 2 has to bring back."""
+
+    @property
+    def empty(self) -> bool:
+        return not self.upserts and not self.deletes
+
+
+class WorkspaceConflict(BaseModel):
+    """A path two writers changed differently; `kept` says whose version the head holds."""
+
+    model_config = ConfigDict(frozen=True)
+
+    path: str
+    ours: WorkspaceFile | None
+    """This writer's state of the path; None: this writer deleted it."""
+    theirs: WorkspaceFile | None
+    """The other writer's state; None: the other writer deleted it."""
+    other: str | None
+    """Which writer made `theirs` (a run id), None if unknown."""
+    kept: Literal["ours", "theirs"]
+    reason: str
+
+
+class WorkspaceCommit(BaseModel):
+    """The outcome of committing a delta: the new head version and what did not merge."""
+
+    model_config = ConfigDict(frozen=True)
+
+    base_version: int
+    version: int
+    """The head after this commit (unchanged when the delta changed nothing)."""
+    applied: int
+    """How many entries of the head this commit changed."""
+    conflicts: tuple[WorkspaceConflict, ...] = ()
+
+
+@dataclass(frozen=True)
+class Merged:
+    """The result of `merge`: the new head and every conflict met on the way."""
+
+    head: dict[str, WorkspaceFile]
+    conflicts: list[WorkspaceConflict] = field(default_factory=list)
+
+    def changes(
+        self, old: Mapping[str, WorkspaceFile]
+    ) -> tuple[list[WorkspaceFile], list[WorkspaceFile]]:
+        """(entries to write, entries to delete) turning `old` into this head."""
+        written = [e for p, e in sorted(self.head.items()) if old.get(p) != e]
+        deleted = [e for p, e in sorted(old.items()) if p not in self.head]
+        return written, deleted
+
+
+def ancestors(path: str) -> Iterator[str]:
+    """The parent directories of `path`, outermost first: `a/b/c` gives `a`, `a/b`."""
+    parts = path.split("/")
+    for end in range(1, len(parts)):
+        yield "/".join(parts[:end])
+
+
+def diff(
+    base_version: int,
+    base: Mapping[str, WorkspaceFile],
+    final: Iterable[WorkspaceFile],
+    *,
+    complete: bool = True,
+) -> WorkspaceDelta:
+    """The delta from `base` to `final` (a listing already validated as a tree).
+
+    A file counts as changed when its kind, content, mode or mtime differ; a directory only
+    when it appears, disappears or changes mode (its mtime moves whenever its contents do).
+    With `complete=False` the listing may lack entries, so nothing is taken as deleted.
+    """
+    final_by_path = {entry.path: entry for entry in final}
+    upserts = [
+        entry for path, entry in sorted(final_by_path.items()) if _changed(base.get(path), entry)
+    ]
+    deletes = sorted(set(base) - set(final_by_path)) if complete else []
+    return WorkspaceDelta(
+        base_version=base_version,
+        upserts=tuple(upserts),
+        deletes=tuple(deletes),
+        dirs=tuple(e for _, e in sorted(final_by_path.items()) if e.kind == "dir"),
+    )
+
+
+def _changed(before: WorkspaceFile | None, after: WorkspaceFile) -> bool:
+    if before is None or not after.same_as(before):
+        return True
+    return after.kind == "file" and after.mtime != before.mtime
+
+
+@dataclass(frozen=True)
+class Change:
+    """The last change another writer made to a path since some version."""
+
+    written_by: str | None
+    after: WorkspaceFile | None
+
+
+def merge(
+    head: Mapping[str, WorkspaceFile],
+    delta: WorkspaceDelta,
+    since: Mapping[str, Change],
+    *,
+    writer: str | None,
+    version: int,
+) -> Merged:
+    """Lay `delta` onto `head` (a consistent tree) by the rules in the module docstring.
+
+    `since` holds the last change per path committed after `delta.base_version`; `writer`
+    and `version` are stamped on every entry this commit writes.
+    """
+    new = dict(head)
+    conflicts: dict[str, WorkspaceConflict] = {}
+    ours: dict[str, WorkspaceFile | None] = {
+        e.path: e.model_copy(update={"written_by": writer, "version": version})
+        for e in delta.upserts
+    }
+    ours.update({path: None for path in delta.deletes})
+
+    def conflict(
+        path: str,
+        mine: WorkspaceFile | None,
+        theirs: WorkspaceFile | None,
+        other: str | None,
+        kept: Literal["ours", "theirs"],
+        reason: str,
+    ) -> None:
+        conflicts[path] = WorkspaceConflict(
+            path=path, ours=mine, theirs=theirs, other=other, kept=kept, reason=reason
+        )
+
+    # Rule 1: the later commit wins each path it changed.
+    for path, mine in sorted(ours.items()):
+        other = since.get(path)
+        if other is not None and not _same(mine, other.after):
+            conflict(
+                path,
+                mine,
+                other.after,
+                other.written_by,
+                "ours",
+                "both runs changed this path; this run committed later, so its version is kept",
+            )
+        if mine is None:
+            new.pop(path, None)
+        else:
+            new[path] = mine
+
+    # Rule 2: what this run wrote keeps its parent directories.
+    dirs = {e.path: e for e in delta.dirs}
+    for path, mine in sorted(ours.items()):
+        if mine is None:
+            continue
+        for parent in ancestors(path):
+            current = new.get(parent)
+            if current is not None and current.kind == "dir":
+                continue
+            made = dirs.get(parent) or WorkspaceFile(
+                path=parent, sha256="", size=0, kind="dir", mode=DEFAULT_DIR_MODE
+            )
+            made = made.model_copy(update={"written_by": writer, "version": version})
+            gone = since.get(parent)
+            conflict(
+                parent,
+                made,
+                current,
+                current.written_by if current is not None else gone.written_by if gone else None,
+                "ours",
+                f"another run removed or replaced this directory, but this run wrote {path!r} "
+                "inside it; it is a directory again",
+            )
+            new[parent] = made
+
+    # Rule 3: a directory this run deleted stays if another run filled it meanwhile.
+    for path in sorted(new, key=_depth):
+        for parent in ancestors(path):
+            if parent in new:
+                continue
+            kept_dir = head.get(parent) or WorkspaceFile(
+                path=parent, sha256="", size=0, kind="dir", mode=DEFAULT_DIR_MODE
+            )
+            new[parent] = kept_dir
+            conflict(
+                parent,
+                None,
+                kept_dir,
+                new[path].written_by,
+                "theirs",
+                f"this run deleted the directory, but another run wrote {path!r} inside it; "
+                "the directory stays",
+            )
+
+    # Rule 4: nothing can live under a path this run turned into a file.
+    for path in sorted(new, key=_depth):
+        if path not in new:
+            continue
+        blocker = next((p for p in ancestors(path) if new[p].kind != "dir"), None)
+        if blocker is None:
+            continue
+        displaced = new.pop(path)
+        conflict(
+            path,
+            None,
+            displaced,
+            displaced.written_by,
+            "ours",
+            f"this run made {blocker!r} a file, so this entry of another run could not stay; "
+            "it is still an artifact of that run",
+        )
+    return Merged(head=new, conflicts=[conflicts[p] for p in sorted(conflicts)])
+
+
+def _same(mine: WorkspaceFile | None, theirs: WorkspaceFile | None) -> bool:
+    if mine is None or theirs is None:
+        return mine is None and theirs is None
+    return mine.same_as(theirs)
+
+
+def _depth(path: str) -> tuple[int, str]:
+    return path.count("/"), path
