@@ -155,6 +155,10 @@ class FileLimits(_Section):
     max_path_length: int = Field(default=255, gt=0)
     """Longest relative path, in characters, of an input file or artifact."""
 
+    max_workspace_entries: int = Field(default=10_000, gt=0)
+    """Most entries (files and directories) a run's final /workspace listing may hold; past
+    it, the entries listed later are not kept and the run deletes nothing from the session."""
+
 
 class SessionSettings(_Section):
     """Lifetime of session leases."""

@@ -33,12 +33,11 @@ from airlock.errors import (
     ImageUnavailable,
     RunnerFailed,
     SandboxError,
-    UnsafePath,
 )
 
 from .environment import CA_BUNDLE, EGRESS_MOUNT, RELAY_PORT
 from .exchange import Exchange, RunnerReport
-from .hatch import pack_inputs, read_outputs, safe_relative_path
+from .hatch import pack_inputs, read_listing, read_outputs
 from .instance import LABEL_INSTANCE, Instance
 from .pool import MAX_AGE_S as POOL_MAX_AGE_S
 from .pool import Profile, WarmPool
@@ -283,7 +282,7 @@ class DockerBackend:
         exchange = Exchange(job)
         stream = await anyio.abc.SocketStream.from_socket(fd)
         async with stream:
-            await stream.send(encode_job(_job_payload(job), pack_inputs(job.files)))
+            await stream.send(encode_job(_job_payload(job), pack_inputs(job.files, job.dirs)))
             with anyio.move_on_after(job.timeout_s + EXCHANGE_GRACE_S) as scope:
                 while not exchange.done:
                     try:
@@ -460,15 +459,18 @@ def _outcome(
     if exchange.overflow:
         notes.append(f"{exchange.overflow}; no files were kept from this run")
     workspace: tuple[WorkspaceEntry, ...] | None = None
+    complete = True
     files: tuple[OutputFile, ...] = ()
     if report is not None and not exchange.overflow:
-        listing = _safe_listing(report, notes)
+        listing, complete, listing_notes = read_listing(
+            report.workspace, complete=report.listing_complete, caps=job.artifact_caps
+        )
         kept, refused = read_outputs(bytes(exchange.tar), listing, job.artifact_caps)
         files = tuple(kept)
         notes.extend(report.skipped[:100])
+        notes.extend(listing_notes[:100])
         notes.extend(refused)
-        kept_paths = {f.path for f in kept}
-        workspace = tuple(e for e in listing if not e.changed or e.path in kept_paths)
+        workspace = tuple(listing)
     if report is not None:
         usage = Usage(
             cpu_seconds=usage.cpu_seconds if usage.cpu_seconds is not None else report.cpu_seconds,
@@ -490,25 +492,10 @@ def _outcome(
         ),
         files=files,
         workspace=workspace,
+        listing_complete=complete,
         notes=tuple(notes),
         usage=usage,
     )
-
-
-def _safe_listing(report: RunnerReport, notes: list[str]) -> list[WorkspaceEntry]:
-    listing: list[WorkspaceEntry] = []
-    seen: set[str] = set()
-    for entry in report.workspace:
-        try:
-            ok = safe_relative_path(entry.path) == entry.path and entry.path not in seen
-        except UnsafePath:
-            ok = False
-        if not ok:
-            notes.append(f"{entry.path!r}: not a plain relative path; not kept")
-            continue
-        seen.add(entry.path)
-        listing.append(entry)
-    return listing
 
 
 def _status(report: RunnerReport | None, *, oom_killed: bool, host_timeout: bool) -> Status:

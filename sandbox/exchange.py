@@ -48,6 +48,7 @@ class RunnerReport(BaseModel):
     stdout: StreamReport
     stderr: StreamReport
     workspace: list[WorkspaceEntry]
+    listing_complete: bool = True
     skipped: list[str] = []
 
 

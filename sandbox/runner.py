@@ -174,9 +174,10 @@ def _command(language: str) -> tuple[list[str], str]:
 def _snapshot() -> dict[str, str]:
     """sha256 of every regular file under /workspace, by relative path."""
     hashes: dict[str, str] = {}
-    for path, _ in _regular_files(skipped=None):
-        with contextlib.suppress(OSError):
-            hashes[path] = _hash_file(os.path.join(WORKSPACE, path))
+    for path, st in _entries():
+        if stat.S_ISREG(st.st_mode):
+            with contextlib.suppress(OSError):
+                hashes[path] = _hash_file(os.path.join(WORKSPACE, path))
     return hashes
 
 
@@ -189,22 +190,43 @@ def _hash_file(full: str) -> str:
     return digest.hexdigest()
 
 
-def _regular_files(skipped: list[str] | None) -> Iterator[tuple[str, os.stat_result]]:
-    for root, dirs, files in os.walk(WORKSPACE, followlinks=False):
+def _entries(unlisted: list[str] | None = None) -> Iterator[tuple[str, os.stat_result]]:
+    """Every entry under /workspace (never following a symlink), parents before children.
+
+    A directory that cannot be read is added to `unlisted`: its contents are unknown.
+    """
+
+    def unreadable(exc: OSError) -> None:
+        if unlisted is not None:
+            unlisted.append(f"{os.path.relpath(str(exc.filename), WORKSPACE)}: unreadable")
+
+    for root, dirs, files in os.walk(WORKSPACE, onerror=unreadable, followlinks=False):
         dirs.sort()
-        for name in [*sorted(files), *[d for d in dirs if os.path.islink(os.path.join(root, d))]]:
+        for name in sorted([*files, *dirs]):
             full = os.path.join(root, name)
-            rel = os.path.relpath(full, WORKSPACE)
             try:
                 st = os.lstat(full)
             except OSError:
                 continue
-            if stat.S_ISREG(st.st_mode):
-                yield rel, st
-            elif skipped is not None:
-                skipped.append(
-                    f"{rel}: not a regular file (symlinks, FIFOs and devices are not kept)"
-                )
+            yield os.path.relpath(full, WORKSPACE), st
+
+
+def _listed(rel: str, st: os.stat_result) -> dict[str, Any]:
+    """One listing entry as the host reads it (see sandbox/spec.py WorkspaceEntry)."""
+    if stat.S_ISREG(st.st_mode):
+        kind = "file"
+    elif stat.S_ISDIR(st.st_mode):
+        kind = "dir"
+    else:
+        kind = "other"
+    return {
+        "path": rel,
+        "kind": kind,
+        "size": st.st_size if kind == "file" else 0,
+        "sha256": "",
+        "mode": stat.S_IMODE(st.st_mode),
+        "mtime": int(st.st_mtime),
+    }
 
 
 def _oom_kills() -> int:
@@ -379,48 +401,76 @@ def _run(job: dict[str, Any], out: BinaryIO) -> dict[str, Any]:
     }
 
 
+# The RESULT frame carries the listing and must stay under MAX_FRAME.
+LISTING_BUDGET = MAX_FRAME - 64 * 1024
+MAX_SKIPPED = 100
+
+
 def _pack_workspace(
     before: dict[str, str], caps: dict[str, int], out: BinaryIO
-) -> tuple[list[dict[str, Any]], list[str]]:
-    """Send new or changed regular files as a tar; list every regular file kept."""
+) -> tuple[list[dict[str, Any]], bool, list[str]]:
+    """List every entry of /workspace; send the content of new or changed regular files.
+
+    Returns the listing, whether it is complete, and notes on files whose content
+    was not sent (they stay listed, so the host does not take them as deleted).
+    """
     skipped: list[str] = []
     listing: list[dict[str, Any]] = []
+    listing_bytes = 0
+    complete = True
+    sent_files = 0
     sent_bytes = 0
+    unlisted: list[str] = []
     writer = _FrameWriter(out, TAR)
     with tarfile.open(fileobj=writer, mode="w|", format=tarfile.PAX_FORMAT) as tar:  # type: ignore[call-overload]
-        for rel, st in _regular_files(skipped):
-            full = os.path.join(WORKSPACE, rel)
-            if len(listing) >= caps["max_files"]:
-                skipped.append(f"{rel}: over the limit of {caps['max_files']} files")
-                continue
-            if st.st_size > caps["max_file_bytes"]:
-                skipped.append(
-                    f"{rel}: {st.st_size} bytes is over the per-file limit "
-                    f"of {caps['max_file_bytes']}"
-                )
-                continue
-            try:
-                sha = _hash_file(full)
-            except OSError as exc:
-                skipped.append(f"{rel}: unreadable ({exc.strerror})")
-                continue
-            changed = before.get(rel) != sha
-            if changed:
-                if sent_bytes + st.st_size > caps["max_total_bytes"]:
-                    skipped.append(
-                        f"{rel}: would exceed the total limit of {caps['max_total_bytes']} bytes"
-                    )
+        for rel, st in _entries(unlisted):
+            entry = _listed(rel, st)
+            if entry["kind"] == "file":
+                full = os.path.join(WORKSPACE, rel)
+                try:
+                    entry["sha256"] = _hash_file(full)
+                except OSError as exc:
+                    skipped.append(f"{rel}: unreadable ({exc.strerror})")
+                    complete = False
                     continue
-                info = tarfile.TarInfo(rel)
-                info.size = st.st_size
-                info.mode = 0o644
-                info.mtime = int(st.st_mtime)
-                fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-                with os.fdopen(fd, "rb") as f:
-                    tar.addfile(info, f)
-                sent_bytes += st.st_size
-            listing.append({"path": rel, "sha256": sha, "size": st.st_size, "changed": changed})
-    return listing, skipped
+            listing_bytes += len(json.dumps(entry)) + 2
+            if listing_bytes > LISTING_BUDGET:
+                complete = False
+                break
+            listing.append(entry)
+            if entry["kind"] != "file" or before.get(rel) == entry["sha256"]:
+                continue
+            refusal = _send_refusal(rel, st.st_size, caps, sent_files, sent_bytes)
+            if refusal:
+                skipped.append(refusal)
+                continue
+            info = tarfile.TarInfo(rel)
+            info.size = st.st_size
+            info.mode = entry["mode"] & 0o777
+            info.mtime = entry["mtime"]
+            fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            with os.fdopen(fd, "rb") as f:
+                tar.addfile(info, f)
+            sent_files += 1
+            sent_bytes += st.st_size
+    if unlisted:
+        complete = False
+        skipped.extend(f"{text} directory, its contents are not listed" for text in unlisted)
+    if len(skipped) > MAX_SKIPPED:
+        skipped[MAX_SKIPPED:] = [f"... and {len(skipped) - MAX_SKIPPED} more files not sent"]
+    return listing, complete, skipped
+
+
+def _send_refusal(
+    rel: str, size: int, caps: dict[str, int], sent_files: int, sent_bytes: int
+) -> str | None:
+    if sent_files >= caps["max_files"]:
+        return f"{rel}: over the limit of {caps['max_files']} files"
+    if size > caps["max_file_bytes"]:
+        return f"{rel}: {size} bytes is over the per-file limit of {caps['max_file_bytes']}"
+    if sent_bytes + size > caps["max_total_bytes"]:
+        return f"{rel}: would exceed the total limit of {caps['max_total_bytes']} bytes"
+    return None
 
 
 def main() -> None:
@@ -435,11 +485,14 @@ def main() -> None:
         input_tar = _read_exact(stdin, int(job["input_tar_bytes"]))
         if input_tar:
             with tarfile.open(fileobj=io.BytesIO(input_tar), mode="r:") as tar:
-                tar.extractall(WORKSPACE)  # the host wrote it from validated paths
+                # The host wrote it from validated paths: directories and regular files
+                # only. extractall restores their modes and mtimes (directories last).
+                tar.extractall(WORKSPACE)
         before = _snapshot()
         report = _run(job, out)
-        listing, skipped = _pack_workspace(before, job["artifact_caps"], out)
+        listing, complete, skipped = _pack_workspace(before, job["artifact_caps"], out)
         report["workspace"] = listing
+        report["listing_complete"] = complete
         report["skipped"] = skipped
         out.write(encode_frame(RESULT, json.dumps(report).encode()))
     except Exception as exc:  # the host needs to hear about every failure

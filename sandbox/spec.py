@@ -48,6 +48,8 @@ class ArtifactCaps(BaseModel):
     max_files: int
     max_file_bytes: int
     max_total_bytes: int
+    max_entries: int = 10_000
+    """Most entries of the final listing the host reads; later ones are not kept."""
 
 
 class InputFile(BaseModel):
@@ -57,6 +59,20 @@ class InputFile(BaseModel):
 
     path: str
     data: bytes
+    mode: int = 0o644
+    """Permission bits (`& 0o777` only)."""
+    mtime: int = 0
+    """Whole UNIX seconds."""
+
+
+class InputDir(BaseModel):
+    """One directory to create under /workspace (it may be empty); `path` is validated."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    path: str
+    mode: int = 0o755
+    mtime: int = 0
 
 
 class EgressMount(BaseModel):
@@ -82,6 +98,7 @@ class JobSpec(BaseModel):
     code: str
     env: dict[str, str]
     files: tuple[InputFile, ...] = ()
+    dirs: tuple[InputDir, ...] = ()
     timeout_s: float = Field(gt=0)
     limits: ContainerLimits
     stream_cap_bytes: int
@@ -109,15 +126,30 @@ class OutputFile(BaseModel):
     sha256: str
 
 
+EntryKind = Literal["file", "dir", "other"]
+
+
 class WorkspaceEntry(BaseModel):
-    """A regular file present in /workspace when the run ended."""
+    """One entry of /workspace when the run ended, as the runner listed it.
+
+    The listing is the whole final tree; the host computes what changed by comparing it
+    with the version the run started from. `other` (symlink, FIFO, socket, device) is
+    listed only to be reported: it is never kept.
+    """
 
     model_config = ConfigDict(frozen=True)
 
     path: str
-    sha256: str
-    size: int
-    changed: bool
+    kind: EntryKind = "file"
+    sha256: str = ""
+    """Hex SHA-256 of a file's content; empty for anything else."""
+    size: int = 0
+    mode: int = 0o644
+    """`st_mode & 0o7777` as listed; the host keeps `& 0o777`."""
+    mtime: int = 0
+    """Whole UNIX seconds."""
+    changed: bool = False
+    """The runner's own view (content differs from what came in); the host ignores it."""
 
 
 class Usage(BaseModel):
@@ -141,5 +173,8 @@ class JobOutcome(BaseModel):
     stderr: StreamCapture
     files: tuple[OutputFile, ...] = ()
     workspace: tuple[WorkspaceEntry, ...] | None = None
+    """The validated final listing (files and directories); None when the run gave none."""
+    listing_complete: bool = True
+    """False when entries were left out, so absent paths must not be taken as deleted."""
     notes: tuple[str, ...] = ()
     usage: Usage = Usage()

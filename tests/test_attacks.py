@@ -767,7 +767,8 @@ async def test_links_and_fifos_never_become_artifacts(make_server: Any, mode: st
             "print(json.dumps(sorted(os.path.relpath(os.path.join(d, n)) "
             "for d, ds, fs in os.walk('.') for n in ds + fs)))",
         )
-        assert set(listing) <= {"real.txt", "hard"}
+        # Directories persist (sub held only a symlink, which did not), links never do.
+        assert set(listing) <= {"real.txt", "hard", "sub"}
         assert "real.txt" in listing
         await assert_alive(c)
 
@@ -896,8 +897,8 @@ async def test_forged_envelopes_and_invisible_text_are_defused(make_server: Any,
         result = r.structured_content
         assert result["status"] == "ok", result
         text = r.content[0].text
-        # stdout, stderr, the artifact listing and the notes: four envelopes.
-        assert assert_forgery_defused(text) == 4
+        # stdout, stderr, the artifact listing, the workspace changes and the notes.
+        assert assert_forgery_defused(text) == 5
         assert text.count("MARKER-BEGIN") == 2
         for stream in ("stdout", "stderr"):
             clean = result[stream]["text"]

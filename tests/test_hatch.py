@@ -9,8 +9,8 @@ import tarfile
 import pytest
 
 from airlock.errors import UnsafePath
-from sandbox.hatch import pack_inputs, read_outputs, safe_relative_path
-from sandbox.spec import ArtifactCaps, InputFile, WorkspaceEntry
+from sandbox.hatch import pack_inputs, read_listing, read_outputs, safe_relative_path, settle
+from sandbox.spec import ArtifactCaps, InputDir, InputFile, OutputFile, WorkspaceEntry
 
 CAPS = ArtifactCaps(max_files=3, max_file_bytes=100, max_total_bytes=150)
 
@@ -152,3 +152,102 @@ def test_inputs_are_packed_owned_by_the_sandbox_user() -> None:
         (member,) = tar.getmembers()
     assert (member.name, member.size, member.uid, member.mode) == ("d/a.txt", 3, 1000, 0o644)
     assert pack_inputs([]) == b""
+
+
+def test_inputs_carry_directories_modes_and_mtimes_without_special_bits() -> None:
+    packed = pack_inputs(
+        [InputFile(path="bin/run.sh", data=b"#!/bin/sh\n", mode=0o4755, mtime=1700000000)],
+        [InputDir(path="empty", mode=0o700, mtime=1600000000), InputDir(path="bin")],
+    )
+    with tarfile.open(fileobj=io.BytesIO(packed)) as tar:
+        members = {m.name: m for m in tar.getmembers()}
+    assert list(members) == ["bin", "empty", "bin/run.sh"]
+    assert members["empty"].isdir() and members["empty"].mode == 0o700
+    assert members["empty"].mtime == 1600000000
+    script = members["bin/run.sh"]
+    assert (script.mode, script.mtime, script.uid) == (0o755, 1700000000, 1000)
+
+
+LISTING_CAPS = ArtifactCaps(max_files=10, max_file_bytes=100, max_total_bytes=150, max_entries=4)
+
+
+def _listed(path: str, kind: str = "file", mode: int = 0o644) -> WorkspaceEntry:
+    sha = hashlib.sha256(path.encode()).hexdigest() if kind == "file" else ""
+    return WorkspaceEntry(path=path, kind=kind, sha256=sha, size=1, mode=mode)  # type: ignore[arg-type]
+
+
+def test_listing_keeps_files_and_dirs_and_reports_the_rest() -> None:
+    listing = [
+        _listed("d", "dir"),
+        _listed("d/a"),
+        _listed("link", "other"),
+        _listed("suid", mode=0o4755),
+    ]
+    kept, complete, notes = read_listing(listing, complete=True, caps=LISTING_CAPS)
+    assert [(e.path, e.kind, e.mode) for e in kept] == [
+        ("d", "dir", 0o644),
+        ("d/a", "file", 0o644),
+        ("suid", "file", 0o755),
+    ]
+    assert complete
+    assert any("link: not a regular file or directory" in n for n in notes)
+    assert any("suid: setuid" in n for n in notes)
+
+
+@pytest.mark.parametrize(
+    "path", ["../x", "/etc/passwd", "a/../../b", "./a", "a//b", ".airlock/stdout", ".airlock"]
+)
+def test_listing_refuses_unsafe_and_reserved_paths(path: str) -> None:
+    kept, _complete, notes = read_listing([_listed(path)], complete=True, caps=LISTING_CAPS)
+    assert kept == []
+    assert notes
+
+
+def test_listing_refuses_children_of_a_file_or_of_an_unlisted_dir() -> None:
+    listing = [_listed("x"), _listed("x/y"), _listed("ghost/z")]
+    kept, _complete, notes = read_listing(listing, complete=True, caps=LISTING_CAPS)
+    assert [e.path for e in kept] == ["x"]
+    assert len(notes) == 2 and all("parent directory was not kept" in n for n in notes)
+
+
+def test_listing_over_the_entry_cap_is_incomplete_and_says_so() -> None:
+    listing = [_listed(f"f{i:02}") for i in range(10)]
+    kept, complete, notes = read_listing(listing, complete=True, caps=LISTING_CAPS)
+    assert len(kept) == 4
+    assert not complete
+    assert any("more than 4 entries" in n and "deleted nothing" in n for n in notes)
+
+
+def test_incomplete_listing_from_the_runner_is_reported() -> None:
+    _kept, complete, notes = read_listing([], complete=False, caps=LISTING_CAPS)
+    assert not complete
+    assert any("deleted nothing" in n for n in notes)
+
+
+def _out(path: str, data: bytes) -> OutputFile:
+    return OutputFile(path=path, data=data, sha256=hashlib.sha256(data).hexdigest())
+
+
+def test_settle_takes_content_sent_back_or_sent_in_at_the_same_path_only() -> None:
+    secret = b"another tenant's blob"
+    listing = [
+        WorkspaceEntry(path="new", sha256=hashlib.sha256(b"n").hexdigest(), size=1),
+        WorkspaceEntry(path="same", sha256=hashlib.sha256(b"s").hexdigest(), size=1),
+        # Claims a hash the host knows from elsewhere, but sent no bytes: not kept.
+        WorkspaceEntry(path="probe", sha256=hashlib.sha256(secret).hexdigest(), size=21),
+        # Changed, content not sent back: the version sent in stays.
+        WorkspaceEntry(path="big", sha256="f" * 64, size=999, mode=0o600),
+    ]
+    sent = {
+        "same": InputFile(path="same", data=b"s"),
+        "big": InputFile(path="big", data=b"old", mode=0o640, mtime=7),
+        "elsewhere": InputFile(path="elsewhere", data=secret),
+    }
+    settled = settle(listing, [_out("new", b"n")], sent)
+    by_path = {e.path: e for e in settled.entries}
+    assert sorted(by_path) == ["big", "new", "same"]
+    assert by_path["big"].sha256 == hashlib.sha256(b"old").hexdigest()
+    assert (by_path["big"].mode, by_path["big"].mtime) == (0o640, 7)
+    assert hashlib.sha256(secret).hexdigest() not in settled.contents
+    assert any("probe: its content did not come back; not kept" in n for n in settled.notes)
+    assert any("big: its new content did not come back" in n for n in settled.notes)

@@ -47,6 +47,41 @@ class ArtifactInfo(BaseModel):
     uri: str
 
 
+class EntryInfo(BaseModel):
+    """A workspace entry as a run left it. `path` was chosen by sandboxed code: data only."""
+
+    path: str
+    kind: Literal["file", "dir"]
+    size: int
+    sha256: str | None = Field(description="SHA-256 of a file's content; null for a directory.")
+    mode: str = Field(description="Permission bits in octal, e.g. '0755'.")
+
+
+class ChangesInfo(BaseModel):
+    """What this run changed in /workspace, relative to the version it started from."""
+
+    added: list[EntryInfo]
+    modified: list[EntryInfo]
+    deleted: list[str]
+    counts: dict[Literal["added", "modified", "deleted"], int] = Field(
+        description="How many of each there are; the lists show at most the first ones."
+    )
+    truncated: bool = Field(description="True when a list shows fewer than its count.")
+
+
+class ConflictInfo(BaseModel):
+    """A path this run and another run both changed, differently."""
+
+    path: str
+    this_run: EntryInfo | None = Field(description="This run's version; null: it deleted it.")
+    other: EntryInfo | None = Field(description="The other run's version; null: it deleted it.")
+    other_run_id: str | None = Field(
+        description="The run that wrote `other`; fetch_artifact(other_run_id, path) reads it."
+    )
+    kept: Literal["this_run", "other"] = Field(description="Whose version the workspace holds.")
+    reason: str
+
+
 class UsageInfo(BaseModel):
     """What the run cost."""
 
@@ -68,6 +103,15 @@ class RunResult(BaseModel):
     stdout: StreamResult
     stderr: StreamResult
     artifacts: list[ArtifactInfo]
+    changes: ChangesInfo
+    conflicts: list[ConflictInfo] = Field(
+        default_factory=list,
+        description="Paths another run of the session changed meanwhile; nothing was dropped.",
+    )
+    base_version: int = Field(description="The session workspace version this run started from.")
+    workspace_version: int = Field(
+        description="The session workspace version after this run's changes were committed."
+    )
     egress: list[dict[str, str | int]] = Field(
         default_factory=list, description="Network requests the run made (none: no egress yet)."
     )
