@@ -1,0 +1,238 @@
+"""The session workspace through the real MCP client and real Docker: versions and merges of
+parallel calls, files that keep their modes, mtimes and directories, and every change
+reported."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from collections.abc import Callable
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp.client import Client
+from mcp.server.mcpserver import MCPServer
+
+pytestmark = [pytest.mark.anyio, pytest.mark.docker]
+
+MakeServer = Callable[..., MCPServer]
+CALL_TIMEOUT_S = 240
+
+
+async def run(client: Client, code: str, **args: Any) -> dict[str, Any]:
+    with anyio.fail_after(CALL_TIMEOUT_S):
+        result = await client.call_tool("run_code", {"code": code, **args})
+    assert not result.is_error, result.content
+    assert result.structured_content is not None
+    data = result.structured_content
+    data["_text"] = result.content[0].text  # type: ignore[union-attr]
+    return data
+
+
+LIST_TREE = """
+import json, os, stat
+out = {}
+for root, dirs, files in os.walk('.'):
+    for name in dirs + files:
+        full = os.path.join(root, name)
+        st = os.lstat(full)
+        out[os.path.relpath(full)] = [oct(stat.S_IMODE(st.st_mode)), int(st.st_mtime),
+                                       'dir' if stat.S_ISDIR(st.st_mode) else 'file']
+print(json.dumps(out))
+"""
+
+
+async def test_sixteen_parallel_calls_merge_and_the_same_path_is_a_reported_conflict(
+    make_server: MakeServer, data_dir: Path
+) -> None:
+    async with Client(make_server()) as client:
+        first = await run(client, "open('shared.txt', 'w').write('shared')")
+        session = first["session_id"]
+        results: list[dict[str, Any]] = []
+
+        async def one(i: int) -> None:
+            code = (
+                "import os\n"
+                f"open('own-{i:02}.txt', 'w').write('{i}')\n"
+                f"open('same.txt', 'w').write('written by call {i}')\n"
+                "if os.path.exists('shared.txt'):\n"
+                "    os.remove('shared.txt')\n"
+            )
+            results.append(await run(client, code, session_id=session))
+
+        async with anyio.create_task_group() as tg:
+            for i in range(16):
+                tg.start_soon(one, i)
+        listing = await run(client, "import os; print(sorted(os.listdir('.')))", session_id=session)
+
+        assert all(r["status"] == "ok" for r in results), results
+        expected = sorted([f"own-{i:02}.txt" for i in range(16)] + ["same.txt"])
+        assert listing["stdout"]["text"] == f"{expected}\n"
+        # Every call committed its own version on top of the first call's.
+        versions = sorted(r["workspace_version"] for r in results)
+        assert versions == list(range(first["workspace_version"] + 1, 18))
+        for r in results:
+            assert any(e["path"].startswith("own-") for e in r["changes"]["added"])
+            started_with_shared = r["base_version"] == first["workspace_version"]
+            assert ("shared.txt" in r["changes"]["deleted"]) == started_with_shared
+            # A conflict on same.txt exactly when another call committed in between.
+            between = [
+                o
+                for o in results
+                if r["base_version"] < o["workspace_version"] < r["workspace_version"]
+            ]
+            conflicts = [c for c in r["conflicts"] if c["path"] == "same.txt"]
+            assert bool(conflicts) == bool(between), r
+            assert not [c for c in r["conflicts"] if c["path"] == "shared.txt"]
+            for c in conflicts:
+                assert c["kept"] == "this_run"
+                assert c["other_run_id"] in {o["run_id"] for o in between}
+                assert c["this_run"]["sha256"] != c["other"]["sha256"]
+                assert 'stream="conflicts"' in r["_text"]
+                # The overwritten version stays fetchable from the run that wrote it.
+                with anyio.fail_after(CALL_TIMEOUT_S):
+                    fetched = await client.call_tool(
+                        "fetch_artifact", {"run_id": c["other_run_id"], "path": "same.txt"}
+                    )
+                assert fetched.structured_content is not None, fetched.content
+                assert fetched.structured_content["sha256"] == c["other"]["sha256"]
+        assert any(r["conflicts"] for r in results), "16 calls from one version never overlapped"
+    # The deletion was applied once: one workspace version records it.
+    with closing(sqlite3.connect(data_dir / "airlock.db")) as conn:
+        (deletions,) = conn.execute(
+            "SELECT COUNT(*) FROM workspace_changes WHERE path = 'shared.txt' AND deleted = 1"
+        ).fetchone()
+    assert deletions == 1
+
+
+async def test_modes_mtimes_and_empty_directories_survive_across_calls(
+    make_server: MakeServer,
+) -> None:
+    code = (
+        "import os\n"
+        "open('s.sh', 'w').write('#!/bin/sh\\necho ran\\n')\n"
+        "os.chmod('s.sh', 0o755)\n"
+        "os.makedirs('empty/inner')\n"
+        "os.mkdir('private', 0o700)\n"
+        "open('private/key', 'w').write('k')\n"
+        "os.chmod('private/key', 0o600)\n"
+        "os.utime('private/key', (1600000000, 1600000000))\n"
+        "open('suid', 'w').write('x')\n"
+        "os.chmod('suid', 0o4755)\n"
+    )
+    async with Client(make_server()) as client:
+        first = await run(client, code)
+        session = first["session_id"]
+        second = await run(client, "./s.sh", language="bash", session_id=session)
+        tree = await run(client, LIST_TREE, session_id=session)
+    added = {e["path"]: e for e in first["changes"]["added"]}
+    assert added["s.sh"]["mode"] == "0755" and added["s.sh"]["kind"] == "file"
+    assert added["empty/inner"] == {
+        "path": "empty/inner",
+        "kind": "dir",
+        "size": 0,
+        "sha256": None,
+        "mode": "0755",
+    }
+    assert added["private"]["mode"] == "0700"
+    assert added["suid"]["mode"] == "0755"
+    assert any("suid: setuid, setgid and sticky bits are not kept" in n for n in first["notes"])
+    assert second["stdout"]["text"] == "ran\n", second
+    assert second["changes"] == {
+        "added": [],
+        "modified": [],
+        "deleted": [],
+        "counts": {"added": 0, "modified": 0, "deleted": 0},
+        "truncated": False,
+    }
+    listed = json.loads(tree["stdout"]["text"])
+    assert listed["s.sh"][0] == "0o755"
+    assert listed["empty/inner"][2] == "dir"
+    assert listed["private"][0] == "0o700"
+    assert listed["private/key"][:2] == ["0o600", 1600000000]
+    assert listed["suid"][0] == "0o755"
+
+
+async def test_modifications_and_deletions_are_reported_in_both_result_forms(
+    make_server: MakeServer,
+) -> None:
+    async with Client(make_server()) as client:
+        first = await run(
+            client, "import os; os.mkdir('d'); open('d/a','w').write('1'); open('b','w').write('1')"
+        )
+        second = await run(
+            client,
+            "import os, shutil; open('d/a','w').write('2'); os.remove('b'); os.chmod('d', 0o750)",
+            session_id=first["session_id"],
+        )
+    changes = second["changes"]
+    assert [(e["path"], e["sha256"]) for e in changes["modified"]] == [
+        ("d", None),
+        ("d/a", hashlib.sha256(b"2").hexdigest()),
+    ]
+    assert changes["deleted"] == ["b"]
+    assert changes["counts"] == {"added": 0, "modified": 2, "deleted": 1}
+    text = second["_text"]
+    assert "workspace version 1 -> 2: 0 added, 2 modified, 1 deleted, 0 conflict(s)" in text
+    assert "~ d/a (1 bytes, mode 0644)" in text and "\n- b\n" in text
+    assert 'stream="changes"' in text
+
+
+async def test_a_file_and_a_directory_of_one_name_in_parallel_calls_do_not_brick_the_session(
+    make_server: MakeServer,
+) -> None:
+    async with Client(make_server()) as client:
+        first = await run(client, "open('base.txt','w').write('b')")
+        session = first["session_id"]
+        results: dict[str, dict[str, Any]] = {}
+
+        async def make(kind: str, code: str) -> None:
+            results[kind] = await run(client, code, session_id=session)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(make, "file", "open('x','w').write('file')")
+            tg.start_soon(make, "dir", "import os; os.mkdir('x'); open('x/y','w').write('dir')")
+        after = await run(client, LIST_TREE, session_id=session)
+    assert results["file"]["base_version"] == results["dir"]["base_version"], results
+    later = max(results.values(), key=lambda r: r["workspace_version"])
+    paths = {c["path"] for c in later["conflicts"]}
+    assert "x" in paths, later["conflicts"]
+    listed = json.loads(after["stdout"]["text"])
+    assert after["status"] == "ok"
+    if later is results["dir"]:
+        assert listed["x"][2] == "dir" and "x/y" in listed
+    else:
+        assert listed["x"][2] == "file" and "x/y" not in listed
+        # The file the directory held stays an artifact of the run that wrote it.
+        assert "x/y" in paths
+
+
+async def test_many_small_files_against_the_caps_keep_what_fits_and_delete_nothing(
+    make_server: MakeServer,
+) -> None:
+    policy = {"files": {"max_workspace_entries": 300, "max_artifact_files": 100}}
+    async with Client(make_server(policy)) as client:
+        first = await run(client, "open('keep.txt','w').write('k')")
+        session = first["session_id"]
+        flood = await run(
+            client,
+            "import os\nos.remove('keep.txt')\n"
+            "for i in range(2000): open(f'f{i:05}', 'w').write(str(i))",
+            session_id=session,
+        )
+        after = await run(
+            client,
+            "import os; print(len(os.listdir('.')), os.path.exists('keep.txt'))",
+            session_id=session,
+        )
+    assert flood["status"] == "ok"
+    notes = "\n".join(flood["notes"])
+    assert "more than 300 entries" in notes and "deleted nothing" in notes
+    assert "over the limit of 100 files" in notes
+    assert flood["changes"]["counts"] == {"added": 100, "modified": 0, "deleted": 0}
+    assert flood["changes"]["truncated"] is False
+    assert after["stdout"]["text"] == "101 True\n"
