@@ -53,8 +53,11 @@ from tools.artifacts import MAX_FETCH_BYTES
 from tools.capabilities import approval_question, check_request, describe_offer
 
 from .auth import current_tenant
+from .bearer import unauthorized, verified_token
 from .config import LOCAL_TENANT, Config
 from .engine import Engine
+from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from .metrics import LiveState, Metrics
 from .secret_check import warn_missing_secrets
 from .sessions import Leases
 from .strict_tools import StrictToolServer
@@ -103,11 +106,13 @@ def build_server(
     on_stopped: Callable[[], None] | None = None,
     tenant_policies: Mapping[str, Policy] | None = None,
     local_tenant: str = LOCAL_TENANT,
+    metrics: Metrics | None = None,
 ) -> MCPServer:
     """The Airlock MCP server. Over HTTP every call's tenant comes from its bearer token
     (the local user when serving loopback without auth), and a call without session_id
     starts a fresh lease; over stdio there is one local user with one default session."""
     live = _Live()
+    meter = metrics or Metrics()
     instance = Instance.current()
     offer = describe_offer(policy)
     # The schema carries one maximum for every caller: the largest any tenant's policy
@@ -145,6 +150,8 @@ def build_server(
             tenant_policies=dict(tenant_policies or {}),
         )
         leases = Leases(services)
+        services.events.subscribe(meter.observe)
+        meter.watch(lambda: _live_state(live, policy))
         live.services, live.leases = services, leases
         try:
             async with anyio.create_task_group() as tg:
@@ -181,6 +188,13 @@ def build_server(
     @mcp.custom_route("/healthz", methods=["GET"])  # type: ignore[untyped-decorator]
     async def healthz(_: Request) -> Response:
         return JSONResponse({"status": "ok" if live.services is not None else "starting"})
+
+    @mcp.custom_route("/metrics", methods=["GET"])  # type: ignore[untyped-decorator]
+    async def metrics_endpoint(request: Request) -> Response:
+        # Custom routes skip the SDK's auth: check the bearer token as /mcp would.
+        if token_verifier is not None and await verified_token(token_verifier, request) is None:
+            return unauthorized()
+        return Response(meter.render(), media_type=METRICS_CONTENT_TYPE)
 
     @mcp.tool(
         title="Run code in a sandbox",
@@ -439,6 +453,22 @@ def _approval(answer: object) -> tools.Approval:
     if isinstance(answer, CancelledElicitation):
         return "cancelled"
     return "declined"
+
+
+def _live_state(live: _Live, policy: Policy) -> LiveState | None:
+    if live.services is None or live.leases is None:
+        return None
+    now = live.services.clock()
+    grants: dict[str, int] = {}
+    for grant in live.services.grants.all():
+        if grant.live(now):
+            grants[grant.tenant] = grants.get(grant.tenant, 0) + 1
+    return LiveState(
+        sessions=len(live.leases.live_ids()),
+        runs_in_progress=live.leases.running_by_tenant(),
+        live_grants=grants,
+        pool_size=policy.pool.size,
+    )
 
 
 def _sweep_interval(policy: Policy) -> float:

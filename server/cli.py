@@ -34,6 +34,7 @@ from .doctor import run_checks
 from .drill import drill_main
 from .http import serve_http
 from .logs import LOG_FORMATS, setup_logging
+from .metrics import Metrics, serve_metrics
 from .secret_check import missing_secrets
 from .stdio import serve_stdio
 
@@ -88,6 +89,12 @@ def _parser() -> argparse.ArgumentParser:
         metavar="FILE",
         default=os.environ.get(ENV_AUTH),
         help=f"API keys / JWT settings (TOML); default ${ENV_AUTH}; required off loopback",
+    )
+    serve.add_argument(
+        "--metrics-listen",
+        metavar="HOST:PORT",
+        help="also serve Prometheus /metrics, without auth, on this address "
+        "(over --http, /metrics next to /mcp takes the same bearer tokens)",
     )
     serve.add_argument(
         "--allowed-host",
@@ -251,6 +258,9 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 def _serve(config: Config, args: argparse.Namespace) -> int:
     policy = load_policy(config.policy_path)
+    metrics = Metrics()
+    if args.metrics_listen:
+        serve_metrics(metrics, args.metrics_listen)
     if args.http:
         auth = load_auth_config(Path(args.auth)) if args.auth else None
         serve_http(
@@ -261,10 +271,11 @@ def _serve(config: Config, args: argparse.Namespace) -> int:
             auth=auth,
             allowed_hosts=args.allowed_host,
             allowed_origins=args.allowed_origin,
+            metrics=metrics,
         )
         return 0
     log.info("airlock %s serving MCP on stdio; data in %s", __version__, config.data_dir)
-    serve_stdio(config, policy)
+    serve_stdio(config, policy, metrics)
     return 0
 
 

@@ -23,6 +23,7 @@ from policies import Policy, load_policy
 from .app import build_server
 from .auth import AirlockTokenVerifier, AuthConfig
 from .config import Config
+from .metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,7 @@ def serve_http(
     auth: AuthConfig | None,
     allowed_hosts: list[str],
     allowed_origins: list[str],
+    metrics: Metrics | None = None,
 ) -> None:
     if auth is None and not is_loopback(host):
         raise InvalidRequest(
@@ -79,6 +81,7 @@ def serve_http(
         token_verifier=verifier,
         auth=settings,
         tenant_policies=tenant_policies,
+        metrics=metrics,
     )
     hosts = [_authority(host, port), f"localhost:{port}", f"127.0.0.1:{port}", *allowed_hosts]
     origins = [f"http://localhost:{port}", f"http://127.0.0.1:{port}", *allowed_origins]

@@ -163,6 +163,10 @@ class Leases:
     def live_ids(self) -> list[str]:
         return list(self._live)
 
+    def running_by_tenant(self) -> dict[str, int]:
+        """Calls running now, per tenant (each run holds one container)."""
+        return {tenant: n for tenant, n in self._runs_by_tenant.items() if n}
+
     async def _create(self, tenant: str, now: float) -> _Lease:
         lease = _Lease(id=new_session_id(), tenant=tenant, created_at=now, expires_at=now)
         lease.expires_at = self._idle_end(lease, now)

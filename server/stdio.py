@@ -19,6 +19,7 @@ from policies import Policy
 
 from .app import build_server
 from .config import Config
+from .metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -29,9 +30,9 @@ def _exit_now() -> None:
     os._exit(0)
 
 
-async def _serve(config: Config, policy: Policy) -> None:
+async def _serve(config: Config, policy: Policy, metrics: Metrics | None) -> None:
     stopped = anyio.Event()
-    mcp = build_server(config, policy, on_stopped=stopped.set)
+    mcp = build_server(config, policy, on_stopped=stopped.set, metrics=metrics)
     async with anyio.create_task_group() as tg:
 
         async def stop_on_signal() -> None:
@@ -49,6 +50,6 @@ async def _serve(config: Config, policy: Policy) -> None:
         tg.cancel_scope.cancel()
 
 
-def serve_stdio(config: Config, policy: Policy) -> None:
-    anyio.run(_serve, config, policy)
+def serve_stdio(config: Config, policy: Policy, metrics: Metrics | None = None) -> None:
+    anyio.run(_serve, config, policy, metrics)
     _exit_now()

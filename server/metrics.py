@@ -1,0 +1,142 @@
+"""Prometheus metrics of one server, with the official client library.
+
+Counters and the run-duration histogram are fed by `tools.events` (the one place that
+reads a finished run and its egress records); gauges (live sessions, runs in progress,
+live grants, the warm pool) are read from the live server at scrape time. Each server
+has its own registry, so two servers in one process never share numbers. Labels are
+tenants, statuses and decisions: never an id, a host or anything an agent chose freely.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+    start_http_server,
+)
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from airlock.errors import InvalidRequest
+from tools.events import CapabilityDecided, Event, RunFinished
+
+log = logging.getLogger(__name__)
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+DURATION_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 900.0, 3600.0)
+
+
+@dataclass(frozen=True)
+class LiveState:
+    """What the server holds right now, read at each scrape."""
+
+    sessions: int
+    runs_in_progress: dict[str, int]
+    live_grants: dict[str, int]
+    pool_size: int
+
+
+class _LiveCollector(Collector):
+    def __init__(self, read: Callable[[], LiveState | None]) -> None:
+        self.read = read
+
+    def collect(self) -> Iterator[Metric]:
+        state = self.read()
+        if state is None:  # starting or stopping: report nothing rather than zeros
+            return
+        yield GaugeMetricFamily("airlock_live_sessions", "Session leases alive.", state.sessions)
+        running = GaugeMetricFamily(
+            "airlock_runs_in_progress",
+            "Runs executing now; each holds one container.",
+            labels=["tenant"],
+        )
+        for tenant, count in sorted(state.runs_in_progress.items()):
+            running.add_metric([tenant], count)
+        yield running
+        grants = GaugeMetricFamily(
+            "airlock_live_grants", "Grants neither expired nor revoked.", labels=["tenant"]
+        )
+        for tenant, count in sorted(state.live_grants.items()):
+            grants.add_metric([tenant], count)
+        yield grants
+        yield GaugeMetricFamily(
+            "airlock_pool_size", "Warm containers the pool keeps per profile.", state.pool_size
+        )
+
+
+class Metrics:
+    """The registry of one server, and the listener that feeds it from events."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self._runs = Counter(
+            "airlock_runs", "Finished runs.", ["tenant", "status"], registry=self.registry
+        )
+        self._duration = Histogram(
+            "airlock_run_duration_seconds",
+            "Wall-clock time of finished runs.",
+            ["tenant"],
+            buckets=DURATION_BUCKETS,
+            registry=self.registry,
+        )
+        self._egress = Counter(
+            "airlock_egress_decisions",
+            "Egress proxy decisions (allow, deny, error).",
+            ["tenant", "decision"],
+            registry=self.registry,
+        )
+        self._capabilities = Counter(
+            "airlock_capability_decisions",
+            "Answers to request_capability (granted, denied, pending).",
+            ["tenant", "outcome"],
+            registry=self.registry,
+        )
+        self._live = _LiveCollector(lambda: None)
+        self.registry.register(self._live)
+
+    def watch(self, read: Callable[[], LiveState | None]) -> None:
+        """Report the gauges `read` returns at each scrape."""
+        self._live.read = read
+
+    def observe(self, event: Event) -> None:
+        if isinstance(event, RunFinished):
+            run = event.run
+            self._runs.labels(run.tenant, run.status).inc()
+            if run.duration_ms is not None:
+                self._duration.labels(run.tenant).observe(run.duration_ms / 1000)
+            for record in event.egress:
+                self._egress.labels(run.tenant, record.decision).inc()
+        elif isinstance(event, CapabilityDecided):
+            self._capabilities.labels(event.tenant, event.outcome).inc()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """`HOST:PORT` (or `[v6]:PORT`) for `--metrics-listen`."""
+    host, sep, port = value.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise InvalidRequest(
+            f"--metrics-listen {value!r} is not HOST:PORT; write e.g. 127.0.0.1:9464"
+        )
+    return host, int(port)
+
+
+def serve_metrics(metrics: Metrics, listen: str) -> None:
+    """Serve /metrics on its own address (no auth there: bind it where only your
+    scraper can reach it). A daemon thread; it ends with the process."""
+    host, port = parse_listen(listen)
+    try:
+        start_http_server(port, addr=host, registry=metrics.registry)
+    except OSError as exc:
+        raise InvalidRequest(f"cannot serve metrics on {listen}: {exc.strerror}") from exc
+    log.info("serving Prometheus metrics on http://%s/metrics", listen)

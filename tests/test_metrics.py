@@ -1,0 +1,126 @@
+"""Prometheus metrics: fed by run and capability events, served on /metrics behind the
+same bearer tokens as /mcp, or on a separate address the operator chooses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from test_http import client, free_port, http_server
+
+from airlock.errors import InvalidRequest
+from server.metrics import LiveState, Metrics, parse_listen
+from store import EgressRecord, RunRecord
+from tools.events import CapabilityDecided, RunFinished
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    found = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            found[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return found
+
+
+def _run(status: str, duration_ms: int) -> RunRecord:
+    return RunRecord(
+        id="run_a",
+        session_id="ses_a",
+        tenant="acme",
+        language="python",
+        status=status,  # type: ignore[arg-type]
+        created_at=0,
+        timeout_s=30,
+        limits={},
+        code_sha256="0" * 64,
+        duration_ms=duration_ms,
+    )
+
+
+def _egress(decision: str) -> EgressRecord:
+    return EgressRecord(
+        time=0,
+        tenant="acme",
+        session_id="ses_a",
+        run_id="run_a",
+        capability=None,
+        method="GET",
+        host="example.com",
+        port=443,
+        path="/",
+        status=403,
+        bytes_in=0,
+        bytes_out=0,
+        duration_ms=1,
+        decision=decision,  # type: ignore[arg-type]
+        reason="r",
+    )
+
+
+def test_events_become_counters_histograms_and_live_gauges() -> None:
+    metrics = Metrics()
+    metrics.observe(RunFinished(_run("ok", 1500), "runc", (_egress("allow"), _egress("deny"))))
+    metrics.observe(RunFinished(_run("timeout", 30_000), "runsc", ()))
+    metrics.observe(CapabilityDecided("acme", "ses_a", "gh", "denied"))
+    found = samples(metrics.render().decode())
+    assert found[("airlock_runs_total", (("status", "ok"), ("tenant", "acme")))] == 1
+    assert found[("airlock_runs_total", (("status", "timeout"), ("tenant", "acme")))] == 1
+    assert found[("airlock_run_duration_seconds_count", (("tenant", "acme"),))] == 2
+    assert found[("airlock_run_duration_seconds_sum", (("tenant", "acme"),))] == 31.5
+    assert found[("airlock_run_duration_seconds_bucket", (("le", "2.5"), ("tenant", "acme")))] == 1
+    assert (
+        found[("airlock_egress_decisions_total", (("decision", "deny"), ("tenant", "acme")))] == 1
+    )
+    outcome = (("outcome", "denied"), ("tenant", "acme"))
+    assert found[("airlock_capability_decisions_total", outcome)] == 1
+    assert ("airlock_live_sessions", ()) not in found  # nothing live to read yet
+
+    metrics.watch(lambda: LiveState(3, {"acme": 2}, {"acme": 1}, 4))
+    found = samples(metrics.render().decode())
+    assert found[("airlock_live_sessions", ())] == 3
+    assert found[("airlock_runs_in_progress", (("tenant", "acme"),))] == 2
+    assert found[("airlock_live_grants", (("tenant", "acme"),))] == 1
+    assert found[("airlock_pool_size", ())] == 4
+
+
+@pytest.mark.parametrize("bad", ["9464", "127.0.0.1", "127.0.0.1:x", ":9464", "h:70000"])
+def test_a_bad_metrics_address_is_refused_naming_the_form(bad: str) -> None:
+    with pytest.raises(InvalidRequest, match="HOST:PORT"):
+        parse_listen(bad)
+    assert parse_listen("[::1]:9464") == ("::1", 9464)
+
+
+@pytest.mark.anyio
+@pytest.mark.docker
+async def test_metrics_need_a_token_over_http_and_count_a_tenants_run(tmp_path: Path) -> None:
+    port = free_port()
+    async with (
+        http_server(tmp_path, "--metrics-listen", f"127.0.0.1:{port}") as server,
+        httpx.AsyncClient() as probe,
+    ):
+        anonymous = await probe.get(f"{server.base}/metrics")
+        forged = await probe.get(
+            f"{server.base}/metrics", headers={"Authorization": "Bearer alk_not-a-key"}
+        )
+        async with client(server, "acme", "auto") as acme:
+            ran = await acme.call_tool("run_code", {"code": "print(1)"})
+            assert not ran.is_error, ran.content
+            scraped = await probe.get(
+                f"{server.base}/metrics",
+                headers={"Authorization": f"Bearer {server.keys['globex']}"},
+            )
+        separate = await probe.get(f"http://127.0.0.1:{port}/metrics")
+    assert anonymous.status_code == 401 and forged.status_code == 401
+    assert "airlock_runs" not in anonymous.text
+    assert scraped.status_code == 200
+    assert scraped.headers["content-type"].startswith("text/plain")
+    found = samples(scraped.text)
+    assert found[("airlock_runs_total", (("status", "ok"), ("tenant", "acme")))] == 1
+    assert found[("airlock_run_duration_seconds_count", (("tenant", "acme"),))] == 1
+    assert found[("airlock_live_sessions", ())] >= 1
+    assert separate.status_code == 200
+    assert (
+        samples(separate.text)[("airlock_runs_total", (("status", "ok"), ("tenant", "acme")))] == 1
+    )
