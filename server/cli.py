@@ -12,7 +12,6 @@ import getpass
 import json
 import logging
 import os
-import secrets
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,11 +27,12 @@ from sandbox.image import build_image
 from store import BlobStore, Database
 
 from .audit import drills_table, egress_table, grants_table, run_detail, runs_table
-from .auth import generate_api_key, load_auth_config
+from .auth import load_auth_config
 from .config import ENV_AUTH, ENV_DATA_DIR, ENV_POLICY, Config
 from .doctor import run_checks
 from .drill import drill_main
 from .http import serve_http
+from .keys import append_key, new_key
 from .logs import LOG_FORMATS, setup_logging
 from .metrics import Metrics, serve_metrics
 from .secret_check import missing_secrets
@@ -115,10 +115,19 @@ def _parser() -> argparse.ArgumentParser:
         dest="keys_command", metavar="ACTION", required=True
     )
     create = keys.add_parser(
-        "create", help="print a new API key (once) and the line to add to the auth file"
+        "create",
+        help="print a new API key (once) and its auth-file entry, or add it with --auth",
     )
-    create.add_argument("tenant", metavar="TENANT")
+    create.add_argument(
+        "tenant", metavar="TENANT", help="lowercase letters, digits and '-' (e.g. acme)"
+    )
     create.add_argument("--id", help="a label for the key (default: TENANT-<random>)")
+    create.add_argument(
+        "--auth",
+        metavar="FILE",
+        type=Path,
+        help="append the entry to this auth file (created 0600 if missing; replaced atomically)",
+    )
 
     image = commands.add_parser("image", help="manage the sandbox image").add_subparsers(
         dest="image_command", metavar="ACTION", required=True
@@ -280,14 +289,21 @@ def _serve(config: Config, args: argparse.Namespace) -> int:
 
 
 def _create_key(args: argparse.Namespace) -> int:
-    key, digest = generate_api_key()
-    key_id = args.id or f"{args.tenant}-{secrets.token_hex(3)}"
-    _out(key)
+    new = new_key(args.tenant, args.id)
+    if args.auth is not None:
+        append_key(args.auth, new)
+    _out(new.key)
     sys.stderr.write(
         "airlock: this key is shown once; give it to the client (Authorization: Bearer <key>).\n"
-        "airlock: add this to the auth file (only the hash is stored):\n\n"
-        f'[[keys]]\nid = "{key_id}"\ntenant = "{args.tenant}"\nhash = "{digest}"\n'
     )
+    if args.auth is not None:
+        entry = new.entry
+        sys.stderr.write(f"airlock: added key {entry.id} for {entry.tenant} to {args.auth}\n")
+    else:
+        sys.stderr.write(
+            "airlock: add this to the auth file (only the hash is stored), or rerun with "
+            "--auth FILE:\n\n" + new.toml
+        )
     return 0
 
 

@@ -17,6 +17,7 @@ from mcp.client import Client
 
 from policies import Policy
 from server import Config, build_server
+from server.auth import hash_api_key, load_auth_config
 
 AIRLOCK = str(Path(sys.executable).with_name("airlock"))
 
@@ -149,3 +150,60 @@ def test_doctor_names_the_pull_for_a_missing_policy_image(tmp_path: Path) -> Non
     assert result.returncode == 1
     assert "[MISSING] image: example.invalid/nope:1 (named by [sandbox] image" in result.stdout
     assert "fix: docker pull example.invalid/nope:1" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (['ac"me'], "tenant: 'ac\"me' is not a tenant name: use 1-63 lowercase letters"),
+        (["Acme Corp"], "tenant: 'Acme Corp' is not a tenant name"),
+        (["local"], "tenant: 'local' is not a tenant name"),
+        (["acme", "--id", 'x"y'], "id: 'x\"y' is not a key id"),
+    ],
+)
+def test_keys_create_refuses_a_bad_name_before_making_a_key(
+    tmp_path: Path, args: list[str], expected: str
+) -> None:
+    auth = tmp_path / "auth.toml"
+    result = airlock("keys", "create", *args, "--auth", str(auth))
+    assert result.returncode == 1
+    assert result.stdout == ""  # no key was shown
+    assert "no key created: " + expected in result.stderr
+    assert result.stderr.count("is not") == 1  # one problem, not an echo of it
+    assert not auth.exists()
+
+
+def test_keys_create_prints_an_entry_the_auth_loader_accepts(tmp_path: Path) -> None:
+    result = airlock("keys", "create", "acme", "--id", "ci.bot@acme")
+    assert result.returncode == 0, result.stderr
+    key = result.stdout.strip()
+    entry = result.stderr[result.stderr.index("[[keys]]") :]
+    auth = tmp_path / "auth.toml"
+    auth.write_text(entry)
+    [loaded] = load_auth_config(auth).keys
+    assert (loaded.id, loaded.tenant, loaded.hash) == ("ci.bot@acme", "acme", hash_api_key(key))
+
+
+def test_keys_create_appends_to_the_auth_file_safely(tmp_path: Path) -> None:
+    auth = tmp_path / "auth.toml"
+    auth.write_text(
+        '# team keys\n[[keys]]\nid = "old"\ntenant = "acme"\nhash = "sha256:' + "0" * 64 + '"'
+    )
+    auth.chmod(0o644)
+    first = airlock("keys", "create", "acme", "--id", "ci", "--auth", str(auth))
+    second = airlock("keys", "create", "globex", "--auth", str(auth))
+    assert first.returncode == 0 and second.returncode == 0, (first.stderr, second.stderr)
+    assert f"added key ci for acme to {auth}" in first.stderr
+    text = auth.read_text()
+    assert text.startswith("# team keys\n")  # the operator's text is kept
+    keys = {k.id: k for k in load_auth_config(auth).keys}
+    assert keys["ci"].hash == hash_api_key(first.stdout.strip())
+    assert [k.tenant for k in keys.values()] == ["acme", "acme", "globex"]
+    assert auth.stat().st_mode & 0o777 == 0o600
+
+    taken = airlock("keys", "create", "acme", "--id", "ci", "--auth", str(auth))
+    assert taken.returncode == 1
+    assert taken.stdout == ""
+    assert "id 'ci' is used 2 times" in taken.stderr
+    assert auth.read_text() == text  # a refused append leaves the file as it was
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".auth.toml.lock", "auth.toml"]

@@ -1,0 +1,57 @@
+"""The package declares every distribution its product code imports."""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+import tomllib
+from importlib.metadata import packages_distributions
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+ROOMS = PYPROJECT["tool"]["setuptools"]["packages"]
+
+
+def _normalized(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _imported_modules() -> dict[str, str]:
+    """Top-level module -> one file importing it, over every product module."""
+    found: dict[str, str] = {}
+    for room in ROOMS:
+        for path in sorted((ROOT / room).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    names = [node.module]
+                else:
+                    continue
+                for name in names:
+                    found.setdefault(name.split(".")[0], str(path.relative_to(ROOT)))
+    return found
+
+
+def test_every_third_party_import_is_a_declared_dependency() -> None:
+    declared = {
+        _normalized(re.split(r"[<>=!~;\[ ]", requirement, maxsplit=1)[0])
+        for requirement in PYPROJECT["project"]["dependencies"]
+    }
+    owners = packages_distributions()
+    undeclared = {}
+    for module, where in _imported_modules().items():
+        if module in sys.stdlib_module_names or module in ROOMS or module == "__future__":
+            continue
+        distributions = {_normalized(d) for d in owners.get(module, [module])}
+        if not distributions & declared:
+            undeclared[module] = (where, sorted(distributions))
+    assert undeclared == {}
+
+
+def test_the_scan_sees_the_imports_it_must_check() -> None:
+    modules = _imported_modules()
+    for module in ("requests", "starlette", "tomli_w", "mcp", "pydantic_core"):
+        assert module in modules
