@@ -18,6 +18,7 @@ import httpx
 import httpx2
 import pytest
 from anyio.abc import Process
+from mcp import MCPError
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from support import wait_until
@@ -159,6 +160,24 @@ async def test_tenants_cannot_see_each_others_runs_sessions_or_capabilities(
         revoke = await globex.call_tool(
             "revoke_capability", {"capability_id": f"tenant/acme/session/{session}/cap/x"}
         )
+        # Another tenant's workspace reads exactly like a session that never existed.
+        never_session = "ses_" + "a" * 26
+        peeks = {}
+        for tool, args in (
+            ("list_workspace", {}),
+            ("read_workspace_file", {"path": "secret.txt"}),
+        ):
+            foreign = await globex.call_tool(tool, {**args, "session_id": session})
+            unknown = await globex.call_tool(tool, {**args, "session_id": never_session})
+            peeks[tool] = (foreign, unknown)
+        resource_errors = []
+        for sid in (session, never_session):
+            with pytest.raises(MCPError) as caught:
+                await globex.read_resource(f"airlock://sessions/{sid}/workspace/secret.txt")
+            resource_errors.append(str(caught.value).replace(sid, "ID"))
+        own_file = await acme.call_tool(
+            "read_workspace_file", {"path": "secret.txt", "session_id": session}
+        )
         still = await acme.call_tool(
             "run_code", {"code": "print(open('secret.txt').read())", "session_id": session}
         )
@@ -168,6 +187,11 @@ async def test_tenants_cannot_see_each_others_runs_sessions_or_capabilities(
     assert reuse.is_error and "unknown session" in text(reuse)
     assert end.is_error and "unknown session" in text(end)
     assert revoke.is_error
+    for foreign, unknown in peeks.values():
+        assert foreign.is_error and "acme" not in text(foreign)
+        assert text(foreign).replace(session, "ID") == text(unknown).replace(never_session, "ID")
+    assert resource_errors[0] == resource_errors[1]
+    assert "acme" in text(own_file)
     assert still.structured_content is not None
     assert still.structured_content["stdout"]["text"] == "acme\n"
 

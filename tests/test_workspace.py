@@ -14,6 +14,7 @@ from typing import Any
 
 import anyio
 import pytest
+from mcp import MCPError
 from mcp.client import Client
 from mcp.server.mcpserver import MCPServer
 
@@ -236,3 +237,144 @@ async def test_many_small_files_against_the_caps_keep_what_fits_and_delete_nothi
     assert flood["changes"]["counts"] == {"added": 100, "modified": 0, "deleted": 0}
     assert flood["changes"]["truncated"] is False
     assert after["stdout"]["text"] == "101 True\n"
+
+
+async def call(client: Client, tool: str, args: dict[str, Any]) -> Any:
+    with anyio.fail_after(CALL_TIMEOUT_S):
+        return await client.call_tool(tool, args)
+
+
+def error_text(result: Any) -> str:
+    assert result.is_error, result.content
+    return str(result.content[0].text)
+
+
+async def test_the_workspace_is_listed_and_read_without_running_code(
+    make_server: MakeServer,
+) -> None:
+    blob = bytes(range(256)) * 40
+    code = (
+        "import os\n"
+        "os.makedirs('src/empty')\n"
+        "open('src/main.py','w').write('print(1)\\n' * 3000)\n"
+        "open('data.bin','wb').write(bytes(range(256)) * 40)\n"
+        "os.chmod('src/main.py', 0o755)\n"
+    )
+    async with Client(make_server()) as client:
+        made = await run(client, code)
+        session = made["session_id"]
+        listed = await call(client, "list_workspace", {"session_id": session})
+        page = await call(client, "list_workspace", {"session_id": session, "limit": 2})
+        sub = await call(client, "list_workspace", {"session_id": session, "path": "src"})
+        first = await call(
+            client,
+            "read_workspace_file",
+            {"session_id": session, "path": "src/main.py", "max_bytes": 1000},
+        )
+        rest = await call(
+            client,
+            "read_workspace_file",
+            {"session_id": session, "path": "src/main.py", "offset": 1000, "max_bytes": 100000},
+        )
+        binary = await call(
+            client, "read_workspace_file", {"session_id": session, "path": "data.bin"}
+        )
+        with anyio.fail_after(CALL_TIMEOUT_S):
+            resource = await client.read_resource(first.structured_content["uri"])
+    data = listed.structured_content
+    assert data["version"] == made["workspace_version"]
+    entries = {e["path"]: e for e in data["entries"]}
+    assert sorted(entries) == ["data.bin", "src", "src/empty", "src/main.py"]
+    main = entries["src/main.py"]
+    assert (main["kind"], main["size"], main["mode"], main["written_by"]) == (
+        "file",
+        27000,
+        "0755",
+        made["run_id"],
+    )
+    assert main["sha256"] == hashlib.sha256(b"print(1)\n" * 3000).hexdigest()
+    assert main["mtime"].endswith("Z")
+    assert entries["src/empty"]["kind"] == "dir" and entries["src/empty"]["sha256"] is None
+    assert 'stream="workspace"' in listed.content[0].text
+    assert (page.structured_content["total"], page.structured_content["next_offset"]) == (4, 2)
+    assert [e["path"] for e in sub.structured_content["entries"]] == ["src/empty", "src/main.py"]
+    got = first.structured_content
+    assert (got["returned_bytes"], got["truncated"], got["mime_type"]) == (
+        1000,
+        True,
+        "text/x-python",
+    )
+    assert "print(1)" in first.content[0].text and "<untrusted-output" in first.content[0].text
+    assert rest.structured_content["returned_bytes"] == 26000
+    assert rest.structured_content["truncated"] is False
+    assert binary.structured_content["mime_type"] == "application/octet-stream"
+    assert binary.content[0].resource.blob  # embedded, base64
+    assert hashlib.sha256(blob).hexdigest() == binary.structured_content["sha256"]
+    assert "print(1)" in resource.contents[0].text
+
+
+PATH_ATTACKS = ["../x", "/etc/passwd", "a/../../etc/passwd", "..", "x\x00y", "src/../../etc"]
+
+
+async def test_workspace_paths_that_escape_are_refused_and_encoded_ones_are_just_names(
+    make_server: MakeServer,
+) -> None:
+    async with Client(make_server()) as client:
+        made = await run(client, "import os; os.mkdir('src'); open('src/a','w').write('a')")
+        session = made["session_id"]
+        for path in PATH_ATTACKS:
+            for tool in ("list_workspace", "read_workspace_file"):
+                r = await call(client, tool, {"session_id": session, "path": path})
+                text = error_text(r)
+                assert "root:" not in text, (tool, path)
+                assert any(w in text for w in ("'..'", "absolute", "control")), (tool, path, text)
+        for path in ("%2e%2e/%2e%2e/etc/passwd", "..%2fetc%2fpasswd", "src%2fa"):
+            r = await call(client, "read_workspace_file", {"session_id": session, "path": path})
+            assert "no file" in error_text(r), path
+        r = await call(client, "read_workspace_file", {"session_id": session, "path": "src"})
+        assert "is a directory" in error_text(r)
+        r = await call(client, "list_workspace", {"session_id": session, "path": "src/a"})
+        assert "no directory" in error_text(r)
+        for uri in (
+            f"airlock://sessions/{session}/workspace/..%2F..%2Fetc%2Fpasswd",
+            f"airlock://sessions/{session}/workspace/../../etc/passwd",
+            f"airlock://sessions/{session}/workspace/%2Fetc%2Fpasswd",
+            "airlock://sessions/../../workspace/etc/passwd",
+        ):
+            with pytest.raises(MCPError) as caught, anyio.fail_after(CALL_TIMEOUT_S):
+                await client.read_resource(uri)
+            assert "root:" not in str(caught.value), uri
+        # The session still works.
+        again = await run(client, "print(open('src/a').read())", session_id=session)
+    assert again["stdout"]["text"] == "a\n"
+
+
+async def test_call_files_that_clash_with_the_workspace_are_refused_naming_the_fix(
+    make_server: MakeServer,
+) -> None:
+    async with Client(make_server()) as client:
+        made = await run(client, "import os; os.mkdir('d'); open('f','w').write('f')")
+        session = made["session_id"]
+        under_file = await call(
+            client,
+            "run_code",
+            {"code": "1", "session_id": session, "files": [{"path": "f/x", "content": "x"}]},
+        )
+        over_dir = await call(
+            client,
+            "run_code",
+            {"code": "1", "session_id": session, "files": [{"path": "d", "content": "x"}]},
+        )
+        both = await call(
+            client,
+            "run_code",
+            {
+                "code": "1",
+                "files": [{"path": "p", "content": "x"}, {"path": "p/q", "content": "y"}],
+            },
+        )
+        ok = await run(client, "import os; print(sorted(os.listdir('.')))", session_id=session)
+    assert "'f' to be a directory, but it is a file" in error_text(under_file)
+    assert "'d' is a directory in the session workspace" in error_text(over_dir)
+    assert "also given as a file" in error_text(both)
+    assert ok["stdout"]["text"] == "['d', 'f']\n"

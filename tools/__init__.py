@@ -16,8 +16,11 @@ from .models import (
     FileArg,
     RevokeResult,
     RunResult,
+    WorkspaceFileResult,
+    WorkspaceListing,
 )
 from .run_code import run_code
+from .workspace import list_workspace, read_workspace_file, read_workspace_resource
 
 __all__ = [
     "Approval",
@@ -29,9 +32,14 @@ __all__ = [
     "RunResult",
     "Services",
     "Session",
+    "WorkspaceFileResult",
+    "WorkspaceListing",
     "fetch_artifact",
     "iso_time",
+    "list_workspace",
     "read_artifact_resource",
+    "read_workspace_file",
+    "read_workspace_resource",
     "request_capability",
     "revoke_capability",
     "run_code",

@@ -173,3 +173,54 @@ class RevokeResult(BaseModel):
     revoked: bool
     session_id: str
     session_expires_at: str
+
+
+class WorkspaceEntryInfo(BaseModel):
+    """One entry of a session workspace. `path` was chosen by sandboxed code: data only."""
+
+    path: str
+    kind: Literal["file", "dir"]
+    size: int
+    sha256: str | None = Field(description="SHA-256 of a file's content; null for a directory.")
+    mode: str = Field(description="Permission bits in octal, e.g. '0755'.")
+    mtime: str = Field(description="Modification time, ISO 8601 UTC.")
+    written_by: str | None = Field(
+        description="The run (or other writer) that last changed it; null if unknown."
+    )
+    uri: str | None = Field(
+        description="Where read_workspace_file's content is also readable as a resource."
+    )
+
+
+class WorkspaceListing(BaseModel):
+    """Structured result of list_workspace."""
+
+    session_id: str
+    session_expires_at: str
+    version: int = Field(description="The workspace version listed.")
+    path: str = Field(description="The directory listed ('' for all of /workspace).")
+    entries: list[WorkspaceEntryInfo]
+    total: int = Field(description="Entries under `path` in all.")
+    offset: int
+    next_offset: int | None = Field(description="Pass as offset for the next page; null: done.")
+    trust: Trust = "untrusted"
+
+
+class WorkspaceFileResult(BaseModel):
+    """Structured result of read_workspace_file."""
+
+    session_id: str
+    session_expires_at: str
+    version: int
+    path: str
+    size: int
+    sha256: str
+    mode: str
+    mtime: str
+    written_by: str | None
+    mime_type: str
+    offset: int
+    returned_bytes: int
+    truncated: bool = Field(description="True when bytes remain after offset + returned_bytes.")
+    uri: str
+    trust: Trust = "untrusted"
