@@ -92,9 +92,22 @@ def _is_connection_error(exc: docker.errors.APIError) -> bool:
 
 def connect() -> docker.DockerClient:
     """A client for the engine named by the environment (DOCKER_HOST or the default socket)."""
-    with engine_errors("connecting"):
-        client = docker.from_env(timeout=120)
-        client.ping()
+    client: docker.DockerClient | None = None
+    try:
+        with engine_errors("connecting"):
+            client = docker.from_env(timeout=120)
+            client.ping()
+    except EngineUnavailable as exc:
+        if client is not None:
+            client.close()
+        host = os.environ.get("DOCKER_HOST")
+        if not host:
+            raise
+        raise EngineUnavailable(
+            f"cannot reach the Docker engine at DOCKER_HOST={host} ({exc.__cause__}); start "
+            "the engine it names, or correct DOCKER_HOST (or unset it for the local socket)"
+        ) from exc.__cause__
+    assert client is not None
     return client
 
 

@@ -39,13 +39,7 @@ def run_checks(config: Config) -> Iterator[Check]:
     try:
         client = connect()
     except AirlockError as exc:
-        yield Check(
-            "docker",
-            False,
-            str(exc),
-            "install and start Docker: `apt-get install docker.io && dockerd &` "
-            "(or `systemctl start docker`)",
-        )
+        yield _engine_unreachable(exc, os.environ.get("DOCKER_HOST"))
         return
     yield Check("docker", True, f"engine {client.version().get('Version', '?')} reachable")
     configured = policy.sandbox.image if policy is not None else None
@@ -73,6 +67,26 @@ def run_checks(config: Config) -> Iterator[Check]:
                 "needed to build the image offline",
                 "apt-get install debootstrap",
             )
+
+
+def _engine_unreachable(exc: AirlockError, docker_host: str | None) -> Check:
+    # The engine's own words, without the advice to run doctor: this is doctor.
+    cause = exc.__cause__ or exc
+    if docker_host:
+        return Check(
+            "docker",
+            False,
+            f"cannot reach the engine at DOCKER_HOST={docker_host} ({cause})",
+            "start the engine DOCKER_HOST names, or correct DOCKER_HOST (or unset it to use "
+            "the local socket /var/run/docker.sock)",
+        )
+    return Check(
+        "docker",
+        False,
+        f"cannot reach the engine at the local socket /var/run/docker.sock ({cause})",
+        "install and start Docker: `apt-get install docker.io && dockerd &` "
+        "(or `systemctl start docker`)",
+    )
 
 
 def _secrets(policy: Policy, config: Config) -> Iterator[Check]:

@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 from mcp.client import Client
 
+from airlock.errors import EngineUnavailable
 from policies import Policy
+from sandbox import connect
 from server import Config, build_server
 from server.auth import hash_api_key, load_auth_config
 
@@ -207,3 +209,20 @@ def test_keys_create_appends_to_the_auth_file_safely(tmp_path: Path) -> None:
     assert "id 'ci' is used 2 times" in taken.stderr
     assert auth.read_text() == text  # a refused append leaves the file as it was
     assert sorted(p.name for p in tmp_path.iterdir()) == [".auth.toml.lock", "auth.toml"]
+
+
+def test_doctor_with_a_bad_docker_host_names_docker_host(tmp_path: Path) -> None:
+    env = {"PATH": "/usr/bin:/bin", "DOCKER_HOST": "tcp://127.0.0.1:1"}
+    result = airlock("doctor", "--data-dir", str(tmp_path), env=env)
+    assert result.returncode == 1
+    assert "[MISSING] docker: cannot reach the engine at DOCKER_HOST=tcp://127.0.0.1:1 (" in (
+        result.stdout
+    )
+    assert "fix: start the engine DOCKER_HOST names, or correct DOCKER_HOST" in result.stdout
+    assert "airlock doctor" not in result.stdout  # it is the command being run
+
+
+def test_the_server_names_a_bad_docker_host_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DOCKER_HOST", "tcp://127.0.0.1:1")
+    with pytest.raises(EngineUnavailable, match=r"at DOCKER_HOST=tcp://127\.0\.0\.1:1 "):
+        connect()
