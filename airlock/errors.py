@@ -6,6 +6,7 @@
     │   ├── LimitExceeded     a request above what the policy allows
     │   │   └── QuotaExceeded a grant beyond the live-capability quota of a session or tenant
     │   └── CapabilityDenied  a capability request the policy or the human refused
+    ├── ApprovalPending       a capability request now waits for the operator's decision
     ├── NotFound              unknown id; also anything of another session or tenant
     ├── SessionEnded          the session ended while a call in it was running
     ├── PolicyInvalid         a policy file with problems (all of them listed)
@@ -53,6 +54,15 @@ class QuotaExceeded(LimitExceeded):
 
 class CapabilityDenied(InvalidRequest):
     """A capability request that the policy or the approving human refused; the message says why."""
+
+
+class ApprovalPending(AirlockError):
+    """A capability request that waits for the operator (the client could not ask its
+    human); the message names the approval id, how long it waits and what to do next."""
+
+    def __init__(self, approval_id: str, message: str) -> None:
+        self.approval_id = approval_id
+        super().__init__(message)
 
 
 class NotFound(AirlockError):

@@ -22,9 +22,9 @@ from typing import Literal
 from airlock.errors import InvalidRequest, QuotaExceeded
 
 Tls = Literal["terminate", "passthrough"]
-ApprovedBy = Literal["policy", "user"]
+ApprovedBy = Literal["policy", "user", "operator"]
 _TLS_MODES = ("terminate", "passthrough")
-_APPROVERS = ("policy", "user")
+_APPROVERS = ("policy", "user", "operator")
 
 
 def _check_id_part(what: str, value: str) -> None:

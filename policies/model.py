@@ -452,8 +452,7 @@ def _tls_shape_problems(
         found.append(
             _problem(
                 "paths_missing",
-                'paths is missing; list the paths allowed, such as paths = ["/**"] for all '
-                "of them",
+                'paths is missing; list the paths allowed, such as paths = ["/**"] for all of them',
             )
         )
     return found
@@ -802,13 +801,19 @@ class EgressSettings(_Section):
 
 
 class BrokerSettings(_Section):
-    """Caps on how many capability grants may be live at once."""
+    """Caps on how many capability grants may be live at once, and how long a request
+    waits for the operator's approval."""
 
     max_capabilities_per_session: int = Field(default=32, gt=0)
     """Most live grants one session may hold."""
 
     max_live_grants_per_tenant: int = Field(default=256, gt=0)
     """Most live grants across all sessions of one tenant."""
+
+    approval_wait_s: int = Field(default=900, gt=0, le=86_400)
+    """Seconds a capability request that needs a human waits for the operator
+    (`airlock approvals approve|deny`) when the client cannot ask its human; after that
+    it expires, refused. Missing: 900 (15 minutes)."""
 
 
 class TenantLimits(_Section):

@@ -51,10 +51,12 @@ from tools import (
     WorkspaceListing,
     tool_errors,
 )
+from tools.approvals import expire_pending
 from tools.artifacts import MAX_FETCH_BYTES
 from tools.capabilities import approval_question, check_request, describe_offer
 from tools.workspace import MAX_LIST_ENTRIES
 
+from .approvals import add_routes as add_approval_routes
 from .auth import current_tenant
 from .bearer import unauthorized, verified_token
 from .config import LOCAL_TENANT, Config
@@ -201,6 +203,14 @@ def build_server(
         if token_verifier is not None and await verified_token(token_verifier, request) is None:
             return unauthorized()
         return Response(meter.render(), media_type=METRICS_CONTENT_TYPE)
+
+    add_approval_routes(
+        mcp,
+        lambda: live.services.db if live.services is not None else None,
+        token_verifier,
+        local_tenant,
+        time.time,
+    )
 
     @mcp.tool(
         title="Run code in a sandbox",
@@ -380,10 +390,13 @@ def build_server(
         params: dict[str, str] | None,
         ttl_s: int | None,
         reason: str,
+        approval_id: str | None,
         ctx: Context,
     ) -> Elicit[Approval] | Approval | str:
         """Ask the human, through MCP elicitation, when the capability needs approval."""
         services, _ = live.get()
+        if approval_id is not None:
+            return "not_asked"  # the operator decided already (or will)
         try:
             cap, ttl = check_request(
                 services, _caller(local_tenant), capability, params or {}, ttl_s
@@ -415,6 +428,13 @@ def build_server(
         ttl_s: Annotated[
             int | None, Field(description="Lifetime in seconds (default: the policy's ttl).")
         ] = None,
+        approval_id: Annotated[
+            str | None,
+            Field(
+                description="The approval_id an earlier request was told to wait on: collects "
+                "the capability once the operator approved it (same session only)."
+            ),
+        ] = None,
         session_id: SessionArg = None,
         ctx: Context = None,  # type: ignore[assignment]  # injected by the SDK
     ) -> CapabilityResult:
@@ -429,6 +449,7 @@ def build_server(
                 ttl_s=ttl_s,
                 reason=reason,
                 approval=_approval(answer),
+                approval_id=approval_id,
             )
 
     @mcp.tool(
@@ -530,7 +551,9 @@ class Approval(BaseModel):
 REQUEST_CAPABILITY_DOC = """\
 Ask for scoped, expiring network access for your code. The policy (and, for some capabilities,
 a human) decides. You get a capability_id to pass to run_code(capabilities=[...]); you never
-see a secret or a token: the egress proxy adds credentials on the way out."""
+see a secret or a token: the egress proxy adds credentials on the way out. If a human must
+approve and your client cannot ask them, the request waits for the operator: the error names
+an approval_id; call again with it (and the same session_id) to collect the capability."""
 
 
 def _approval(answer: object) -> tools.Approval:
@@ -575,6 +598,7 @@ async def _housekeeping(leases: Leases, engine: Engine, interval: float) -> None
         await anyio.sleep(interval)
         try:
             await leases.sweep()
+            await expire_pending(leases.services)
             backend = engine.connected()
             if backend is not None and time.monotonic() - last_reap >= REAP_INTERVAL_S:
                 last_reap = time.monotonic()

@@ -227,6 +227,9 @@ class ApiKeyEntry(BaseModel):
     policy: Path | None = None
     """Policy file for this tenant; missing means the server's default policy. Relative
     paths are relative to the auth config file. Keys of one tenant must agree on it."""
+    admin: bool = False
+    """Whether this key may decide its tenant's pending approvals over HTTP (the scope
+    `airlock:admin`, which a JWT carries in its `scope` claim). Missing: false."""
 
     @field_validator("policy")
     @classmethod
@@ -510,6 +513,10 @@ def tenant_of(access_token: AccessToken) -> str:
     raise TypeError(f"not an Airlock access token: {type(access_token).__name__}")
 
 
+ADMIN_SCOPE = "airlock:admin"
+"""Lets a caller decide its own tenant's pending approvals over HTTP."""
+
+
 def current_tenant() -> str | None:
     """The tenant of the caller of the current MCP request, for use inside tools.
 
@@ -592,7 +599,7 @@ class AirlockTokenVerifier:
             return AirlockAccessToken(
                 token=entry.hash,
                 client_id=entry.id,
-                scopes=[],
+                scopes=[ADMIN_SCOPE] if entry.admin else [],
                 tenant=entry.tenant,
                 key_id=entry.id,
             )

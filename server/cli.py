@@ -26,6 +26,7 @@ from sandbox import connect
 from sandbox.image import build_image
 from store import BlobStore, Database
 
+from .approvals import approvals_command
 from .audit import drills_table, egress_table, grants_table, run_detail, runs_table
 from .auth import load_auth_config
 from .config import ENV_AUTH, ENV_DATA_DIR, ENV_POLICY, Config
@@ -186,6 +187,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     drill.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
+    approvals = commands.add_parser(
+        "approvals", help="decide capability requests that wait for a human"
+    ).add_subparsers(dest="approvals_command", metavar="ACTION", required=True)
+    pending = approvals.add_parser("list", parents=[common], help="pending approvals")
+    pending.add_argument("--all", action="store_true", help="also decided and expired ones")
+    for action in ("approve", "deny"):
+        decided = approvals.add_parser(action, parents=[common], help=f"{action} one request")
+        decided.add_argument("approval_id", metavar="ID")
+
     secrets = commands.add_parser(
         "secrets", help="manage the encrypted secret vault (values are never shown)"
     ).add_subparsers(dest="secrets_command", metavar="ACTION", required=True)
@@ -260,6 +270,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "drill":
         auth = Path(args.auth) if args.auth else None
         return drill_main(config, tenant=args.tenant, auth=auth, as_json=args.json)
+    if args.command == "approvals":
+        return anyio.run(approvals_command, config, args.approvals_command, args)
     if args.command == "secrets":
         return _secrets(config, args)
     return anyio.run(_audit, config, args)

@@ -160,6 +160,10 @@ class Leases:
 
         stack.push_async_callback(end)
 
+    @property
+    def services(self) -> Services:
+        return self._services
+
     def live_ids(self) -> list[str]:
         return list(self._live)
 

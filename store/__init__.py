@@ -11,6 +11,8 @@ from __future__ import annotations
 from .blobs import BlobStore
 from .db import SCHEMA_VERSION, Database
 from .records import (
+    ApprovalRecord,
+    ApprovalStatus,
     ArtifactRecord,
     DrillRecord,
     EgressRecord,
@@ -32,6 +34,8 @@ from .workspace import (
 
 __all__ = [
     "SCHEMA_VERSION",
+    "ApprovalRecord",
+    "ApprovalStatus",
     "ArtifactRecord",
     "BlobStore",
     "Database",

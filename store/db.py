@@ -21,6 +21,7 @@ import anyio.to_thread
 from airlock.errors import StoreError
 
 from .records import (
+    ApprovalRecord,
     ArtifactRecord,
     DrillRecord,
     EgressRecord,
@@ -133,6 +134,24 @@ _SCHEMA = (
         revoked_at REAL
     )""",
     "CREATE INDEX IF NOT EXISTS grants_by_tenant ON grants (tenant, created_at)",
+    # Capability requests waiting for the operator (shared by the server and the CLI).
+    """CREATE TABLE IF NOT EXISTS approvals (
+        id TEXT PRIMARY KEY,
+        tenant TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        capability TEXT NOT NULL,
+        params_json TEXT NOT NULL,
+        ttl_s INTEGER NOT NULL,
+        reason TEXT NOT NULL,
+        status TEXT NOT NULL
+            CHECK (status IN ('pending', 'approved', 'denied', 'expired', 'used')),
+        created_at REAL NOT NULL,
+        expires_at REAL NOT NULL,
+        decided_at REAL,
+        decided_by TEXT,
+        grant_id TEXT
+    )""",
+    "CREATE INDEX IF NOT EXISTS approvals_by_status ON approvals (status, created_at)",
     # Each `airlock drill`: when, against which policy, what held (rows as JSON).
     """CREATE TABLE IF NOT EXISTS drills (
         id TEXT PRIMARY KEY,
@@ -211,6 +230,10 @@ _GRANT_COLUMNS = (
     " created_at, expires_at, revoked_at"
 )
 
+_APPROVAL_COLUMNS = (
+    "id, tenant, session_id, capability, params_json, ttl_s, reason, status, created_at,"
+    " expires_at, decided_at, decided_by, grant_id"
+)
 _DRILL_COLUMNS = (
     "id, target, tenant, started_at, finished_at, held, failed, not_applicable,"
     " sessions_json, rows_json"
@@ -229,6 +252,7 @@ _INSERT_ARTIFACT = _insert_sql("artifacts", _ARTIFACT_COLUMNS)
 _INSERT_EGRESS = _insert_sql("egress_log", _EGRESS_COLUMNS)
 _INSERT_GRANT = _insert_sql("grants", _GRANT_COLUMNS)
 _INSERT_DRILL = _insert_sql("drills", _DRILL_COLUMNS)
+_INSERT_APPROVAL = _insert_sql("approvals", _APPROVAL_COLUMNS)
 
 
 def _json_fields(params: dict[str, Any], *names: str) -> dict[str, Any]:
@@ -675,6 +699,78 @@ class Database:
             "SELECT path, sha256, size FROM run_inputs WHERE run_id = ? ORDER BY path", (run_id,)
         )
         return [WorkspaceFile.model_validate(dict(row)) for row in rows]
+
+    # Approvals
+
+    async def create_approval(self, rec: ApprovalRecord) -> None:
+        params = _json_fields(rec.model_dump(), "params")
+        await self._write(lambda conn: conn.execute(_INSERT_APPROVAL, params))
+
+    async def get_approval(self, approval_id: str) -> ApprovalRecord | None:
+        rows = await self._fetch(
+            f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE id = ?", (approval_id,)
+        )
+        return ApprovalRecord.model_validate(_from_json_fields(rows[0], "params")) if rows else None
+
+    async def list_approvals(
+        self, *, tenant: str | None = None, status: str | None = None, limit: int = 100
+    ) -> list[ApprovalRecord]:
+        """Approvals, oldest first."""
+        if limit < 0:
+            raise ValueError("limit must be 0 or more")
+        where, args = _where({"tenant": tenant, "status": status})
+        rows = await self._fetch(
+            f"SELECT {_APPROVAL_COLUMNS} FROM approvals{where} ORDER BY created_at LIMIT ?",
+            (*args, limit),
+        )
+        return [ApprovalRecord.model_validate(_from_json_fields(r, "params")) for r in rows]
+
+    async def move_approval(
+        self,
+        approval_id: str,
+        *,
+        from_status: str,
+        to_status: str,
+        at: float,
+        by: str | None = None,
+        grant_id: str | None = None,
+        live_at: float | None = None,
+    ) -> bool:
+        """Move one approval from `from_status` to `to_status`, atomically; False when it
+        is not in `from_status` (or, with `live_at`, expired by then): someone else won."""
+        sql = (
+            "UPDATE approvals SET status = ?, decided_at = COALESCE(decided_at, ?),"
+            " decided_by = COALESCE(?, decided_by), grant_id = COALESCE(?, grant_id)"
+            " WHERE id = ? AND status = ?"
+        )
+        args: list[Any] = [to_status, at, by, grant_id, approval_id, from_status]
+        if live_at is not None:
+            sql += " AND expires_at > ?"
+            args.append(live_at)
+        return bool(await self._write(lambda conn: conn.execute(sql, args).rowcount))
+
+    async def expire_approvals(
+        self, *, now: float, session_id: str | None = None
+    ) -> list[ApprovalRecord]:
+        """Mark pending approvals past their wait (or every pending one of `session_id`,
+        which ended) expired; return them as they were."""
+
+        def expire(conn: sqlite3.Connection) -> list[sqlite3.Row]:
+            where = "status = 'pending' AND " + (
+                "session_id = ?" if session_id is not None else "expires_at <= ?"
+            )
+            arg = session_id if session_id is not None else now
+            rows = conn.execute(
+                f"SELECT {_APPROVAL_COLUMNS} FROM approvals WHERE {where}", (arg,)
+            ).fetchall()
+            conn.execute(
+                f"UPDATE approvals SET status = 'expired', decided_at = ? WHERE {where}",
+                (now, arg),
+            )
+            return rows
+
+        rows = await self._write(expire)
+        return [ApprovalRecord.model_validate(_from_json_fields(r, "params")) for r in rows]
 
     # Drills
 

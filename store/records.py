@@ -186,3 +186,29 @@ class DrillRecord(BaseModel):
     not_applicable: int
     sessions: list[str]
     rows: list[dict[str, Any]]
+
+
+ApprovalStatus = Literal["pending", "approved", "denied", "expired", "used"]
+"""`pending` until the operator decides or `expires_at` passes (then `expired`: fail
+closed); `used` once the asking session turned the approval into a grant."""
+
+
+class ApprovalRecord(BaseModel):
+    """A capability request waiting for (or decided by) the operator, because the
+    client could not ask its human. `reason` is the agent's text: untrusted."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    tenant: str
+    session_id: str
+    capability: str
+    params: dict[str, str]
+    ttl_s: int
+    reason: str
+    status: ApprovalStatus
+    created_at: float
+    expires_at: float
+    decided_at: float | None = None
+    decided_by: str | None = None
+    grant_id: str | None = None

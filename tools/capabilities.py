@@ -8,12 +8,20 @@ from __future__ import annotations
 
 from typing import Literal
 
-from airlock.errors import AirlockError, CapabilityDenied, InvalidRequest, LimitExceeded, NotFound
-from broker import Grant, GrantScope
+from airlock.errors import (
+    AirlockError,
+    ApprovalPending,
+    CapabilityDenied,
+    InvalidRequest,
+    LimitExceeded,
+    NotFound,
+)
+from broker import ApprovedBy, Grant, GrantScope
 from policies import Capability, Policy
 from policies.capabilities import resolve_scope
 from store import GrantRecord
 
+from .approvals import approved_request, wait_for_operator
 from .context import Services, Session, iso_time
 from .events import CapabilityDecided
 from .models import CapabilityResult, RevokeResult, ScopeInfo
@@ -83,17 +91,32 @@ async def request_capability(
     ttl_s: int | None,
     reason: str,
     approval: Approval,
+    approval_id: str | None = None,
 ) -> CapabilityResult:
     try:
-        result = await _decide(
-            services,
-            session,
-            capability=capability,
-            params=params,
-            ttl_s=ttl_s,
-            reason=reason,
-            approval=approval,
+        if approval_id is not None:
+            result = await _redeem(services, session, approval_id, capability)
+        else:
+            result = await _decide(
+                services,
+                session,
+                capability=capability,
+                params=params,
+                ttl_s=ttl_s,
+                reason=reason,
+                approval=approval,
+            )
+    except ApprovalPending as exc:
+        services.events.emit(
+            CapabilityDecided(
+                tenant=session.tenant,
+                session_id=session.id,
+                capability=capability,
+                outcome="pending",
+                approval_id=exc.approval_id,
+            )
         )
+        raise
     except AirlockError as exc:
         services.events.emit(
             CapabilityDecided(
@@ -129,17 +152,55 @@ async def _decide(
     approval: Approval,
 ) -> CapabilityResult:
     cap, ttl = check_request(services, session.tenant, capability, params, ttl_s)
-    scope = resolve_scope(cap, params)
-    approved_by: Literal["policy", "user"] = "policy"
+    approved_by: ApprovedBy = "policy"
     if cap.approval == "ask":
-        if approval == "unsupported":
-            raise CapabilityDenied(
-                f"capability {capability!r} needs a human's approval, and this client cannot ask "
-                "(it does not support elicitation); use a client that does, or ask the operator"
-            )
+        if approval in ("unsupported", "cancelled"):
+            # No human answered (the client cannot ask, or dismissed the question): the
+            # operator decides instead. An explicit "no" below stays a denial.
+            await wait_for_operator(services, session, capability, params, ttl, reason)
         if approval != "approved":
             raise CapabilityDenied(f"the user did not approve capability {capability!r}")
         approved_by = "user"
+    return await _grant(services, session, capability, cap, params, ttl, reason, approved_by)
+
+
+async def _redeem(
+    services: Services, session: Session, approval_id: str, capability: str
+) -> CapabilityResult:
+    """The grant an operator approved for this session, once."""
+    record = await approved_request(services, session, approval_id, capability)
+    try:
+        cap, ttl = check_request(services, session.tenant, capability, record.params, record.ttl_s)
+        result = await _grant(
+            services, session, capability, cap, record.params, ttl, record.reason, "operator"
+        )
+    except AirlockError:
+        # Not granted (a quota, or the policy changed meanwhile): the approval stays usable.
+        await services.db.move_approval(
+            approval_id, from_status="used", to_status="approved", at=services.clock()
+        )
+        raise
+    await services.db.move_approval(
+        approval_id,
+        from_status="used",
+        to_status="used",
+        at=services.clock(),
+        grant_id=result.capability_id,
+    )
+    return result
+
+
+async def _grant(
+    services: Services,
+    session: Session,
+    capability: str,
+    cap: Capability,
+    params: dict[str, str],
+    ttl: int,
+    reason: str,
+    approved_by: ApprovedBy,
+) -> CapabilityResult:
+    scope = resolve_scope(cap, params)
     now = services.clock()
     passthrough = cap.tls == "passthrough"
     grant = services.grants.grant(

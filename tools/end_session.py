@@ -1,14 +1,16 @@
 """end_session: the one teardown of a session, whatever ended it.
 
 In one step: revokes every capability and run token of the session (so its
-proxies refuse the very next request), kills and removes every container of the
-session, and records the end. Artifacts and run records stay: they outlive the box.
+proxies refuse the very next request), expires its pending approvals, kills and
+removes every container of the session, and records the end. Artifacts and run
+records stay: they outlive the box.
 """
 
 from __future__ import annotations
 
 from broker import grant_prefix
 
+from .approvals import expire_pending
 from .context import Services
 from .models import EndSessionResult
 
@@ -21,6 +23,7 @@ async def teardown_session(
     services.grants.revoke_prefix(grant_prefix(tenant, session_id), now=now)
     services.tokens.revoke_session(tenant, session_id)
     await services.db.mark_grants_revoked(revoked, at=now)
+    await expire_pending(services, session_id=session_id)
     backend = services.sandbox.connected()
     removed = await backend.remove_session(session_id) if backend is not None else 0
     record = await services.db.get_session(session_id)

@@ -161,7 +161,10 @@ class CapabilityResult(BaseModel):
     capability: str
     scope: ScopeInfo
     expires_at: str = Field(description="ISO 8601 UTC time the grant ends.")
-    approved_by: Literal["policy", "user"]
+    approved_by: Literal["policy", "user", "operator"] = Field(
+        description="policy: granted without asking; user: the human approved through "
+        "the client; operator: approved with `airlock approvals approve`."
+    )
     session_id: str
     session_expires_at: str
 

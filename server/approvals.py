@@ -1,0 +1,210 @@
+"""The operator's side of pending approvals: `airlock approvals list|approve|deny` and the
+admin-scoped HTTP routes under /approvals.
+
+Both read and write the database the server uses (the CLI is another process), so a
+decision is one conditional UPDATE: only a pending, unexpired approval of a live session
+changes, and a second decision finds nothing to change. The agent's reason is untrusted
+text and is shown sanitized. Granting happens in the server, when the session that asked
+collects it (`tools.approvals`).
+"""
+
+from __future__ import annotations
+
+import getpass
+import logging
+import sys
+import time
+from argparse import Namespace
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from mcp.server.auth.provider import TokenVerifier
+from mcp.server.mcpserver import MCPServer
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from airlock.errors import InvalidRequest, NotFound
+from store import ApprovalRecord, Database
+from tools.context import iso_time
+from tools.envelope import sanitize
+
+from .auth import ADMIN_SCOPE, tenant_of
+from .bearer import unauthorized, verified_token
+from .config import Config
+
+log = logging.getLogger("airlock.approvals")
+
+
+async def decide(
+    db: Database,
+    approval_id: str,
+    *,
+    approve: bool,
+    by: str,
+    now: float,
+    tenant: str | None = None,
+) -> ApprovalRecord:
+    """Approve or deny a pending approval (of `tenant`, when given); the record after."""
+    record = await db.get_approval(approval_id)
+    if record is None or (tenant is not None and record.tenant != tenant):
+        raise NotFound(f"no approval {approval_id!r}; `airlock approvals list` shows pending ones")
+    if record.status != "pending":
+        raise InvalidRequest(f"approval {approval_id} is {record.status}, not pending")
+    if record.expires_at <= now:
+        await db.expire_approvals(now=now)
+        raise InvalidRequest(f"approval {approval_id} expired at {iso_time(record.expires_at)}")
+    session = await db.get_session(record.session_id)
+    if session is None or session.ended_at is not None:
+        await db.expire_approvals(now=now, session_id=record.session_id)
+        raise InvalidRequest(
+            f"the session that asked for approval {approval_id} has ended; nothing to decide"
+        )
+    status = "approved" if approve else "denied"
+    moved = await db.move_approval(
+        approval_id, from_status="pending", to_status=status, at=now, by=by, live_at=now
+    )
+    if not moved:
+        raise InvalidRequest(f"approval {approval_id} was decided or expired meanwhile")
+    log.info(
+        "approval decided",
+        extra={
+            "fields": {
+                "approval": approval_id,
+                "tenant": record.tenant,
+                "session": record.session_id,
+                "capability": record.capability,
+                "outcome": status,
+                "by": by,
+            }
+        },
+    )
+    decided = await db.get_approval(approval_id)
+    assert decided is not None
+    return decided
+
+
+def describe(record: ApprovalRecord) -> dict[str, Any]:
+    return {
+        "id": record.id,
+        "tenant": record.tenant,
+        "session_id": record.session_id,
+        "capability": record.capability,
+        "params": {sanitize(k): sanitize(v) for k, v in record.params.items()},
+        "ttl_s": record.ttl_s,
+        "reason": sanitize(record.reason),
+        "status": record.status,
+        "requested_at": iso_time(record.created_at),
+        "waits_until": iso_time(record.expires_at),
+        "decided_by": record.decided_by,
+        "grant_id": record.grant_id,
+    }
+
+
+async def approvals_text(db: Database, *, every: bool, now: float) -> str:
+    await db.expire_approvals(now=now)
+    records = await db.list_approvals(status=None if every else "pending", limit=1000)
+    if not records:
+        return "no pending approvals" if not every else "no approvals recorded"
+    lines = []
+    for r in records:
+        d = describe(r)
+        params = ",".join(f"{k}={v}" for k, v in sorted(d["params"].items())) or "-"
+        lines.append(
+            f"{r.id}  {r.status}  tenant {r.tenant}  session {r.session_id}\n"
+            f"    {r.capability} ({params}) for {r.ttl_s} s; waits until {d['waits_until']}"
+            + (f"; decided by {r.decided_by}" if r.decided_by else "")
+            + f"\n    reason (the agent's words): {d['reason']!r}"
+        )
+    return "\n".join(lines)
+
+
+def add_routes(
+    mcp: MCPServer,
+    db: Callable[[], Database | None],
+    verifier: TokenVerifier | None,
+    local_tenant: str,
+    clock: Callable[[], float],
+) -> None:
+    """GET /approvals (the caller's tenant's pending ones), POST /approvals/{id}/approve
+    and /deny. With auth, the token needs the `airlock:admin` scope; a foreign or unknown
+    id is 404 either way."""
+
+    async def caller(request: Request) -> tuple[str, str] | Response:
+        if verifier is None:
+            return local_tenant, "http:local"
+        token = await verified_token(verifier, request)
+        if token is None:
+            return unauthorized()
+        if ADMIN_SCOPE not in token.scopes:
+            return JSONResponse(
+                {"error": "insufficient_scope", "error_description": f"needs {ADMIN_SCOPE}"},
+                status_code=403,
+            )
+        return tenant_of(token), f"http:{token.client_id}"
+
+    def guarded(
+        handler: Callable[[Request, Database, str, str], Awaitable[Response]],
+    ) -> Callable[[Request], Awaitable[Response]]:
+        async def route(request: Request) -> Response:
+            who = await caller(request)
+            if isinstance(who, Response):
+                return who
+            database = db()
+            if database is None:
+                return JSONResponse({"error": "starting"}, status_code=503)
+            return await handler(request, database, *who)
+
+        return route
+
+    async def listing(_: Request, database: Database, tenant: str, __: str) -> Response:
+        await database.expire_approvals(now=clock())
+        records = await database.list_approvals(tenant=tenant, status="pending", limit=1000)
+        return JSONResponse({"approvals": [describe(r) for r in records]})
+
+    def deciding(approve: bool) -> Callable[[Request, Database, str, str], Awaitable[Response]]:
+        async def handler(request: Request, database: Database, tenant: str, by: str) -> Response:
+            approval_id = str(request.path_params["approval_id"])
+            try:
+                record = await decide(
+                    database, approval_id, approve=approve, by=by, now=clock(), tenant=tenant
+                )
+            except NotFound as exc:
+                return JSONResponse({"error": "not_found", "detail": str(exc)}, status_code=404)
+            except InvalidRequest as exc:
+                return JSONResponse({"error": "conflict", "detail": str(exc)}, status_code=409)
+            return JSONResponse(describe(record))
+
+        return handler
+
+    mcp.custom_route("/approvals", methods=["GET"])(guarded(listing))
+    mcp.custom_route("/approvals/{approval_id}/approve", methods=["POST"])(guarded(deciding(True)))
+    mcp.custom_route("/approvals/{approval_id}/deny", methods=["POST"])(guarded(deciding(False)))
+
+
+async def approvals_command(config: Config, action: str, args: Namespace) -> int:
+    """`airlock approvals list|approve|deny`, against the server's database."""
+    db = await Database.open(config.db_path)
+    try:
+        now = time.time()
+        if action == "list":
+            sys.stdout.write(await approvals_text(db, every=args.all, now=now) + "\n")
+            return 0
+        record = await decide(
+            db,
+            args.approval_id,
+            approve=action == "approve",
+            by=f"cli:{getpass.getuser()}",
+            now=now,
+        )
+    finally:
+        await db.close()
+    sys.stdout.write(
+        f"{record.id} {record.status}: {record.capability} for session {record.session_id} "
+        f"of tenant {record.tenant}"
+        + (
+            "; the agent collects it by calling request_capability with this approval_id\n"
+            if record.status == "approved"
+            else "\n"
+        )
+    )
+    return 0

@@ -1,0 +1,294 @@
+"""Approvals without elicitation: a request that needs a human, from a client that cannot
+ask one, waits for the operator; `airlock approvals` (a separate process sharing the
+database) or the admin-scoped HTTP routes decide; the session that asked collects it once.
+
+No sandbox runs here: a capability request never touches the engine.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import socket
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import httpx2
+import pytest
+from mcp.client import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.types import CallToolResult, ElicitRequestParams, ElicitResult
+
+from airlock.errors import InvalidRequest
+from policies import Policy
+from server import Config, build_server
+from server.approvals import decide
+from server.auth import generate_api_key
+from store import ApprovalRecord, Database, SessionRecord
+
+pytestmark = pytest.mark.anyio
+
+AIRLOCK = str(Path(sys.executable).with_name("airlock"))
+CAP = "ask-api"
+POLICY: dict[str, Any] = {
+    "capabilities": {
+        CAP: {
+            "description": "an API a human must approve",
+            "params": {"org": "^[a-z]{1,10}$"},
+            "hosts": ["api.example.com"],
+            "methods": ["GET"],
+            "paths": ["/orgs/{org}/**"],
+            "approval": "ask",
+        }
+    }
+}
+POLICY_TOML = """
+[capabilities.ask-api]
+description = "an API a human must approve"
+params = { org = "^[a-z]{1,10}$" }
+hosts = ["api.example.com"]
+methods = ["GET"]
+paths = ["/orgs/{org}/**"]
+approval = "ask"
+"""
+APPROVAL_ID = re.compile(r'approval_id="(apr_[a-z0-9]+)"')
+
+
+def text(result: CallToolResult) -> str:
+    return " ".join(getattr(block, "text", "") for block in result.content)
+
+
+async def ask(c: Client, **args: Any) -> CallToolResult:
+    with anyio.fail_after(30):
+        return await c.call_tool(
+            "request_capability",
+            {"capability": CAP, "reason": "read acme", "params": {"org": "acme"}, **args},
+        )
+
+
+async def pending_id(c: Client) -> tuple[str, str]:
+    """Ask from a client without elicitation; the approval id and the session it binds."""
+    waiting = await ask(c)
+    assert waiting.is_error
+    message = text(waiting)
+    assert "cannot ask its user" in message and "waits until" in message
+    match = APPROVAL_ID.search(message)
+    assert match is not None, message
+    session = re.search(r'session_id="(ses_[a-z0-9]+)"', message)
+    assert session is not None
+    return match.group(1), session.group(1)
+
+
+async def airlock(data_dir: Path, *args: str) -> tuple[int, str, str]:
+    done = await anyio.run_process(
+        [AIRLOCK, "approvals", *args, "--data-dir", str(data_dir)], check=False
+    )
+    return done.returncode, done.stdout.decode(), done.stderr.decode()
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_operator_approval_from_another_process_grants_once_to_the_asking_session(
+    tmp_path: Path, mode: str
+) -> None:
+    data_dir = tmp_path / "data"
+    server = build_server(Config(data_dir=data_dir), Policy.model_validate(POLICY))
+    async with Client(server, mode=mode) as c:
+        approval, session = await pending_id(c)
+        code, listed, _ = await airlock(data_dir, "list")
+        assert code == 0 and approval in listed and "read acme" in listed
+
+        still = await ask(c, approval_id=approval, session_id=session)
+        assert still.is_error and "waits until" in text(still)
+
+        code, out, err = await airlock(data_dir, "approve", approval)
+        assert code == 0, err
+        assert f"{approval} approved" in out
+        granted = await ask(c, approval_id=approval, session_id=session)
+        assert not granted.is_error, text(granted)
+        assert granted.structured_content is not None
+        assert granted.structured_content["approved_by"] == "operator"
+        assert granted.structured_content["scope"]["paths"] == ["/orgs/acme/**"]
+        assert granted.structured_content["session_id"] == session
+
+        again = await ask(c, approval_id=approval, session_id=session)
+        assert again.is_error and "already used" in text(again)
+        twice, _, err = await airlock(data_dir, "approve", approval)
+        assert twice == 1 and "is used, not pending" in err
+
+        # Another session cannot use it (nor learn that it exists).
+        with anyio.fail_after(30):
+            await c.call_tool("end_session", {"session_id": session})
+        foreign = await ask(c, approval_id=approval)
+        assert foreign.is_error and "unknown approval" in text(foreign)
+
+    db = await Database.open(data_dir / "airlock.db")
+    try:
+        (grant,) = await db.list_grants()
+        record = await db.get_approval(approval)
+    finally:
+        await db.close()
+    assert grant.approved_by == "operator"
+    assert record is not None and record.status == "used" and record.grant_id == grant.id
+    assert record.decided_by is not None and record.decided_by.startswith("cli:")
+
+
+async def test_operator_denial_is_a_denial_and_session_end_expires_what_waits(
+    tmp_path: Path,
+) -> None:
+    data_dir = tmp_path / "data"
+    server = build_server(Config(data_dir=data_dir), Policy.model_validate(POLICY))
+    async with Client(server) as c:
+        denied, session = await pending_id(c)
+        code, out, _ = await airlock(data_dir, "deny", denied)
+        assert code == 0 and f"{denied} denied" in out
+        refused = await ask(c, approval_id=denied, session_id=session)
+        assert refused.is_error and "the operator denied" in text(refused)
+
+        left, _ = await pending_id(c)
+        with anyio.fail_after(30):
+            await c.call_tool("end_session", {"session_id": session})
+        code, _, err = await airlock(data_dir, "approve", left)
+        assert code == 1 and "is expired, not pending" in err
+        code, listed, _ = await airlock(data_dir, "list", "--all")
+        assert f"{left}  expired" in listed and f"{denied}  denied" in listed
+
+
+async def test_an_explicit_no_from_the_human_stays_a_denial(tmp_path: Path) -> None:
+    async def decline(context: Any, params: ElicitRequestParams) -> ElicitResult:
+        return ElicitResult(action="decline")
+
+    data_dir = tmp_path / "data"
+    server = build_server(Config(data_dir=data_dir), Policy.model_validate(POLICY))
+    async with Client(server, elicitation_callback=decline) as c:
+        refused = await ask(c)
+    assert refused.is_error and "did not approve" in text(refused)
+    code, listed, _ = await airlock(data_dir, "list", "--all")
+    assert code == 0 and listed.strip() == "no approvals recorded"
+
+
+async def test_a_pending_approval_expires_closed_at_its_deadline(tmp_path: Path) -> None:
+    db = await Database.open(tmp_path / "airlock.db")
+    try:
+        await db.create_session(
+            SessionRecord(id="ses_a", tenant="t", created_at=0, last_used_at=0, expires_at=9e9)
+        )
+        record = ApprovalRecord(
+            id="apr_a",
+            tenant="t",
+            session_id="ses_a",
+            capability=CAP,
+            params={},
+            ttl_s=60,
+            reason="r",
+            status="pending",
+            created_at=100,
+            expires_at=200,
+        )
+        await db.create_approval(record)
+        with pytest.raises(InvalidRequest, match="expired at"):
+            await decide(db, "apr_a", approve=True, by="t", now=200)
+        after = await db.get_approval("apr_a")
+        assert after is not None and after.status == "expired"
+        await db.create_approval(record.model_copy(update={"id": "apr_b"}))
+        with pytest.raises(InvalidRequest, match="not pending"):
+            await decide(db, "apr_a", approve=True, by="t", now=150)
+        assert (await decide(db, "apr_b", approve=False, by="t", now=150)).status == "denied"
+    finally:
+        await db.close()
+
+
+# ---- over HTTP ---------------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def http_server(tmp_path: Path) -> AsyncIterator[tuple[str, dict[str, str]]]:
+    keys: dict[str, str] = {}
+    entries = []
+    for name, tenant, admin in (
+        ("acme-agent", "acme", False),
+        ("acme-admin", "acme", True),
+        ("globex-agent", "globex", False),
+    ):
+        key, digest = generate_api_key()
+        keys[name] = key
+        entries.append(
+            f'[[keys]]\nid = "{name}"\ntenant = "{tenant}"\nhash = "{digest}"\n'
+            f"admin = {'true' if admin else 'false'}\n"
+        )
+    (tmp_path / "auth.toml").write_text("\n".join(entries))
+    (tmp_path / "policy.toml").write_text(POLICY_TOML)
+    port = free_port()
+    command = [AIRLOCK, "serve", "--http", "--port", str(port)]
+    command += ["--auth", str(tmp_path / "auth.toml"), "--policy", str(tmp_path / "policy.toml")]
+    command += ["--data-dir", str(tmp_path / "data")]
+    process = await anyio.open_process(command, stdin=None, stdout=None, stderr=None)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        async with httpx.AsyncClient() as probe:
+            with anyio.fail_after(60):
+                while True:
+                    assert process.returncode is None, "server exited during startup"
+                    try:
+                        if (await probe.get(f"{base}/healthz")).status_code == 200:
+                            break
+                    except httpx.TransportError:
+                        pass
+                    await anyio.sleep(0.1)
+        yield base, keys
+    finally:
+        process.send_signal(signal.SIGTERM)
+        with anyio.fail_after(60):
+            await process.wait()
+        await process.aclose()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+async def test_admin_keys_decide_their_own_tenants_approvals_over_http(tmp_path: Path) -> None:
+    async with http_server(tmp_path) as (base, keys):
+
+        @asynccontextmanager
+        async def agent(name: str) -> AsyncIterator[Client]:
+            headers = {"Authorization": f"Bearer {keys[name]}"}
+            async with httpx2.AsyncClient(headers=headers) as http:
+                transport = streamable_http_client(f"{base}/mcp", http_client=http)
+                async with Client(transport) as connected:  # type: ignore[arg-type]
+                    yield connected
+
+        def auth(name: str) -> dict[str, str]:
+            return {"Authorization": f"Bearer {keys[name]}"}
+
+        async with agent("acme-agent") as acme, agent("globex-agent") as globex:
+            mine, session = await pending_id(acme)
+            theirs, _ = await pending_id(globex)
+            async with httpx.AsyncClient(base_url=base) as http:
+                anonymous = await http.get("/approvals")
+                not_admin = await http.get("/approvals", headers=auth("acme-agent"))
+                listed = await http.get("/approvals", headers=auth("acme-admin"))
+                foreign = await http.post(
+                    f"/approvals/{theirs}/approve", headers=auth("acme-admin")
+                )
+                approved = await http.post(f"/approvals/{mine}/approve", headers=auth("acme-admin"))
+                again = await http.post(f"/approvals/{mine}/deny", headers=auth("acme-admin"))
+            granted = await ask(acme, approval_id=mine, session_id=session)
+        assert anonymous.status_code == 401
+        assert not_admin.status_code == 403
+        assert listed.status_code == 200
+        assert [a["id"] for a in listed.json()["approvals"]] == [mine]
+        assert foreign.status_code == 404
+        assert approved.status_code == 200 and approved.json()["status"] == "approved"
+        assert approved.json()["decided_by"] == "http:acme-admin"
+        assert again.status_code == 409
+        assert not granted.is_error, text(granted)
+        assert granted.structured_content is not None
+        assert granted.structured_content["approved_by"] == "operator"

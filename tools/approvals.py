@@ -1,0 +1,119 @@
+"""Capability requests that wait for the operator, for clients that cannot ask their human.
+
+When a capability needs a human and the client cannot elicit (or its question was
+dismissed unanswered), the request becomes a pending approval in the database, which the
+server and the `airlock approvals` CLI (another process) share. The agent is told its id
+and how long it waits; it collects the grant by calling request_capability again with
+that id, in the same session. Nothing here grants anything: a pending approval expires
+refused, an approval counts once, and only for the session that asked.
+"""
+
+from __future__ import annotations
+
+import base64
+import secrets
+
+from airlock.errors import ApprovalPending, CapabilityDenied, InvalidRequest, NotFound
+from store import ApprovalRecord
+
+from .context import Services, Session, iso_time
+from .events import CapabilityDecided
+
+
+def new_approval_id() -> str:
+    return "apr_" + base64.b32encode(secrets.token_bytes(10)).decode().lower()
+
+
+def _pending_message(record: ApprovalRecord, now: float) -> str:
+    wait = max(0, int(record.expires_at - now))
+    return (
+        f"capability {record.capability!r} needs a human's approval and this client cannot "
+        f"ask its user, so the request waits for the operator as approval {record.id}: they "
+        f"decide with `airlock approvals approve {record.id}` (or `deny`). It waits until "
+        f"{iso_time(record.expires_at)} ({wait} s more), then expires refused. Call "
+        f'request_capability again with approval_id="{record.id}" and '
+        f'session_id="{record.session_id}" to collect the capability once approved; the '
+        "approval is valid only in this session."
+    )
+
+
+async def wait_for_operator(
+    services: Services,
+    session: Session,
+    capability: str,
+    params: dict[str, str],
+    ttl: int,
+    reason: str,
+) -> None:
+    """Record the request as pending and tell the agent so (always raises ApprovalPending)."""
+    now = services.clock()
+    record = ApprovalRecord(
+        id=new_approval_id(),
+        tenant=session.tenant,
+        session_id=session.id,
+        capability=capability,
+        params=dict(params),
+        ttl_s=ttl,
+        reason=reason,
+        status="pending",
+        created_at=now,
+        expires_at=now + services.policy_for(session.tenant).broker.approval_wait_s,
+    )
+    await services.db.create_approval(record)
+    raise ApprovalPending(record.id, _pending_message(record, now))
+
+
+async def approved_request(
+    services: Services, session: Session, approval_id: str, capability: str
+) -> ApprovalRecord:
+    """The approval `approval_id` of this session, claimed for one grant; raises what
+    the agent must know when it is still pending, refused, expired or used."""
+    record = await services.db.get_approval(approval_id)
+    if record is None or record.tenant != session.tenant or record.session_id != session.id:
+        raise NotFound(
+            f"unknown approval {approval_id!r} in this session; an approval is valid only in "
+            "the session that asked (pass that session_id)"
+        )
+    if record.capability != capability:
+        raise InvalidRequest(
+            f"approval {approval_id} is for capability {record.capability!r}, not {capability!r}"
+        )
+    now = services.clock()
+    if record.status == "pending" and record.expires_at <= now:
+        await expire_pending(services)
+        record = record.model_copy(update={"status": "expired"})
+    if record.status == "pending":
+        raise ApprovalPending(record.id, _pending_message(record, now))
+    if record.status == "denied":
+        raise CapabilityDenied(f"the operator denied approval {approval_id} ({capability!r})")
+    if record.status == "expired":
+        raise CapabilityDenied(
+            f"approval {approval_id} expired without a decision; request the capability again"
+        )
+    claimed = await services.db.move_approval(
+        approval_id, from_status="approved", to_status="used", at=now
+    )
+    if not claimed:
+        raise CapabilityDenied(
+            f"approval {approval_id} was already used for a capability; request a new one"
+        )
+    return record
+
+
+async def expire_pending(services: Services, *, session_id: str | None = None) -> int:
+    """Expire pending approvals past their wait (or all of an ended session); audited."""
+    expired = await services.db.expire_approvals(now=services.clock(), session_id=session_id)
+    for record in expired:
+        services.events.emit(
+            CapabilityDecided(
+                tenant=record.tenant,
+                session_id=record.session_id,
+                capability=record.capability,
+                outcome="denied",
+                approval_id=record.id,
+                reason="the approval expired without a decision"
+                if session_id is None
+                else "the session that asked ended",
+            )
+        )
+    return len(expired)
