@@ -11,6 +11,7 @@
     ├── SessionEnded          the session ended while a call in it was running
     ├── PolicyInvalid         a policy file with problems (all of them listed)
     ├── AuthConfigInvalid     an auth config file with problems (all of them listed)
+    ├── AddressInUse          the port to serve on is taken (the CLI exits 2)
     ├── SandboxError          the engine side failed, not the user's code
     │   ├── EngineUnavailable Docker is not reachable
     │   ├── ImageUnavailable  the sandbox image is missing and could not be built
@@ -85,6 +86,10 @@ class PolicyInvalid(AirlockError):
         self.problems = problems
         listing = "\n".join(f"  - {p}" for p in problems)
         super().__init__(f"invalid policy {source}:\n{listing}")
+
+
+class AddressInUse(AirlockError):
+    """The address `airlock serve --http` should listen on is taken by another process."""
 
 
 class AuthConfigInvalid(AirlockError):

@@ -19,7 +19,7 @@ from pathlib import Path
 import anyio
 
 from airlock import __version__
-from airlock.errors import AirlockError, PolicyInvalid
+from airlock.errors import AddressInUse, AirlockError, PolicyInvalid
 from broker import Vault, load_key, vault_path
 from policies import load_policy, policy_json_schema
 from sandbox import connect
@@ -243,6 +243,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     setup_logging(getattr(args, "verbose", False), getattr(args, "log_format", "text"))
     try:
         code = _dispatch(args)
+    except AddressInUse as exc:
+        log.error("%s", exc)
+        code = 2  # a usage problem: the command line must change
     except AirlockError as exc:
         log.error("%s", exc)
         code = 1

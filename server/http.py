@@ -7,17 +7,19 @@ SIGTERM handling runs the server's lifespan to its end, which ends every session
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import logging
 import signal
+import socket
 from types import FrameType
 
 import uvicorn
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.transport_security import TransportSecuritySettings
-from pydantic import AnyHttpUrl
+from starlette.applications import Starlette
 
-from airlock.errors import InvalidRequest, PolicyInvalid
+from airlock.errors import AddressInUse, InvalidRequest, PolicyInvalid
 from policies import Policy, load_policy
 
 from .app import build_server
@@ -60,19 +62,48 @@ def serve_http(
             "could run code; pass --auth FILE (create keys with `airlock keys create TENANT`) "
             "or bind 127.0.0.1"
         )
+    # Bound before anything starts, so a taken port is one clear sentence and nothing else.
+    listener = _listen(host, port)
+    app = http_app(
+        config,
+        policy,
+        host=host,
+        port=port,
+        auth=auth,
+        allowed_hosts=allowed_hosts,
+        allowed_origins=allowed_origins,
+        metrics=metrics,
+    )
+    log.info(
+        "serving MCP on http://%s%s (%s); data in %s",
+        _authority(host, port),
+        MCP_PATH,
+        "bearer tokens required" if auth else "no authentication: loopback only",
+        config.data_dir,
+    )
+    # uvicorn shuts down gracefully on SIGINT/SIGTERM (our lifespan ends every session),
+    # then raises the signal again for the previous handler: make that a clean exit.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _exit_cleanly)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+    server.run(sockets=[listener])
+
+
+def http_app(
+    config: Config,
+    policy: Policy,
+    *,
+    host: str,
+    port: int,
+    auth: AuthConfig | None,
+    allowed_hosts: list[str],
+    allowed_origins: list[str],
+    metrics: Metrics | None = None,
+) -> Starlette:
+    """The Streamable HTTP app: MCP on /mcp behind bearer auth when `auth` is given."""
     base = f"http://{_authority(host, port)}"
-    settings = None
-    verifier = None
-    if auth is not None:
-        verifier = AirlockTokenVerifier(auth)
-        issuer = auth.jwt.issuer if auth.jwt is not None else base
-        settings = AuthSettings(
-            issuer_url=AnyHttpUrl(issuer),
-            resource_server_url=AnyHttpUrl(base + MCP_PATH),
-            required_scopes=None,
-            # The verifier checks JWT audiences itself; API keys carry no resource.
-            validate_token_resource=False,
-        )
+    verifier = AirlockTokenVerifier(auth) if auth is not None else None
+    settings = _auth_settings(auth, base) if auth is not None else None
     tenant_policies = _tenant_policies(auth, policy)
     mcp = build_server(
         config,
@@ -95,18 +126,53 @@ def serve_http(
         ),
         host=host,
     )
-    log.info(
-        "serving MCP on %s%s (%s); data in %s",
-        base,
-        MCP_PATH,
-        "bearer tokens required" if auth else "no authentication: loopback only",
-        config.data_dir,
+    return app
+
+
+def _auth_settings(auth: AuthConfig, base: str) -> AuthSettings:
+    """Bearer auth, with RFC 9728 metadata only when it has something true to say.
+
+    The metadata names an authorization server; only a [jwt] issuer is one (Airlock
+    issues nothing: its API keys are made by `airlock keys create`). Without JWTs there is
+    no metadata and the 401 carries no `resource_metadata` link; `issuer_url` is then
+    unused, since Airlock has no authorization-server routes.
+    """
+    issuer = auth.jwt.issuer if auth.jwt is not None else base
+    # From strings, so the settings keep an issuer exactly as written (no added "/"):
+    # clients compare it with the token's `iss` character by character.
+    return AuthSettings.model_validate(
+        {
+            "issuer_url": issuer,
+            "resource_server_url": base + MCP_PATH if auth.jwt is not None else None,
+            "required_scopes": None,
+            # The verifier checks JWT audiences itself; API keys carry no resource.
+            "validate_token_resource": False,
+        }
     )
-    # uvicorn shuts down gracefully on SIGINT/SIGTERM (our lifespan ends every session),
-    # then raises the signal again for the previous handler: make that a clean exit.
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, _exit_cleanly)
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A listening socket on host:port; `AddressInUse` (exit 2) when the port is taken."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except socket.gaierror as exc:
+        raise InvalidRequest(f"cannot bind {host!r}: {exc.strerror}; pass another --host") from exc
+    listener = socket.socket(family, kind, proto)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(address)
+        listener.listen(2048)
+    except OSError as exc:
+        listener.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise AddressInUse(f"port {port} is in use; pick another with --port") from exc
+        raise InvalidRequest(
+            f"cannot listen on {_authority(host, port)}: {exc.strerror}; "
+            "pick another --host or --port"
+        ) from exc
+    return listener
 
 
 def _tenant_policies(auth: AuthConfig | None, default: Policy) -> dict[str, Policy]:

@@ -5,21 +5,26 @@ The CLI runs as a real subprocess; the server start runs in-process with the SDK
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import socket
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
 
+import httpx
 import pytest
+from joserfc.jwk import OKPKey
 from mcp.client import Client
 
 from airlock.errors import EngineUnavailable
 from policies import Policy
 from sandbox import connect
 from server import Config, build_server
-from server.auth import hash_api_key, load_auth_config
+from server.auth import AuthConfig, generate_api_key, hash_api_key, load_auth_config
+from server.http import http_app
 
 AIRLOCK = str(Path(sys.executable).with_name("airlock"))
 
@@ -226,3 +231,67 @@ def test_the_server_names_a_bad_docker_host_too(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("DOCKER_HOST", "tcp://127.0.0.1:1")
     with pytest.raises(EngineUnavailable, match=r"at DOCKER_HOST=tcp://127\.0\.0\.1:1 "):
         connect()
+
+
+def test_serving_on_a_taken_port_says_so_and_exits_2(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        result = airlock("serve", "--http", "--port", port, "--data-dir", str(tmp_path))
+    assert result.returncode == 2
+    assert result.stderr.strip().endswith(f"port {port} is in use; pick another with --port")
+    assert "serving" not in result.stderr and "Traceback" not in result.stderr
+
+
+def _auth_file(tmp_path: Path, jwt: bool) -> AuthConfig:
+    _, digest = generate_api_key()
+    text = f'[[keys]]\nid = "ci"\ntenant = "acme"\nhash = "{digest}"\n'
+    if jwt:
+        key = OKPKey.generate_key("Ed25519", parameters={"kid": "k1"})
+        (tmp_path / "jwks.json").write_text(json.dumps({"keys": [key.as_dict(private=False)]}))
+        text += '[jwt]\nissuer = "https://login.example.com"\naudience = "airlock"\n'
+        text += 'jwks_file = "jwks.json"\nalgorithms = ["Ed25519"]\n'
+    (tmp_path / "auth.toml").write_text(text)
+    return load_auth_config(tmp_path / "auth.toml")
+
+
+async def _unauthenticated(tmp_path: Path, auth: AuthConfig) -> tuple[httpx.Response, ...]:
+    app = http_app(
+        Config(data_dir=tmp_path / "data"),
+        Policy(),
+        host="127.0.0.1",
+        port=8765,
+        auth=auth,
+        allowed_hosts=[],
+        allowed_origins=[],
+    )
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1:8765") as http:
+        call = await http.post("/mcp", json={})
+        metadata = await http.get("/.well-known/oauth-protected-resource/mcp")
+        server_metadata = await http.get("/.well-known/oauth-authorization-server")
+    return call, metadata, server_metadata
+
+
+@pytest.mark.anyio
+async def test_with_api_keys_only_no_authorization_server_is_advertised(tmp_path: Path) -> None:
+    call, metadata, server_metadata = await _unauthenticated(tmp_path, _auth_file(tmp_path, False))
+    assert call.status_code == 401
+    assert "resource_metadata" not in call.headers["www-authenticate"]
+    # Nothing points at Airlock as an authorization server, and it does not pretend to be one.
+    assert metadata.status_code == 404
+    assert server_metadata.status_code == 404
+
+
+@pytest.mark.anyio
+async def test_with_jwts_the_metadata_names_the_real_issuer(tmp_path: Path) -> None:
+    call, metadata, _ = await _unauthenticated(tmp_path, _auth_file(tmp_path, True))
+    assert call.status_code == 401
+    assert (
+        'resource_metadata="http://127.0.0.1:8765/.well-known/oauth-protected-resource/mcp"'
+        in (call.headers["www-authenticate"])
+    )
+    assert metadata.status_code == 200
+    assert metadata.json()["authorization_servers"] == ["https://login.example.com"]
+    assert metadata.json()["resource"] == "http://127.0.0.1:8765/mcp"
