@@ -480,9 +480,9 @@ def _outcome(
         )
         kept, refused = read_outputs(bytes(exchange.tar), listing, job.artifact_caps)
         files = tuple(kept)
-        notes.extend(report.skipped[:100])
-        notes.extend(listing_notes[:100])
-        notes.extend(refused)
+        notes.extend(_at_most(report.skipped, 100))
+        notes.extend(_at_most(listing_notes, 100))
+        notes.extend(_at_most(refused, 100))
         workspace = tuple(listing)
     if report is not None:
         usage = Usage(
@@ -509,6 +509,13 @@ def _outcome(
         notes=tuple(notes),
         usage=usage,
     )
+
+
+def _at_most(notes: list[str], count: int) -> list[str]:
+    """The first `count` notes, and a last one saying how many more there were."""
+    if len(notes) <= count:
+        return notes
+    return [*notes[:count], f"... and {len(notes) - count} more like these"]
 
 
 def _status(report: RunnerReport | None, *, oom_killed: bool, host_timeout: bool) -> Status:

@@ -198,7 +198,7 @@ def _entries(unlisted: list[str] | None = None) -> Iterator[tuple[str, os.stat_r
 
     def unreadable(exc: OSError) -> None:
         if unlisted is not None:
-            unlisted.append(f"{os.path.relpath(str(exc.filename), WORKSPACE)}: unreadable")
+            unlisted.append(os.path.relpath(str(exc.filename), WORKSPACE))
 
     for root, dirs, files in os.walk(WORKSPACE, onerror=unreadable, followlinks=False):
         dirs.sort()
@@ -430,15 +430,14 @@ def _pack_workspace(
                 try:
                     entry["sha256"] = _hash_file(full)
                 except OSError as exc:
-                    skipped.append(f"{rel}: unreadable ({exc.strerror})")
-                    complete = False
-                    continue
+                    # Still listed (it exists), with no hash: the host keeps what it had.
+                    skipped.append(f"{rel}: unreadable ({exc.strerror}); its content was not sent")
             listing_bytes += len(json.dumps(entry)) + 2
             if listing_bytes > LISTING_BUDGET:
                 complete = False
                 break
             listing.append(entry)
-            if entry["kind"] != "file" or before.get(rel) == entry["sha256"]:
+            if entry["kind"] != "file" or entry["sha256"] in ("", before.get(rel)):
                 continue
             refusal = _send_refusal(rel, st.st_size, caps, sent_files, sent_bytes)
             if refusal:
@@ -453,9 +452,13 @@ def _pack_workspace(
                 tar.addfile(info, f)
             sent_files += 1
             sent_bytes += st.st_size
-    if unlisted:
-        complete = False
-        skipped.extend(f"{text} directory, its contents are not listed" for text in unlisted)
+    by_path = {entry["path"]: entry for entry in listing}
+    for rel in unlisted:
+        skipped.append(f"{rel}: unreadable directory; its contents are not listed")
+        if rel in by_path:
+            by_path[rel]["contents_listed"] = False
+        else:
+            complete = False
     if len(skipped) > MAX_SKIPPED:
         skipped[MAX_SKIPPED:] = [f"... and {len(skipped) - MAX_SKIPPED} more files not sent"]
     return listing, complete, skipped

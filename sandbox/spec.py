@@ -150,6 +150,9 @@ class WorkspaceEntry(BaseModel):
     """Whole UNIX seconds."""
     changed: bool = False
     """The runner's own view (content differs from what came in); the host ignores it."""
+    contents_listed: bool = True
+    """False for a directory the runner could not read: what it holds is unknown, so
+    nothing under it is taken as deleted."""
 
 
 class Usage(BaseModel):

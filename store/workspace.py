@@ -8,7 +8,9 @@ current head, given what other writers changed since the run's base. The databas
 The rules, in the order `merge` applies them:
 1. Each path of the delta takes the run's state. If another writer changed that path since
    the base to something else, that is a conflict the later commit (this one) wins; the
-   other version stays an artifact of the run that wrote it.
+   other version stays an artifact of the run that wrote it. A path this run only touched
+   (same kind, content and mode as its base, a new mtime) never overwrites another
+   writer's change: theirs stays, and nothing of this run's is lost.
 2. A path this run wrote needs its parents to be directories. A parent another writer
    removed or turned into a file is made a directory again (a conflict this run wins).
 3. A directory this run deleted stays when another writer put something inside it since
@@ -54,6 +56,8 @@ class WorkspaceDelta(BaseModel):
     deletes: tuple[str, ...] = ()
     dirs: tuple[WorkspaceFile, ...] = ()
     """Every directory of the writer's final state, for parents rule 2 has to bring back."""
+    touched: tuple[str, ...] = ()
+    """Upserts whose only change from the base is the mtime (rule 1 lets them yield)."""
 
     @property
     def empty(self) -> bool:
@@ -118,23 +122,32 @@ def diff(
     final: Iterable[WorkspaceFile],
     *,
     complete: bool = True,
+    unknown_dirs: Iterable[str] = (),
 ) -> WorkspaceDelta:
     """The delta from `base` to `final` (a listing already validated as a tree).
 
     A file counts as changed when its kind, content, mode or mtime differ; a directory only
     when it appears, disappears or changes mode (its mtime moves whenever its contents do).
-    With `complete=False` the listing may lack entries, so nothing is taken as deleted.
+    With `complete=False` the listing may lack entries, so nothing is taken as deleted;
+    nor is anything under one of `unknown_dirs` (directories whose contents went unlisted).
     """
+    unknown = set(unknown_dirs)
     final_by_path = {entry.path: entry for entry in final}
     upserts = [
         entry for path, entry in sorted(final_by_path.items()) if _changed(base.get(path), entry)
     ]
-    deletes = sorted(set(base) - set(final_by_path)) if complete else []
+    touched = [e.path for e in upserts if e.same_as(base.get(e.path))]
+    deletes = [
+        path
+        for path in sorted(set(base) - set(final_by_path))
+        if complete and unknown.isdisjoint(ancestors(path))
+    ]
     return WorkspaceDelta(
         base_version=base_version,
         upserts=tuple(upserts),
         deletes=tuple(deletes),
         dirs=tuple(e for _, e in sorted(final_by_path.items()) if e.kind == "dir"),
+        touched=tuple(touched),
     )
 
 
@@ -185,7 +198,10 @@ def merge(
             path=path, ours=mine, theirs=theirs, other=other, kept=kept, reason=reason
         )
 
-    # Rule 1: the later commit wins each path it changed.
+    # Rule 1: the later commit wins each path it changed, unless it only touched it.
+    for path in delta.touched:
+        if path in since:
+            del ours[path]
     for path, mine in sorted(ours.items()):
         other = since.get(path)
         if other is not None and not _same(mine, other.after):

@@ -378,3 +378,34 @@ async def test_call_files_that_clash_with_the_workspace_are_refused_naming_the_f
     assert "'d' is a directory in the session workspace" in error_text(over_dir)
     assert "also given as a file" in error_text(both)
     assert ok["stdout"]["text"] == "['d', 'f']\n"
+
+
+async def test_unreadable_files_and_directories_lose_nothing_and_block_no_deletion(
+    make_server: MakeServer,
+) -> None:
+    async with Client(make_server()) as client:
+        first = await run(
+            client,
+            "import os\n"
+            "os.mkdir('locked'); open('locked/x','w').write('inside')\n"
+            "open('secret','w').write('s'); open('gone','w').write('g')",
+        )
+        session = first["session_id"]
+        # Code makes a file and a directory unreadable to the runner and deletes another.
+        second = await run(
+            client,
+            "import os; os.chmod('locked', 0); os.chmod('secret', 0); os.remove('gone')",
+            session_id=session,
+        )
+        third = await run(
+            client,
+            "import os; os.chmod('locked', 0o755); os.chmod('secret', 0o644)\n"
+            "print(open('locked/x').read(), open('secret').read(), os.path.exists('gone'))",
+            session_id=session,
+        )
+    notes = "\n".join(second["notes"])
+    assert "locked: unreadable directory" in notes
+    assert "secret: unreadable" in notes
+    assert second["changes"]["deleted"] == ["gone"]
+    assert {e["path"]: e["mode"] for e in second["changes"]["modified"]} == {"locked": "0000"}
+    assert third["stdout"]["text"] == "inside s False\n", third

@@ -160,3 +160,25 @@ def test_nothing_leaves_the_head_unreported() -> None:
     merged = merge(head, delta, since, writer="run_a", version=2)
     gone = set(head) - set(merged.head)
     assert gone <= set(delta.deletes) | {c.path for c in merged.conflicts}
+
+
+def test_a_touch_never_overwrites_another_runs_change() -> None:
+    base = tree(f("x", "1", mtime=1))
+    delta = diff(1, base, [f("x", "1", mtime=9)])
+    assert delta.touched == ("x",)
+    theirs = f("x", "2", by="run_a")
+    merged = merge(tree(theirs), delta, {"x": Change("run_a", theirs)}, writer="run_b", version=3)
+    assert merged.head["x"] == theirs
+    assert merged.conflicts == []
+
+
+def test_a_touch_applies_when_nobody_else_changed_the_path() -> None:
+    base = tree(f("x", "1", mtime=1))
+    merged = merge(base, diff(1, base, [f("x", "1", mtime=9)]), {}, writer="run_b", version=2)
+    assert merged.head["x"].mtime == 9
+
+
+def test_nothing_under_a_directory_whose_contents_went_unlisted_is_deleted() -> None:
+    base = tree(d("locked"), f("locked/x"), f("gone"))
+    delta = diff(1, base, [d("locked")], unknown_dirs=["locked"])
+    assert delta.deletes == ("gone",)

@@ -328,7 +328,13 @@ async def _keep_workspace(
     if outcome.workspace is None:
         return _Kept(base=head, delta=WorkspaceDelta(base_version=head.version))
     settled = settle(outcome.workspace, outcome.files, inputs)
-    delta = diff(head.version, head.by_path(), settled.entries, complete=outcome.listing_complete)
+    delta = diff(
+        head.version,
+        head.by_path(),
+        settled.entries,
+        complete=outcome.listing_complete,
+        unknown_dirs=[e.path for e in outcome.workspace if not e.contents_listed],
+    )
     now = services.clock()
     records: list[ArtifactRecord] = []
     produced: list[ArtifactRecord] = []
