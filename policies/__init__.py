@@ -19,7 +19,12 @@ from policies.capabilities import (
 )
 from policies.globs import DEFAULT_PROTECTED, glob_matches, protecting_glob
 from policies.hosts import canonical_host, canonical_host_pattern, host_matches, parse_ip_literal
-from policies.load import describe_problem, load_policy, policy_json_schema
+from policies.load import (
+    default_policy_toml,
+    describe_problem,
+    load_policy,
+    policy_json_schema,
+)
 from policies.model import (
     BrokerSettings,
     Capability,
@@ -60,6 +65,7 @@ __all__ = [
     "TenantLimits",
     "canonical_host",
     "canonical_host_pattern",
+    "default_policy_toml",
     "describe_problem",
     "format_duration",
     "glob_matches",

@@ -32,7 +32,7 @@ def load_policy(path: Path | None) -> Policy:
     """
     if path is None:
         source = _DEFAULT_SOURCE
-        reader = resources.files("policies").joinpath("default.toml").read_bytes
+        reader = default_policy_toml
     else:
         source = str(path)
         reader = path.read_bytes
@@ -41,6 +41,11 @@ def load_policy(path: Path | None) -> Policy:
     except OSError as exc:
         raise PolicyInvalid(source, [f"cannot read the file: {exc.strerror or exc}"]) from exc
     return _parse(source, raw)
+
+
+def default_policy_toml() -> bytes:
+    """The packaged default policy file, every setting shown and commented."""
+    return resources.files("policies").joinpath("default.toml").read_bytes()
 
 
 def policy_json_schema() -> dict[str, Any]:

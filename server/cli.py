@@ -21,7 +21,7 @@ import anyio
 from airlock import __version__
 from airlock.errors import AddressInUse, AirlockError, PolicyInvalid
 from broker import Vault, load_key, vault_path
-from policies import load_policy, policy_json_schema
+from policies import default_policy_toml, load_policy, policy_json_schema
 from sandbox import connect
 from sandbox.image import build_image
 from store import BlobStore, Database
@@ -38,6 +38,7 @@ from .logs import LOG_FORMATS, setup_logging
 from .metrics import Metrics, serve_metrics
 from .secret_check import missing_secrets
 from .stdio import serve_stdio
+from .terminal import registration_hint, stdin_is_terminal
 
 log = logging.getLogger("airlock")
 
@@ -215,7 +216,7 @@ def _parser() -> argparse.ArgumentParser:
     remove = secrets.add_parser("rm", parents=[common], help="delete a secret")
     remove.add_argument("name", metavar="NAME")
 
-    policy = commands.add_parser("policy", help="validate policies").add_subparsers(
+    policy = commands.add_parser("policy", help="write and check policies").add_subparsers(
         dest="policy_command", metavar="ACTION", required=True
     )
     check = policy.add_parser(
@@ -231,6 +232,17 @@ def _parser() -> argparse.ArgumentParser:
         "else ~/.local/share/airlock",
     )
     policy.add_parser("schema", help="print the policy JSON Schema (for editors)")
+    init = policy.add_parser(
+        "init", help="write the default policy, every setting shown and commented, to edit"
+    )
+    init.add_argument(
+        "path",
+        metavar="PATH",
+        type=Path,
+        nargs="?",
+        default=Path("airlock.toml"),
+        help="where to write it (default: airlock.toml); an existing file is left alone",
+    )
     return parser
 
 
@@ -299,8 +311,20 @@ def _serve(config: Config, args: argparse.Namespace) -> int:
         )
         return 0
     log.info("airlock %s serving MCP on stdio; data in %s", __version__, config.data_dir)
+    if stdin_is_terminal():
+        sys.stderr.write(registration_hint(sys.argv[0], _given_locations(args)))
     serve_stdio(config, policy, metrics)
     return 0
+
+
+def _given_locations(args: argparse.Namespace) -> list[str]:
+    """The --policy and --data-dir this serve was given, as absolute paths to repeat."""
+    given = []
+    if args.policy:
+        given += ["--policy", os.path.abspath(args.policy)]
+    if args.data_dir:
+        given += ["--data-dir", os.path.abspath(args.data_dir)]
+    return given
 
 
 def _create_key(args: argparse.Namespace) -> int:
@@ -372,6 +396,8 @@ def _secrets(config: Config, args: argparse.Namespace) -> int:
 
 
 def _policy(args: argparse.Namespace) -> int:
+    if args.policy_command == "init":
+        return _policy_init(args.path)
     if args.policy_command == "schema":
         _out(json.dumps(policy_json_schema(), indent=2))
         return 0
@@ -385,4 +411,21 @@ def _policy(args: argparse.Namespace) -> int:
     data_dir = Config.resolve(args.data_dir).data_dir
     for gap in missing_secrets(policy, data_dir, os.environ):
         _out(f"  warning: {gap}")
+    return 0
+
+
+def _policy_init(path: Path) -> int:
+    try:
+        with path.open("xb") as handle:
+            handle.write(default_policy_toml())
+    except FileExistsError:
+        log.error("%s exists; edit it, or name another file: airlock policy init PATH", path)
+        return 1
+    except OSError as exc:
+        log.error("cannot write %s: %s", path, exc.strerror or exc)
+        return 1
+    sys.stderr.write(
+        f"airlock: wrote the default policy to {path}; edit it, check it with "
+        f"`airlock policy check {path}`, and use it with `airlock serve --policy {path}`\n"
+    )
     return 0

@@ -8,9 +8,12 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pty
+import signal
 import socket
 import subprocess
 import sys
+import time
 import tomllib
 from pathlib import Path
 
@@ -20,7 +23,7 @@ from joserfc.jwk import OKPKey
 from mcp.client import Client
 
 from airlock.errors import EngineUnavailable
-from policies import Policy
+from policies import Policy, default_policy_toml
 from sandbox import connect
 from server import Config, build_server
 from server.auth import AuthConfig, generate_api_key, hash_api_key, load_auth_config
@@ -295,3 +298,73 @@ async def test_with_jwts_the_metadata_names_the_real_issuer(tmp_path: Path) -> N
     assert metadata.status_code == 200
     assert metadata.json()["authorization_servers"] == ["https://login.example.com"]
     assert metadata.json()["resource"] == "http://127.0.0.1:8765/mcp"
+
+
+def test_policy_init_writes_the_commented_default_for_editing(tmp_path: Path) -> None:
+    env = {**os.environ, "PATH": "/usr/bin:/bin"}
+    result = subprocess.run(
+        [AIRLOCK, "policy", "init"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    written = tmp_path / "airlock.toml"
+    assert result.returncode == 0, result.stderr
+    assert written.read_bytes() == default_policy_toml()
+    assert "# " in written.read_text()  # commented, for editing
+    assert "airlock policy check airlock.toml" in result.stderr
+    assert airlock("policy", "check", str(written)).stdout.splitlines() == [f"{written}: valid"]
+
+    written.write_text("# mine\n")
+    again = airlock("policy", "init", str(written))
+    assert again.returncode == 1
+    assert f"{written} exists" in again.stderr
+    assert written.read_text() == "# mine\n"  # never overwritten
+
+
+def test_serve_typed_in_a_terminal_says_it_waits_and_how_to_register(tmp_path: Path) -> None:
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[sandbox]\nimage = "airlock-test/absent:0"\n')
+    controller, terminal = pty.openpty()
+    process = subprocess.Popen(
+        [AIRLOCK, "serve", "--policy", str(policy), "--data-dir", str(tmp_path / "data")],
+        stdin=terminal,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    os.close(terminal)
+    try:
+        assert process.stderr is not None
+        lines: list[str] = []
+        deadline = time.monotonic() + 60
+        while not any("claude mcp add" in line for line in lines):
+            assert time.monotonic() < deadline, lines
+            line = process.stderr.readline()
+            assert line, lines  # the server must not exit
+            lines.append(line)
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=60)
+        os.close(controller)
+        if process.stderr is not None:
+            process.stderr.close()
+    text = "".join(lines)
+    assert "waiting for an MCP client" in text
+    assert (
+        f"  claude mcp add airlock -- {AIRLOCK} serve --policy {policy} "
+        f"--data-dir {tmp_path / 'data'}\n"
+    ) in text
+
+
+def test_serve_started_by_a_client_prints_no_terminal_note(tmp_path: Path) -> None:
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[sandbox]\nimage = "airlock-test/absent:0"\n')
+    # stdin at EOF (not a terminal): the server ends at once, having said nothing of the sort.
+    result = airlock("serve", "--policy", str(policy), "--data-dir", str(tmp_path / "data"))
+    assert result.returncode == 0, result.stderr
+    assert "waiting for an MCP client" not in result.stderr
+    assert "claude mcp add" not in result.stderr
