@@ -1,16 +1,107 @@
-"""The README's promises that CI relies on."""
+"""The README's promises that CI relies on, and everything in it that can be checked.
+
+Commands must exist with the options shown, snippets must parse, the example policies must
+pass `airlock policy check`, and configuration values must be the real defaults (read from
+the policy model, so a changed default fails here until the README follows).
+"""
 
 from __future__ import annotations
 
+import argparse
+import json
 import re
+import shlex
+import subprocess
+import sys
+import tomllib
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+
+import pytest
+
+from policies import Policy
+from server.auth import load_auth_config
+from server.cli import _parser
 
 ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+AIRLOCK = str(Path(sys.executable).with_name("airlock"))
+FENCE = re.compile(r"^(?P<indent> *)```(?P<lang>\w*)\n(?P<body>.*?)^(?P=indent)```", re.M | re.S)
+SEPARATORS = {"&&", "||", "|", ";"}
+
+
+def _blocks(lang: str) -> list[str]:
+    found = []
+    for match in FENCE.finditer(README):
+        if match["lang"] == lang:
+            indent = len(match["indent"])
+            found.append("".join(line[indent:] for line in match["body"].splitlines(True)))
+    return found
 
 
 def _commands() -> list[str]:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    return re.findall(r"```sh\n(.+?)\n```", readme, flags=re.DOTALL)
+    return [block.strip() for block in _blocks("sh")]
+
+
+def _is_airlock(token: str) -> bool:
+    return token == "airlock" or token.endswith("/bin/airlock")
+
+
+def _shell_invocations() -> Iterator[list[str]]:
+    """The arguments of every airlock started by a command in a sh block."""
+    for block in _blocks("sh"):
+        for line in block.splitlines():
+            words = shlex.split(line, comments=True)
+            command: list[str] = []
+            for word in [*words, ";"]:
+                if word not in SEPARATORS:
+                    command.append(word)
+                    continue
+                yield from _airlock_in(command)
+                command = []
+
+
+def _airlock_in(command: list[str]) -> Iterator[list[str]]:
+    words = []
+    skip = False
+    for word in command:  # redirections are the shell's, not the command's
+        if skip:
+            skip = False
+        elif word in (">", "2>", ">>"):
+            skip = True
+        else:
+            words.append(word)
+    if words and _is_airlock(words[0]):
+        yield words[1:]
+    elif words[:3] == ["claude", "mcp", "add"] and "--" in words:
+        rest = words[words.index("--") + 1 :]
+        if rest and _is_airlock(rest[0]):
+            yield rest[1:]
+
+
+def _json_invocations() -> Iterator[list[str]]:
+    """The `args` of every client entry that starts airlock."""
+
+    def walk(node: Any) -> Iterator[list[str]]:
+        if isinstance(node, dict):
+            if _is_airlock(str(node.get("command", ""))):
+                yield [str(arg) for arg in node.get("args", [])]
+            for value in node.values():
+                yield from walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                yield from walk(value)
+
+    for block in _blocks("json"):
+        yield from walk(json.loads(block))
+
+
+def _parse(args: list[str]) -> argparse.Namespace:
+    try:
+        return _parser().parse_args(args)
+    except SystemExit as exc:
+        raise AssertionError(f"the README runs `airlock {shlex.join(args)}`, which fails") from exc
 
 
 def test_readme_opens_with_the_serve_command_then_the_test_command() -> None:
@@ -22,3 +113,108 @@ def test_readme_opens_with_the_serve_command_then_the_test_command() -> None:
 def test_ci_runs_exactly_the_readme_test_command() -> None:
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").strip().splitlines()
     assert ci[-1] == _commands()[1]
+
+
+def test_every_airlock_command_in_a_shell_block_or_client_config_parses() -> None:
+    invocations = [*_shell_invocations(), *_json_invocations()]
+    assert len(invocations) >= 10, invocations  # the extraction itself works
+    for args in invocations:
+        _parse(args)
+
+
+def test_shell_blocks_never_call_a_bare_airlock() -> None:
+    # After the README's own commands, `airlock` is in .venv/bin, not on PATH.
+    for block in _blocks("sh"):
+        for line in block.splitlines():
+            words = shlex.split(line, comments=True)
+            starts = [w for i, w in enumerate(words) if i == 0 or words[i - 1] in SEPARATORS]
+            assert "airlock" not in starts, line
+
+
+def _known(words: list[str]) -> tuple[list[str], argparse.ArgumentParser]:
+    """Walk the subcommands named by `words`; the path taken and the parser reached."""
+    parser, path = _parser(), []
+    while words and words[0] in _subcommands(parser):
+        path.append(words[0])
+        parser = _subcommands(parser)[words.pop(0)]
+    return path, parser
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def test_every_airlock_command_named_in_the_prose_exists_with_its_options() -> None:
+    spans = re.findall(r"`(?:\.venv/bin/)?airlock ([a-z][^`]*)`", README)
+    assert len(spans) >= 15, spans
+    for span in spans:
+        words = shlex.split(span.replace("[", " ").replace("]", " ").replace("…", ""))
+        rest = list(words)
+        path, parser = _known(rest)
+        assert path, f"`airlock {span}` names no command"
+        # A command group may be named alone (`airlock audit`), never with a wrong action.
+        assert not (_subcommands(parser) and rest), f"`airlock {span}`: no such action"
+        options = {w.split("=")[0] for w in words if w.startswith("--")}
+        unknown = options - set(parser._option_string_actions)
+        assert not unknown, f"`airlock {span}`: no option {sorted(unknown)}"
+
+
+def test_json_and_toml_snippets_parse() -> None:
+    assert len(_blocks("json")) >= 5
+    for block in _blocks("json"):
+        json.loads(block)
+    assert len(_blocks("toml")) >= 3
+    for block in _blocks("toml"):
+        tomllib.loads(block)
+
+
+def _policy_examples() -> list[str]:
+    return [b for b in _blocks("toml") if "[limits]" in b or "[capabilities." in b]
+
+
+@pytest.mark.parametrize("index", [0, 1])
+def test_the_example_policies_pass_policy_check(tmp_path: Path, index: int) -> None:
+    path = tmp_path / "policy.toml"
+    path.write_text(_policy_examples()[index], encoding="utf-8")
+    result = subprocess.run(
+        [AIRLOCK, "policy", "check", str(path), "--data-dir", str(tmp_path / "data")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout
+    assert result.stdout.splitlines()[0] == f"{path}: valid"
+
+
+def test_the_configuration_example_shows_the_real_defaults() -> None:
+    [example] = [b for b in _policy_examples() if "[limits]" in b]
+    defaults = Policy().model_dump()
+    shown = tomllib.loads(example)
+    assert {"limits", "pool"} <= set(shown)
+    for section, values in shown.items():
+        if not isinstance(values, dict):
+            assert values == defaults[section], section
+            continue
+        for key, value in values.items():
+            assert value == defaults[section][key], f"[{section}] {key} = {value} in the README"
+
+
+def test_the_auth_file_example_loads(tmp_path: Path) -> None:
+    [example] = [b for b in _blocks("toml") if "[[keys]]" in b]
+    (tmp_path / "acme-policy.toml").write_text("version = 1\n")
+    path = tmp_path / "auth.toml"
+    path.write_text(example, encoding="utf-8")
+    config = load_auth_config(path)
+    assert [k.tenant for k in config.keys] == ["acme"]
+    assert config.jwt is not None
+
+
+def test_the_readme_links_only_files_that_exist() -> None:
+    for target in re.findall(r"\]\(([^)#:]+)\)", README):
+        assert (ROOT / target).exists(), target
+    for name in re.findall(r"`([A-Z]+\.md)`", README):
+        assert (ROOT / name).exists(), f"the README names {name}, which is not in the repository"
