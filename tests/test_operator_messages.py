@@ -22,7 +22,7 @@ import pytest
 from joserfc.jwk import OKPKey
 from mcp.client import Client
 
-from airlock.errors import EngineUnavailable
+from airlock.errors import AuthConfigInvalid, EngineUnavailable
 from policies import Policy, default_policy_toml
 from sandbox import connect
 from server import Config, build_server
@@ -368,3 +368,14 @@ def test_serve_started_by_a_client_prints_no_terminal_note(tmp_path: Path) -> No
     assert result.returncode == 0, result.stderr
     assert "waiting for an MCP client" not in result.stderr
     assert "claude mcp add" not in result.stderr
+
+
+def test_a_misspelt_auth_file_key_gets_the_nearest_one_suggested(tmp_path: Path) -> None:
+    path = tmp_path / "auth.toml"
+    path.write_text('[[keys]]\nid = "ci"\ntennant = "acme"\nhash = "sha256:' + "0" * 64 + '"\n')
+    with pytest.raises(AuthConfigInvalid) as caught:
+        load_auth_config(path)
+    assert caught.value.problems == [
+        "keys[0].tenant: required but missing",
+        "keys[0].tennant: unknown key (did you mean 'tenant'?)",
+    ]
