@@ -1,22 +1,30 @@
 """The per-run egress proxy: the only way out of a sandbox, default deny, logged.
 
-`Egress.open` gives a run its own unix socket, CA and run token; `RunProxy`
-decides every request (`decision.decide`), guards against SSRF
-(`addresses`), terminates TLS (`tls`) and injects secrets only on the way out.
+`Egress.open` gives a run its own unix socket, CA and run token; `RunProxy.serve`
+listens in a given directory and drives one `Conversation` per connection (the
+sans-IO core: it decides every request with `decision.decide`, guards against SSRF
+with `addresses`, injects secrets only on the way out and scrubs them from answers),
+drawing on the run's `RunLedger` (limits, totals, records).
 """
 
+from .conversation import Conversation, RunContext
 from .decision import Decision, RequestFacts, Rule, decide
+from .ledger import RunIdentity, RunLedger
 from .proxy import SOCKET_NAME, RunProxy
 from .runs import Egress, EgressPlan, RunEgress
 
 __all__ = [
     "SOCKET_NAME",
+    "Conversation",
     "Decision",
     "Egress",
     "EgressPlan",
     "RequestFacts",
     "Rule",
+    "RunContext",
     "RunEgress",
+    "RunIdentity",
+    "RunLedger",
     "RunProxy",
     "decide",
 ]

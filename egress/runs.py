@@ -4,7 +4,8 @@
 run token, creates the run's CA and socket directory and starts the proxy; on
 exit (however the run ends) it stops the proxy, revokes the token and deletes
 the directory. The rules a request is decided against are read from the broker
-on every request, so a revocation takes effect on the next request.
+on every request, and open connections are re-checked while data flows, so a
+revocation or an expiry takes effect at once.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from policies.capabilities import path_placeholders
 from store import EgressRecord
 
 from .decision import Rule
-from .proxy import SOCKET_NAME, Resolver, RunIdentity, RunProxy, system_resolver
+from .ledger import RunIdentity, RunLedger
+from .proxy import SOCKET_NAME, Resolver, RunProxy, system_resolver
 from .tls import RunCA
 
 SOCKET_DIR = "socket"
@@ -193,8 +195,13 @@ class Egress:
             egress = RunEgress(
                 plan=EgressPlan(socket_dir=socket_dir, ca_pem=ca.pem.decode(), token=token)
             )
-            proxy = RunProxy(
+            ledger = RunLedger(
                 RunIdentity(tenant=tenant, session_id=session_id, run_id=run_id),
+                settings.limits,
+                egress.records,
+            )
+            proxy = RunProxy(
+                ledger,
                 ca=ca,
                 authorize=lambda presented: self._tokens.verify(
                     presented, run_id=run_id, now=self._clock()
@@ -202,18 +209,20 @@ class Egress:
                 rules=lambda claims: self._rules(claims, policy_rules),
                 offers=_offers(capabilities or {}),
                 lookup_secret=self._lookup_secret,
-                limits=settings.limits,
                 upstream_tls=self._upstream_context(settings.upstream_ca_file),
-                record=egress.records.append,
                 resolver=self._resolver,
             )
-            async with anyio.create_task_group() as tg:
-                await tg.start(proxy.serve, socket_dir)
-                try:
-                    yield egress
-                finally:
-                    proxy.live = False
-                    tg.cancel_scope.cancel()
+            try:
+                async with anyio.create_task_group() as tg:
+                    await tg.start(proxy.serve, socket_dir)
+                    try:
+                        yield egress
+                    finally:
+                        proxy.live = False
+                        tg.cancel_scope.cancel()
+            finally:
+                # After every connection has kept its record: the summary goes last.
+                ledger.close()
         finally:
             self._tokens.revoke_run(run_id)
             shutil.rmtree(run_dir, ignore_errors=True)

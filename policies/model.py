@@ -760,7 +760,8 @@ class EgressLimits(_Section):
     """Caps on the network traffic of one run."""
 
     max_requests: int = Field(default=1000, gt=0)
-    """Most requests one run may send through the proxy."""
+    """Most requests one run may make through the proxy: each request, each tunnel
+    (CONNECT) and each refusal counts, so a run cannot flood the proxy with denials."""
 
     max_request_bytes: int = Field(default=10 * _MIB, gt=0)
     """Total bytes one run may send upstream, headers and bodies."""

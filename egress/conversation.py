@@ -1,0 +1,1044 @@
+"""One connection to a run's proxy as a conversation: events in, actions out, no I/O.
+
+Belongs here: everything the proxy decides about a connection. h11 turns the sandbox's
+and the upstream's bytes into HTTP events; this module turns them, with the answers to
+the actions it asked for (a secret looked up, a name resolved, an upstream dialled, TLS
+started), into actions for `egress.proxy`'s loop to perform: send these bytes, start TLS
+as this host, resolve, dial this checked address, pool or close the upstream, keep this
+record, close. The run's counters, byte totals and records live in the shared
+`RunLedger`; every record is made in `_record`, exactly one per request and one per
+tunnel. Does not belong here: sockets, TLS objects, DNS, the vault, the clock's sleep,
+logging. Tests replay transcripts through `Conversation.handle` without sockets.
+
+A conversation is one of: a CONNECT that becomes a terminated tunnel (its inner
+requests are exchanges, one at a time, kept alive), a CONNECT that becomes a
+passthrough tunnel (spliced bytes, counted), or one plaintext absolute-form request
+(answered with `Connection: close`). Every refusal closes the connection.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from ipaddress import IPv4Address, IPv6Address
+from typing import Literal
+
+import h11
+
+from broker import RunClaims, Secret
+from policies.hosts import host_matches
+from store import EgressRecord, EgressVerdict
+
+from .addresses import check_addresses
+from .decision import Decision, RequestFacts, Rule, decide
+from .ledger import RunLedger
+from .scrub import Scrubber
+from .targets import (
+    TargetRejected,
+    canonical_target_host,
+    normalize_path,
+    origin_form,
+    parse_authority,
+    path_for_log,
+)
+
+MAX_HEAD_BYTES = 16 * 1024
+PROXY_NAME = "airlock"
+TOKEN_REFUSED = (
+    "missing, expired or revoked run token; use the proxy settings Airlock put in "
+    "the environment, and only during the run"
+)
+# Connection-level headers never forwarded in either direction (RFC 9110 7.6.1).
+HOP_BY_HOP = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-authorization",
+        b"proxy-authenticate",
+        b"proxy-connection",
+        b"te",
+        b"trailer",
+        b"transfer-encoding",
+        b"upgrade",
+        b"content-length",
+    }
+)
+
+IPAddress = IPv4Address | IPv6Address
+PoolKey = tuple[str, str, int, tuple[str, ...]]
+"""(scheme, host, port, allow_private): upstream connections are reused only under the
+same key, so one dialled under a wider address allowance never serves a narrower rule."""
+
+
+# ---- events: what happened ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClientData:
+    data: bytes
+
+
+@dataclass(frozen=True)
+class ClientClosed:
+    pass
+
+
+@dataclass(frozen=True)
+class TLSStarted:
+    sni: str | None
+
+
+@dataclass(frozen=True)
+class TLSFailed:
+    reason: str
+
+
+@dataclass(frozen=True)
+class SecretFound:
+    """The vault's answer: the value and the hosts it may go to, or None when absent."""
+
+    value: Secret | None
+    hosts: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Reused:
+    """An idle upstream connection of this run, under the same key, was taken."""
+
+    address: str
+
+
+@dataclass(frozen=True)
+class Resolved:
+    addresses: tuple[IPAddress, ...]
+
+
+@dataclass(frozen=True)
+class ResolveFailed:
+    reason: str
+
+
+@dataclass(frozen=True)
+class Dialed:
+    address: str
+
+
+@dataclass(frozen=True)
+class DialFailed:
+    reason: str
+
+
+@dataclass(frozen=True)
+class UpstreamData:
+    data: bytes
+
+
+@dataclass(frozen=True)
+class UpstreamClosed:
+    pass
+
+
+@dataclass(frozen=True)
+class Cut:
+    """The loop ends the connection from outside: a revoked grant, the run's end."""
+
+    reason: str
+
+
+Event = (
+    ClientData
+    | ClientClosed
+    | TLSStarted
+    | TLSFailed
+    | SecretFound
+    | Reused
+    | Resolved
+    | ResolveFailed
+    | Dialed
+    | DialFailed
+    | UpstreamData
+    | UpstreamClosed
+    | Cut
+)
+
+
+# ---- actions: what the loop must do ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SendClient:
+    data: bytes
+
+
+@dataclass(frozen=True)
+class StartTLS:
+    """Terminate TLS with the sandbox as `host`, `leftover` being bytes already read."""
+
+    host: str
+    leftover: bytes
+
+
+@dataclass(frozen=True)
+class LookupSecret:
+    name: str
+
+
+@dataclass(frozen=True)
+class Resolve:
+    """Take an idle upstream under `key` (unless `fresh`), else resolve host and port."""
+
+    host: str
+    port: int
+    key: PoolKey | None
+    fresh: bool = False
+
+
+@dataclass(frozen=True)
+class Dial:
+    """Connect to `address` (already checked), with TLS verified as `host` when `tls`."""
+
+    address: str
+    host: str
+    port: int
+    tls: bool
+
+
+@dataclass(frozen=True)
+class SendUpstream:
+    data: bytes
+
+
+@dataclass(frozen=True)
+class ReleaseUpstream:
+    """The upstream is idle and reusable: keep it for this run under `key`."""
+
+    key: PoolKey
+
+
+@dataclass(frozen=True)
+class CloseUpstream:
+    pass
+
+
+@dataclass(frozen=True)
+class Record:
+    record: EgressRecord
+    past_limit: bool
+
+
+@dataclass(frozen=True)
+class Close:
+    pass
+
+
+Action = (
+    SendClient
+    | StartTLS
+    | LookupSecret
+    | Resolve
+    | Dial
+    | SendUpstream
+    | ReleaseUpstream
+    | CloseUpstream
+    | Record
+    | Close
+)
+
+Need = Literal["client", "upstream", "splice", "wait", "done"]
+"""What the loop reads next: the sandbox, the upstream, both (a passthrough tunnel),
+nothing until the actions just returned are answered, or nothing ever again."""
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What a conversation may consult about its run; all synchronous, none of it I/O."""
+
+    ledger: RunLedger
+    authorize: Callable[[str], RunClaims | None]
+    rules: Callable[[RunClaims], Sequence[Rule]]
+    offers: Sequence[Rule] = ()
+    live: Callable[[], bool] = lambda: True
+    own_addresses: Sequence[IPAddress] = ()
+    wall_clock: Callable[[], float] = time.time
+    monotonic: Callable[[], float] = time.monotonic
+
+
+@dataclass
+class _Leg:
+    """One request or one tunnel, from its head to its one record."""
+
+    method: str
+    host: str
+    port: int
+    path: str
+    started: float
+    past_limit: bool
+    scheme: Literal["http", "https"] = "https"
+    decision: Decision | None = None
+    status: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    address: str | None = None
+    injected: tuple[str, ...] = ()
+    recorded: bool = False
+    # Exchanges only:
+    request: h11.Request | None = None
+    target: str = "/"
+    header: tuple[str, str] | None = None
+    upstream: h11.Connection | None = None
+    head: bytes = b""
+    bodyless: bool = True
+    request_done: bool = False
+    retried: bool = False
+    scrubber: Scrubber = field(default_factory=lambda: Scrubber(()))
+
+
+class Conversation:
+    """One connection of a sandbox to its run's proxy; see the module docstring."""
+
+    def __init__(self, run: RunContext) -> None:
+        self._run = run
+        self._ledger = run.ledger
+        self._client = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
+        self.need: Need = "client"
+        self._token: str | None = None
+        self._tunnel: _Leg | None = None
+        self._sni: str | None = None
+        self._exchange: _Leg | None = None
+        self._key: PoolKey | None = None
+        self._upstream_open = False
+        self._upstream_idle = False
+        self._counted = False
+
+    # ---- the loop's entry points ----
+
+    def start(self) -> list[Action]:
+        """The connection was accepted: refuse it at once when the run holds too many."""
+        limits = self._ledger.limits
+        if self._ledger.connections >= limits.max_connections:
+            leg = self._leg("-", "-", 0, "-")
+            leg.past_limit = self._ledger.admit() >= limits.max_requests
+            return self._refuse(
+                429,
+                f"this run already holds {limits.max_connections} connections to the proxy, "
+                "its limit; close one before opening another",
+                leg=leg,
+            )
+        self._ledger.connections += 1
+        self._counted = True
+        return []
+
+    def handle(self, event: Event) -> list[Action]:
+        if self.need == "done":
+            return []
+        if isinstance(event, ClientData):
+            return self._client_data(event.data)
+        if isinstance(event, ClientClosed):
+            return self._client_closed()
+        if isinstance(event, UpstreamData):
+            return self._upstream_data(event.data)
+        if isinstance(event, UpstreamClosed):
+            return self._upstream_closed()
+        if isinstance(event, TLSStarted):
+            return self._tls_started(event.sni)
+        if isinstance(event, TLSFailed):
+            return self._close(
+                f"the TLS handshake with the sandbox failed ({event.reason})", "error"
+            )
+        if isinstance(event, SecretFound):
+            return self._secret_found(event)
+        if isinstance(event, Reused):
+            return self._connected(event.address, reused=True)
+        if isinstance(event, Resolved):
+            return self._resolved(event.addresses)
+        if isinstance(event, ResolveFailed):
+            return self._refuse(502, event.reason, "error")
+        if isinstance(event, Dialed):
+            return self._connected(event.address, reused=False)
+        if isinstance(event, DialFailed):
+            return self._refuse(502, event.reason, "error")
+        return self._close(event.reason, "deny")
+
+    def still_allowed(self) -> str | None:
+        """Why what this connection is carrying right now may no longer flow, or None.
+
+        Checked by the loop while data flows: a passthrough tunnel, or an exchange in
+        flight, whose grant was revoked or expired (or whose run token was) is cut at
+        once. An idle terminated tunnel is not cut: its next request is decided anew.
+        """
+        active = self._tunnel if self.need == "splice" else self._exchange
+        if active is None or active.decision is None or self._token is None:
+            return None
+        if not self._run.live():
+            return "the run ended"
+        claims = self._run.authorize(self._token)
+        if claims is None:
+            return "the run token expired or was revoked, so the connection was cut"
+        if active.decision.rule_id not in {r.id for r in self._run.rules(claims)}:
+            return (
+                "the capability that allowed this connection was revoked or expired, "
+                "so the connection was cut"
+            )
+        return None
+
+    # ---- reading the sandbox ----
+
+    def _client_data(self, data: bytes) -> list[Action]:
+        if self.need == "splice":
+            return self._splice(data, outbound=True)
+        self._client.receive_data(data)
+        return self._pump()
+
+    def _client_closed(self) -> list[Action]:
+        if self.need == "splice":
+            return self._close("the sandbox closed the tunnel", "allow")
+        exchange = self._exchange
+        if exchange is not None and not exchange.recorded:
+            return self._close("the sandbox closed the connection mid-request", "error")
+        return self._close("the sandbox closed the connection", "allow")
+
+    def _pump(self) -> list[Action]:
+        actions: list[Action] = []
+        while self.need == "client":
+            try:
+                event = self._client.next_event()
+            except h11.RemoteProtocolError as exc:
+                actions += self._refuse(exc.error_status_hint, f"malformed HTTP ({exc})")
+                break
+            if event is h11.NEED_DATA:
+                break
+            if isinstance(event, h11.Request):
+                actions += self._request(event)
+            elif isinstance(event, h11.Data):
+                actions += self._body_out(event.data)
+            elif isinstance(event, h11.EndOfMessage):
+                actions += self._end_of_request()
+            elif isinstance(event, h11.ConnectionClosed):
+                actions += self._client_closed()
+            else:
+                # PAUSED: the sandbox sent more before its last request was answered.
+                break
+        return actions
+
+    def _request(self, request: h11.Request) -> list[Action]:
+        before = self._ledger.admit()
+        started = self._run.monotonic()
+        past = before >= self._ledger.limits.max_requests
+        method = request.method.decode("ascii", "replace")
+        raw_target = request.target.decode("latin-1")
+        size = len(request.target) + sum(len(k) + len(v) + 4 for k, v in request.headers)
+        if self._tunnel is None and request.method == b"CONNECT":
+            leg = self._leg("CONNECT", raw_target[:200], 0, "-", started, past)
+            self._exchange = leg
+            if size > MAX_HEAD_BYTES:
+                return self._refuse(431, f"request head over {MAX_HEAD_BYTES} bytes")
+            return self._connect(leg, request, before)
+        if self._tunnel is None:
+            leg = self._leg(method, raw_target[:200], 0, path_for_log(raw_target), started, past)
+            leg.scheme = "http"
+        else:
+            leg = self._leg(
+                method, self._tunnel.host, self._tunnel.port, path_for_log(raw_target), started
+            )
+            leg.past_limit = past
+        leg.request = request
+        self._exchange = leg
+        if size > MAX_HEAD_BYTES:
+            return self._refuse(431, f"request head over {MAX_HEAD_BYTES} bytes")
+        try:
+            if self._tunnel is None:
+                leg.host, leg.port, raw_target = _parse_absolute_http(raw_target)
+                leg.path = path_for_log(raw_target)
+                self._token = _proxy_token(request)
+            path = normalize_path(raw_target)
+            leg.target = origin_form(raw_target)
+        except TargetRejected as exc:
+            return self._refuse(400, exc.reason)
+        framing = _framing_problem(request)
+        if framing is not None:
+            return self._refuse(400, framing)
+        decision = self._decide(
+            before,
+            stage="request",
+            scheme=leg.scheme,
+            host=leg.host,
+            port=leg.port,
+            method=method,
+            path=path,
+            host_header=_header(request, b"host"),
+            sni=self._sni,
+            upgrade=_header(request, b"upgrade") is not None,
+        )
+        leg.decision = decision
+        if not decision.allow:
+            return self._refuse(decision.status, decision.reason)
+        leg.bodyless = _header(request, b"content-length") in (None, "0") and (
+            _header(request, b"transfer-encoding") is None
+        )
+        if decision.inject is not None:
+            self.need = "wait"
+            return [LookupSecret(decision.inject[2])]
+        return self._upstream_for(leg)
+
+    def _connect(self, leg: _Leg, request: h11.Request, before: int) -> list[Action]:
+        try:
+            leg.host, leg.port = parse_authority(leg.host)
+        except TargetRejected as exc:
+            return self._refuse(400, exc.reason)
+        self._token = _proxy_token(request)
+        decision = self._decide(
+            before,
+            stage="connect",
+            scheme="https",
+            host=leg.host,
+            port=leg.port,
+            method=None,
+            path=None,
+            host_header=None,
+            sni=None,
+            upgrade=False,
+        )
+        leg.decision = decision
+        if not decision.allow:
+            return self._refuse(decision.status, decision.reason)
+        leg.status = 200
+        self.need = "wait"
+        if decision.passthrough:
+            return [Resolve(leg.host, leg.port, None)]
+        self._tunnel, self._exchange = leg, None
+        opened = self._client.send(
+            h11.Response(status_code=200, headers=[("via", f"1.1 {PROXY_NAME}")])
+        )
+        leftover = bytes(self._client.trailing_data[0])
+        return [SendClient(opened or b""), StartTLS(leg.host, leftover)]
+
+    def _decide(self, before: int, **facts: object) -> Decision:
+        claims = self._run.authorize(self._token) if self._token else None
+        return decide(
+            RequestFacts(
+                run_live=self._run.live(),
+                token_valid=claims is not None,
+                token_reason=TOKEN_REFUSED,
+                requests_so_far=before,
+                max_requests=self._ledger.limits.max_requests,
+                **facts,  # type: ignore[arg-type]
+            ),
+            self._run.rules(claims) if claims is not None else (),
+            self._run.offers,
+        )
+
+    def _tls_started(self, sni: str | None) -> list[Action]:
+        self._sni = sni
+        self._client = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
+        self.need = "client"
+        return []
+
+    def _secret_found(self, found: SecretFound) -> list[Action]:
+        leg = self._exchange
+        assert leg is not None and leg.decision is not None and leg.decision.inject is not None
+        header, template, name = leg.decision.inject
+        if found.value is None:
+            return self._refuse(
+                403, f"the secret {name!r} of this capability is not in the vault; ask the operator"
+            )
+        # The vault's own host binding holds even if a capability is too broad.
+        if not any(host_matches(pattern, leg.host) for pattern in found.hosts):
+            return self._refuse(403, f"the secret {name!r} may not be sent to {leg.host}")
+        value = found.value.reveal()
+        leg.header = (header, template.replace("{secret}", value))
+        leg.injected = (name,)
+        self._ledger.note_injected(value, leg.host)
+        return self._upstream_for(leg)
+
+    # ---- the upstream ----
+
+    def _upstream_for(self, leg: _Leg) -> list[Action]:
+        assert leg.decision is not None
+        key: PoolKey = (leg.scheme, leg.host, leg.port, leg.decision.allow_private)
+        if self._upstream_open and self._upstream_idle and self._key == key:
+            return self._send_head(leg)
+        actions: list[Action] = []
+        if self._upstream_open:
+            actions += self._drop_upstream()
+        self._key = key
+        self.need = "wait"
+        return [*actions, Resolve(leg.host, leg.port, key)]
+
+    def _resolved(self, addresses: tuple[IPAddress, ...]) -> list[Action]:
+        leg = self._exchange
+        assert leg is not None and leg.decision is not None
+        chosen, reason = check_addresses(
+            list(addresses), leg.decision.allow_private, self._run.own_addresses
+        )
+        if chosen is None:
+            return self._refuse(403, reason or f"{leg.host} resolves to a forbidden address")
+        return [
+            Dial(str(chosen), leg.host, leg.port, tls=leg.scheme == "https" and not self._splicing)
+        ]
+
+    @property
+    def _splicing(self) -> bool:
+        leg = self._exchange
+        return leg is not None and leg.decision is not None and leg.decision.passthrough
+
+    def _connected(self, address: str, *, reused: bool) -> list[Action]:
+        leg = self._exchange
+        assert leg is not None
+        leg.address = address
+        self._upstream_open = True
+        self._upstream_idle = False
+        if self._splicing:
+            return self._open_splice(leg)
+        leg.retried = leg.retried or not reused
+        return self._send_head(leg)
+
+    def _send_head(self, leg: _Leg) -> list[Action]:
+        assert leg.request is not None
+        self._upstream_idle = False
+        leg.upstream = h11.Connection(h11.CLIENT)
+        headers = _forwarded_headers(leg.request, leg.scheme, leg.host, leg.port, leg.header)
+        leg.head = (
+            leg.upstream.send(
+                h11.Request(method=leg.request.method, target=leg.target, headers=headers)
+            )
+            or b""
+        )
+        leg.scrubber = Scrubber(self._ledger.injected(leg.host))
+        if leg.request_done:
+            # A retry on a fresh upstream: the request (bodyless) was read already.
+            leg.upstream.send(h11.EndOfMessage())
+            self.need = "upstream"
+            return self._out(leg, leg.head)
+        self.need = "client"
+        return [*self._out(leg, leg.head), *self._pump()]
+
+    def _out(self, leg: _Leg, data: bytes) -> list[Action]:
+        """Count `data` against the run's upstream byte cap, then send it."""
+        if len(data) > self._ledger.out_room():
+            return self._refuse(
+                413,
+                f"the run's cap of {self._ledger.limits.max_request_bytes} bytes sent upstream "
+                "is reached; no more may be sent in this run",
+            )
+        self._count(leg, out=len(data))
+        return [SendUpstream(data)]
+
+    def _count(self, leg: _Leg, *, out: int = 0, back: int = 0) -> None:
+        self._ledger.bytes_out += out
+        self._ledger.bytes_in += back
+        leg.bytes_out += out
+        leg.bytes_in += back
+        if self._tunnel is not None and leg is not self._tunnel:
+            self._tunnel.bytes_out += out
+            self._tunnel.bytes_in += back
+
+    def _body_out(self, data: bytes) -> list[Action]:
+        leg = self._exchange
+        assert leg is not None and leg.upstream is not None
+        return self._out(leg, leg.upstream.send(h11.Data(data=data)) or b"")
+
+    def _end_of_request(self) -> list[Action]:
+        leg = self._exchange
+        assert leg is not None and leg.upstream is not None
+        leg.request_done = True
+        actions = self._out(leg, leg.upstream.send(h11.EndOfMessage()) or b"")
+        if self.need == "client":
+            self.need = "upstream"
+        return actions
+
+    def _upstream_data(self, data: bytes) -> list[Action]:
+        if self.need == "splice":
+            return self._splice(data, outbound=False)
+        leg = self._exchange
+        assert leg is not None and leg.upstream is not None
+        room = self._ledger.in_room()
+        self._count(leg, back=min(len(data), room))
+        leg.upstream.receive_data(data[:room])
+        actions = self._pull_response(leg)
+        if len(data) > room:
+            # What fits under the run's cap was passed on; the rest never is.
+            actions += self._close(
+                f"the run's cap of {self._ledger.limits.max_response_bytes} bytes received "
+                "from upstream is reached; the response was cut",
+                "deny",
+                status=502,
+            )
+        return actions
+
+    def _pull_response(self, leg: _Leg) -> list[Action]:
+        assert leg.upstream is not None
+        actions: list[Action] = []
+        while self.need == "upstream":
+            try:
+                event = leg.upstream.next_event()
+            except h11.RemoteProtocolError as exc:
+                return [*actions, *self._fail_upstream(f"the upstream sent malformed HTTP ({exc})")]
+            if event is h11.NEED_DATA:
+                break
+            if isinstance(event, h11.InformationalResponse):
+                continue
+            if isinstance(event, h11.Response):
+                leg.status = event.status_code
+                headers = _response_headers(
+                    event, close=leg.scheme == "http", scrub=leg.scrubber.mask
+                )
+                actions.append(
+                    SendClient(
+                        self._client.send(
+                            h11.Response(
+                                status_code=event.status_code,
+                                headers=headers,
+                                reason=event.reason,
+                            )
+                        )
+                        or b""
+                    )
+                )
+            elif isinstance(event, h11.Data):
+                passed = leg.scrubber.feed(bytes(event.data))
+                if passed:
+                    actions.append(SendClient(self._client.send(h11.Data(data=passed)) or b""))
+            elif isinstance(event, h11.EndOfMessage):
+                actions += self._end_of_response(leg)
+            else:
+                return [*actions, *self._upstream_closed()]
+        return actions
+
+    def _end_of_response(self, leg: _Leg) -> list[Action]:
+        assert leg.upstream is not None and leg.decision is not None
+        actions: list[Action] = []
+        rest = leg.scrubber.flush()
+        if rest:
+            actions.append(SendClient(self._client.send(h11.Data(data=rest)) or b""))
+        actions.append(SendClient(self._client.send(h11.EndOfMessage()) or b""))
+        actions.append(self._record(leg, leg.status, "allow", leg.decision.reason))
+        upstream = leg.upstream
+        self._upstream_idle = (
+            upstream.our_state is h11.DONE
+            and upstream.their_state is h11.DONE
+            and not upstream.trailing_data[0]
+        )
+        if not self._upstream_idle:
+            actions += self._drop_upstream()
+        self._exchange = None
+        if self._tunnel is None:
+            return [*actions, *self._close("answered", "allow")]
+        if self._client.our_state is h11.DONE and self._client.their_state is h11.DONE:
+            self._client.start_next_cycle()
+            self.need = "client"
+            return [*actions, *self._pump()]
+        return [
+            *actions,
+            *self._close("the sandbox's connection cannot carry more requests", "allow"),
+        ]
+
+    def _upstream_closed(self) -> list[Action]:
+        if self.need == "splice":
+            return self._close("the upstream closed the tunnel", "allow")
+        leg = self._exchange
+        self._upstream_open = False
+        if leg is None:
+            return []
+        if leg.status == 0 and not leg.retried and leg.bodyless:
+            # A kept-alive upstream the server had closed meanwhile: one fresh dial, since
+            # nothing of the request was taken and it carried no body.
+            leg.retried = True
+            self._count(leg, out=-len(leg.head))
+            self.need = "wait"
+            assert self._key is not None
+            return [CloseUpstream(), Resolve(leg.host, leg.port, self._key, fresh=True)]
+        return self._fail_upstream("the upstream closed the connection before answering in full")
+
+    def _fail_upstream(self, reason: str) -> list[Action]:
+        leg = self._exchange
+        if leg is not None and leg.status == 0:
+            return self._refuse(502, reason, "error")
+        return self._close(reason, "error", status=502)
+
+    def _drop_upstream(self) -> list[Action]:
+        was_open = self._upstream_open
+        self._upstream_open = self._upstream_idle = False
+        return [CloseUpstream()] if was_open else []
+
+    # ---- passthrough ----
+
+    def _open_splice(self, leg: _Leg) -> list[Action]:
+        self._tunnel, self._exchange = leg, None
+        opened = self._client.send(
+            h11.Response(status_code=200, headers=[("via", f"1.1 {PROXY_NAME}")])
+        )
+        leftover = bytes(self._client.trailing_data[0])
+        self.need = "splice"
+        actions: list[Action] = [SendClient(opened or b"")]
+        if leftover:
+            actions += self._splice(leftover, outbound=True)
+        return actions
+
+    def _splice(self, data: bytes, *, outbound: bool) -> list[Action]:
+        tunnel = self._tunnel
+        assert tunnel is not None
+        room = self._ledger.out_room() if outbound else self._ledger.in_room()
+        part = data[:room]
+        actions: list[Action] = []
+        if part:
+            self._count(tunnel, out=len(part)) if outbound else self._count(tunnel, back=len(part))
+            actions.append(SendUpstream(part) if outbound else SendClient(part))
+        if len(data) > room:
+            which = "sent upstream" if outbound else "received from upstream"
+            cap = (
+                self._ledger.limits.max_request_bytes
+                if outbound
+                else self._ledger.limits.max_response_bytes
+            )
+            actions += self._close(
+                f"the run's cap of {cap} bytes {which} is reached; the tunnel was cut", "deny"
+            )
+        return actions
+
+    # ---- endings: the one place records are made ----
+
+    def _leg(
+        self,
+        method: str,
+        host: str,
+        port: int,
+        path: str,
+        started: float | None = None,
+        past_limit: bool = False,
+    ) -> _Leg:
+        return _Leg(
+            method=method,
+            host=host,
+            port=port,
+            path=path,
+            started=self._run.monotonic() if started is None else started,
+            past_limit=past_limit,
+        )
+
+    def _record(self, leg: _Leg, status: int, verdict: EgressVerdict, reason: str) -> Record:
+        leg.recorded = True
+        identity = self._ledger.identity
+        return Record(
+            EgressRecord(
+                time=self._run.wall_clock(),
+                tenant=identity.tenant,
+                session_id=identity.session_id,
+                run_id=identity.run_id,
+                capability=leg.decision.rule_id if leg.decision else None,
+                method=leg.method,
+                host=leg.host,
+                port=leg.port,
+                path=leg.path,
+                status=status,
+                bytes_in=leg.bytes_in,
+                bytes_out=leg.bytes_out,
+                duration_ms=int((self._run.monotonic() - leg.started) * 1000),
+                decision=verdict,
+                reason=reason,
+                resolved_ip=leg.address,
+                injected=leg.injected,
+            ),
+            past_limit=leg.past_limit,
+        )
+
+    def _refuse(
+        self,
+        status: int,
+        reason: str,
+        verdict: EgressVerdict = "deny",
+        *,
+        leg: _Leg | None = None,
+    ) -> list[Action]:
+        """Answer the request in progress with `status` and close the connection."""
+        actions: list[Action] = []
+        if self._client.our_state in (h11.IDLE, h11.SEND_RESPONSE):
+            actions.append(SendClient(_refusal(self._client, status, reason)))
+        subject = leg or self._exchange
+        if subject is None:
+            before = self._ledger.admit()
+            subject = self._leg("-", "-", 0, "-")
+            subject.past_limit = before >= self._ledger.limits.max_requests
+        if not subject.recorded:
+            actions.append(self._record(subject, status, verdict, reason))
+        return [*actions, *self._close("after a refused request", "allow")]
+
+    def _close(
+        self, reason: str, verdict: EgressVerdict, *, status: int | None = None
+    ) -> list[Action]:
+        """End the conversation: record what is unrecorded, release or close, close."""
+        if self.need == "done":
+            return []
+        self.need = "done"
+        actions: list[Action] = []
+        leg = self._exchange
+        if leg is not None and not leg.recorded:
+            code = status if status is not None else (leg.status or 502)
+            actions.append(
+                self._record(leg, code, verdict if verdict != "allow" else "error", reason)
+            )
+        tunnel = self._tunnel
+        if tunnel is not None and not tunnel.recorded:
+            assert tunnel.decision is not None
+            kind = "opaque tunnel" if tunnel.decision.passthrough else "tunnel"
+            actions.append(
+                self._record(
+                    tunnel, 200, verdict, f"{tunnel.decision.reason}; the {kind} ended: {reason}"
+                )
+            )
+        if self._upstream_open:
+            if self._upstream_idle and self._key is not None and not self._splicing_tunnel:
+                actions.append(ReleaseUpstream(self._key))
+            else:
+                actions.append(CloseUpstream())
+            self._upstream_open = False
+        if self._counted:
+            self._ledger.connections -= 1
+            self._counted = False
+        actions.append(Close())
+        return actions
+
+    @property
+    def _splicing_tunnel(self) -> bool:
+        tunnel = self._tunnel
+        return tunnel is not None and tunnel.decision is not None and tunnel.decision.passthrough
+
+
+# ---- HTTP details ---------------------------------------------------------------------
+
+
+def _refusal(conn: h11.Connection, status: int, reason: str) -> bytes:
+    body = f"Airlock egress proxy: {reason}\n".encode()
+    headers = [
+        ("content-type", "text/plain; charset=utf-8"),
+        ("content-length", str(len(body))),
+        ("connection", "close"),
+        ("via", f"1.1 {PROXY_NAME}"),
+        ("x-airlock-reason", reason.encode("ascii", "replace").decode()),
+    ]
+    if status == 407:
+        headers.append(("proxy-authenticate", f'Basic realm="{PROXY_NAME}"'))
+    try:
+        parts = [
+            conn.send(h11.Response(status_code=status, headers=headers)),
+            conn.send(h11.Data(data=body)),
+            conn.send(h11.EndOfMessage()),
+        ]
+    except h11.LocalProtocolError:
+        return b""
+    return b"".join(p for p in parts if p)
+
+
+def _proxy_token(request: h11.Request) -> str | None:
+    value = _header(request, b"proxy-authorization")
+    if value is None:
+        return None
+    scheme, _, credentials = value.partition(" ")
+    if scheme.lower() != "basic":
+        return None
+    try:
+        decoded = base64.b64decode(credentials.strip(), validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    _, _, token = decoded.partition(":")
+    return token or None
+
+
+def _header(request: h11.Request, name: bytes) -> str | None:
+    for key, value in request.headers:
+        if key == name:
+            return str(value.decode("latin-1"))
+    return None
+
+
+def _framing_problem(request: h11.Request) -> str | None:
+    names = [key for key, _ in request.headers]
+    has_length = b"content-length" in names
+    has_chunked = b"transfer-encoding" in names
+    if has_length and has_chunked:
+        return "both Content-Length and Transfer-Encoding are set; send one"
+    length = _header(request, b"content-length")
+    with_body = has_chunked or bool(length and length.isdigit() and int(length) > 0)
+    if request.method in (b"GET", b"HEAD") and with_body:
+        return f"{request.method.decode()} requests may not carry a body"
+    return None
+
+
+def _connection_listed(headers: Sequence[tuple[bytes, bytes]]) -> frozenset[bytes]:
+    """Headers a `Connection` header names: hop-by-hop too (RFC 9110 7.6.1)."""
+    return frozenset(
+        token.strip().lower()
+        for key, value in headers
+        if key == b"connection"
+        for token in value.split(b",")
+    )
+
+
+def _forwarded_headers(
+    request: h11.Request,
+    scheme: str,
+    host: str,
+    port: int,
+    secret_header: tuple[str, str] | None,
+) -> list[tuple[bytes, bytes]]:
+    injected = secret_header[0].lower().encode() if secret_header else None
+    listed = _connection_listed(request.headers)
+    headers: list[tuple[bytes, bytes]] = []
+    for key, value in request.headers:
+        if key in HOP_BY_HOP or key in listed or key == b"host" or key == injected:
+            continue
+        if secret_header is not None and key in (b"authorization", b"accept-encoding"):
+            # A client Authorization must not ride along with an injected one, and a
+            # compressed answer could carry the secret past the scrubber.
+            continue
+        headers.append((key, value))
+    default_port = 443 if scheme == "https" else 80
+    shown = f"[{host}]" if ":" in host else host
+    authority = shown if port == default_port else f"{shown}:{port}"
+    headers.insert(0, (b"host", authority.encode()))
+    length = _header(request, b"content-length")
+    if length is not None:
+        headers.append((b"content-length", length.encode()))
+    elif _header(request, b"transfer-encoding") is not None:
+        headers.append((b"transfer-encoding", b"chunked"))
+    if secret_header is not None:
+        headers.append((b"accept-encoding", b"identity"))
+        headers.append((secret_header[0].encode(), secret_header[1].encode()))
+    return headers
+
+
+def _response_headers(
+    response: h11.Response, *, close: bool, scrub: Callable[[bytes], bytes]
+) -> list[tuple[bytes, bytes]]:
+    listed = _connection_listed(response.headers)
+    headers = [
+        (k, scrub(bytes(v))) for k, v in response.headers if k not in HOP_BY_HOP and k not in listed
+    ]
+    length = next((v for k, v in response.headers if k == b"content-length"), None)
+    if length is not None:
+        headers.append((b"content-length", length))
+    elif any(k == b"transfer-encoding" for k, _ in response.headers):
+        headers.append((b"transfer-encoding", b"chunked"))
+    headers.append((b"via", f"1.1 {PROXY_NAME}".encode()))
+    if close:
+        headers.append((b"connection", b"close"))
+    return headers
+
+
+def _parse_absolute_http(target: str) -> tuple[str, int, str]:
+    if not target.lower().startswith("http://"):
+        raise TargetRejected(
+            "only absolute http:// URLs and CONNECT are accepted; for https use CONNECT "
+            "(standard clients do so when HTTPS_PROXY is set)"
+        )
+    rest = target[len("http://") :]
+    cut = min((i for i in (rest.find("/"), rest.find("?"), rest.find("#")) if i >= 0), default=-1)
+    authority, tail = (rest, "") if cut < 0 else (rest[:cut], rest[cut:])
+    raw_host, port = parse_authority(
+        authority if ":" in authority.rsplit("]", 1)[-1] else f"{authority}:80"
+    )
+    if not tail.startswith("/"):
+        tail = "/" + tail
+    return canonical_target_host(raw_host), port, tail
