@@ -9,8 +9,10 @@ server's: on a real deployment the client is the sandbox and the upstream is els
         stdin closes: /small is 100 bytes, /big/N is N bytes streamed in 256 KiB writes.
 
     python bench/egress_worker.py client JSON
-        Runs GETs alternately direct and through the proxy, a new connection (TCP or unix
-        socket, then TLS) for every request on both paths, and prints per-request times.
+        Runs GETs alternately direct and through the proxy and prints per-request times.
+        With "keepalive" false, each request opens a new connection (TCP or unix socket
+        and CONNECT, then TLS) on both paths: a first request. With "keepalive" true,
+        each path opens one connection first and sends every request on it.
 
 Only the standard library is used, so the client's own overhead is the same on both paths:
 blocking sockets, `ssl`, and a minimal HTTP/1.1 reader. Every TCP socket sets TCP_NODELAY
@@ -140,6 +142,13 @@ def _get(open_tls: Callable[[], ssl.SSLSocket], path: str, host: str, buffer: by
     return time.perf_counter() - started
 
 
+def _get_on(sock: ssl.SSLSocket, path: str, host: str, buffer: bytearray) -> float:
+    started = time.perf_counter()
+    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+    _read_response(sock, buffer)
+    return time.perf_counter() - started
+
+
 def client(config: dict[str, Any]) -> None:
     port = config["port"]
     authority = f"localhost:{port}"
@@ -177,15 +186,21 @@ def client(config: dict[str, Any]) -> None:
 
     buffer = bytearray(RECV_BYTES)
     paths = {"direct": direct, "proxy": proxied}
+    kept = {name: paths[name]() for name in paths} if config.get("keepalive") else {}
     times: dict[str, list[float]] = {"direct": [], "proxy": []}
     warmup, count, path = config["warmup"], config["count"], config["path"]
     for i in range(warmup + count):
         # ABBA order, so a drift in machine load falls on both paths alike.
         order = ("direct", "proxy") if i % 2 == 0 else ("proxy", "direct")
         for name in order:
-            elapsed = _get(paths[name], path, authority, buffer)
+            if kept:
+                elapsed = _get_on(kept[name], path, authority, buffer)
+            else:
+                elapsed = _get(paths[name], path, authority, buffer)
             if i >= warmup:
                 times[name].append(elapsed)
+    for sock in kept.values():
+        sock.close()
     sys.stdout.write(json.dumps(times) + "\n")
 
 

@@ -148,6 +148,7 @@ class RunProxy:
         # TLS sessions of this run's upstreams, resumed by its later connections (never
         # by another run's: each RunProxy has its own).
         self._sessions: dict[tuple[str, int], ssl.SSLSession] = {}
+        self._secrets: dict[str, tuple[Secret, tuple[str, ...]]] = {}
 
     async def serve(self, socket_dir: Path, *, task_status: anyio.abc.TaskStatus[None]) -> None:
         """Listen on `socket_dir`/proxy.sock until cancelled; the run's records stay kept."""
@@ -268,7 +269,13 @@ class RunProxy:
         if isinstance(action, StartTLS):
             return await self._start_tls(link, action)
         if isinstance(action, LookupSecret):
-            found = await self._lookup_secret(action.name)
+            found = self._secrets.get(action.name)
+            if found is None:
+                found = await self._lookup_secret(action.name)
+                if found is not None:
+                    # Read once per run: the vault decrypts in a worker thread, too slow
+                    # for every request of a kept-alive tunnel.
+                    self._secrets[action.name] = found
             return SecretFound(None) if found is None else SecretFound(found[0], found[1])
         if isinstance(action, Resolve):
             return await self._resolve(link, action)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Callable, Iterable
+from functools import lru_cache
 from urllib.parse import quote, quote_plus
 
 MIN_NEEDLE = 8
@@ -33,14 +34,15 @@ def _base64_cores(value: bytes, encode: Callable[[bytes], bytes]) -> set[bytes]:
     return cores
 
 
-def spellings(secret: str) -> set[bytes]:
+@lru_cache(maxsize=64)
+def spellings(secret: str) -> frozenset[bytes]:
     """The byte strings that reveal `secret` in a response."""
     raw = secret.encode()
     found = {raw, quote(secret, safe="").encode(), quote_plus(secret).encode()}
     found |= {raw.hex().encode(), raw.hex().upper().encode()}
     found |= _base64_cores(raw, base64.b64encode)
     found |= _base64_cores(raw, base64.urlsafe_b64encode)
-    return {s for s in found if len(s) >= MIN_NEEDLE}
+    return frozenset(s for s in found if len(s) >= MIN_NEEDLE)
 
 
 class Scrubber:
