@@ -195,7 +195,9 @@ async def test_run_and_capability_lines_name_ids_and_counts_never_the_token_or_s
     assert fields["tenant"] == "local" and fields["status"] == "ok"
     assert fields["exit_code"] == 0 and fields["duration_ms"] == out["duration_ms"]
     assert fields["runtime"] in ("runc", "runsc")
-    assert (fields["egress_allowed"], fields["egress_denied"]) == (1, 1)
+    # Two tunnels (allowed CONNECTs, each recorded when it ends), the allowed request in
+    # one and the denied request in the other.
+    assert (fields["egress_allowed"], fields["egress_denied"]) == (3, 1)
     decisions = [r.fields for r in caplog.records if r.getMessage() == "capability decision"]  # type: ignore[attr-defined]
     assert [(d["capability"], d["outcome"]) for d in decisions] == [
         (CAP, "granted"),
