@@ -55,6 +55,17 @@ DEFAULT_PROTECTED: tuple[str, ...] = (
 """Paths held back when a policy names none: CI and deploy configuration, code owners,
 secrets and files run automatically on a reviewer's machine."""
 
+DEFAULT_IGNORED: tuple[str, ...] = (
+    "**/__pycache__/**",
+    "**/*.pyc",
+    "**/.pytest_cache/**",
+    "**/.mypy_cache/**",
+    "**/.ruff_cache/**",
+    "**/node_modules/**",
+)
+"""New files a patch leaves out when a policy names none: caches and installed packages
+that running a project's tests leaves behind."""
+
 _FORBIDDEN = {
     "\\": "a backslash",
     "[": "a bracket",

@@ -45,7 +45,7 @@ from policies.capabilities import (
     path_placeholders,
     validate_path_pattern,
 )
-from policies.globs import DEFAULT_PROTECTED, protecting_glob, validate_glob
+from policies.globs import DEFAULT_IGNORED, DEFAULT_PROTECTED, protecting_glob, validate_glob
 from policies.hosts import canonical_host_pattern
 
 _MIB = 1024 * 1024
@@ -867,6 +867,11 @@ class HatchSettings(_Section):
     registry credentials and editor/hook configuration. Writing it replaces that list, so
     keep its entries unless you mean to let agents' patches change them."""
 
+    ignore: Annotated[tuple[_Glob, ...], BeforeValidator(_as_tuple)] = DEFAULT_IGNORED
+    """Globs of new files (absent from the copy) a patch leaves out and only counts:
+    caches and build output. Missing means Python caches and node_modules; files the
+    copy brought in are never ignored, whatever their name."""
+
     max_files: int = Field(default=5000, gt=0, le=100_000)
     """Most files and directories one copy_in may take from a root; more is refused,
     naming this cap."""
@@ -882,6 +887,10 @@ class HatchSettings(_Section):
     def protecting_glob(self, path: str) -> str | None:
         """The glob of `protected` that holds the root-relative `path` back, or None."""
         return protecting_glob(self.protected, path)
+
+    def ignores(self, path: str) -> bool:
+        """Whether a new file at the root-relative `path` stays out of patches."""
+        return protecting_glob(self.ignore, path) is not None
 
 
 class Policy(_Section):

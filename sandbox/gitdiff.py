@@ -96,6 +96,8 @@ class GitPatch:
     entries: tuple[PatchEntry, ...]
     held_back: tuple[HeldBack, ...]
     refused: tuple[Refusal, ...]
+    ignored: tuple[str, ...] = ()
+    """New files left out because an ignore glob covers them (caches, build output)."""
 
 
 def build_patch(
@@ -103,11 +105,12 @@ def build_patch(
     current: Mapping[str, FileState],
     content: Callable[[str], bytes],
     protected: Callable[[str], str | None],
+    ignored: Callable[[str], bool] = lambda _: False,
 ) -> GitPatch:
     """The changes from `baseline` to `current` (root-relative paths) as a git patch.
 
     `content` returns the bytes of a sha256; `protected` returns the glob that holds a
-    path back, or None.
+    path back, or None; `ignored` says whether a new file stays out (and is only listed).
     """
     changes: dict[str, Change] = {}
     for path in sorted(baseline.keys() | current.keys()):
@@ -120,8 +123,12 @@ def build_patch(
             changes[path] = "modified"
     refused: list[Refusal] = []
     held_back: list[HeldBack] = []
+    skipped: list[str] = []
     kept: dict[str, Change] = {}
     for path, change in changes.items():
+        if change == "added" and ignored(path):
+            skipped.append(path)
+            continue
         reason = unsafe_name(path)
         glob = protected(path)
         if reason is not None:
@@ -148,6 +155,7 @@ def build_patch(
         entries=tuple(entry for _, _, entry in sections),
         held_back=tuple(held_back),
         refused=tuple(refused),
+        ignored=tuple(skipped),
     )
 
 

@@ -158,23 +158,25 @@ def _reason(done: subprocess.CompletedProcess[bytes]) -> str:
 
 
 def _git_paths(patch: bytes, stage: Path) -> list[str]:
-    """Every path git reads from the patch, in order, both names of a rename."""
-    done = _git(["apply", "--numstat", "-z"], patch, stage)
-    if done.returncode != 0:
-        raise InvalidRequest(f"git cannot read the patch: {_reason(done)}")
-    fields = done.stdout.split(b"\0")
-    paths: list[str] = []
-    i = 0
-    while i < len(fields) and fields[i]:
-        _, _, name = fields[i].split(b"\t", 2)
-        if name:
-            names = [name]
-            i += 1
-        else:  # a rename: the two names follow as fields of their own
-            names = fields[i + 1 : i + 3]
-            i += 3
-        paths.extend(n.decode("utf-8", "surrogateescape") for n in names)
-    return sorted(set(paths))
+    """Every path git reads from the patch: the names after it, then (read in reverse)
+    the names before it, so both sides of a rename are seen as git sees them."""
+    paths: set[str] = set()
+    for direction in ([], ["-R"]):
+        done = _git(["apply", "--numstat", "-z", *direction], patch, stage)
+        if done.returncode != 0:
+            raise InvalidRequest(f"git cannot read the patch: {_reason(done)}")
+        fields = done.stdout.split(b"\0")
+        i = 0
+        while i < len(fields) and fields[i]:
+            _, _, name = fields[i].split(b"\t", 2)
+            if name:
+                names = [name]
+                i += 1
+            else:  # "-z" may also give a rename's two names as fields of their own
+                names = fields[i + 1 : i + 3]
+                i += 3
+            paths.update(n.decode("utf-8", "surrogateescape") for n in names)
+    return sorted(paths)
 
 
 def _check_names(

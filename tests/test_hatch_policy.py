@@ -133,8 +133,9 @@ def test_policy_check_catches_a_relative_root_and_a_missing_one(tmp_path: Path) 
         check=False,
         env={**os.environ, "AIRLOCK_DATA_DIR": str(tmp_path / "data")},
     )
+    report = result.stdout + result.stderr
     assert result.returncode == 1
-    assert "hatch.roots.rel: " in result.stderr
-    assert "is relative" in result.stderr
-    assert "hatch.roots.gone: " in result.stderr
-    assert "is not an existing directory" in result.stderr
+    assert "hatch.roots.rel: " in report
+    assert "is relative" in report
+    assert "hatch.roots.gone: " in report
+    assert "is not an existing directory" in report

@@ -25,6 +25,7 @@ AFTER: Tree = {
     "src/app.py": (b"".join(b"line %d\n" % i for i in range(39)) + b"changed\n", 0o644),
     "run.sh": (b"echo run\n", 0o755),
     "docs/new.md": (b"# new\n", 0o644),
+    "moved/old.txt": (b"old\n", 0o644),
 }
 
 
@@ -81,7 +82,11 @@ def _apply(patch: GitPatch, before: Tree, target: Path, *, check_only: bool = Fa
 
 def test_a_clean_target_becomes_the_sandbox_result(tmp_path: Path) -> None:
     _write(tmp_path, BEFORE)
-    report = _apply(_make(BEFORE, AFTER), BEFORE, tmp_path)
+    patch = _make(BEFORE, AFTER)
+    assert ("moved/old.txt", "renamed", "old.txt") in {
+        (e.path, e.change, e.old_path) for e in patch.entries
+    }
+    report = _apply(patch, BEFORE, tmp_path)
     assert report.applied and report.drifted == [] and report.failed == []
     assert _read(tmp_path) == AFTER
 
