@@ -1,7 +1,7 @@
 """The `airlock` command line.
 
 `serve` speaks MCP on stdout, so every command writes logs and progress to
-stderr; only the reports an operator asked for (doctor, audit, policy) go to
+stderr; only the reports an operator asked for (doctor, audit, policy, patch) go to
 stdout.
 """
 
@@ -26,6 +26,7 @@ from sandbox import connect
 from sandbox.image import build_image
 from store import BlobStore, Database
 
+from . import patches
 from .approvals import approvals_command
 from .audit import drills_table, egress_table, grants_table, run_detail, runs_table
 from .auth import load_auth_config
@@ -216,6 +217,27 @@ def _parser() -> argparse.ArgumentParser:
     remove = secrets.add_parser("rm", parents=[common], help="delete a secret")
     remove.add_argument("name", metavar="NAME")
 
+    patch = commands.add_parser(
+        "patch", help="review and apply patches agents made to copied-in repositories"
+    ).add_subparsers(dest="patch_command", metavar="ACTION", required=True)
+    show = patch.add_parser("show", parents=[common], help="what a patch changes, then the patch")
+    show.add_argument("patch_id", metavar="ID")
+    show.add_argument(
+        "--raw", action="store_true", help="only the exact patch bytes (for piping), no header"
+    )
+    put_patch = patch.add_parser(
+        "apply",
+        parents=[common],
+        help="apply a patch to a directory (refuses protected paths and hunks that no longer fit)",
+    )
+    put_patch.add_argument("patch_id", metavar="ID")
+    put_patch.add_argument(
+        "--to", required=True, type=Path, metavar="DIR", help="the checkout to change"
+    )
+    put_patch.add_argument(
+        "--check", action="store_true", help="only say whether it applies; write nothing"
+    )
+
     policy = commands.add_parser("policy", help="write and check policies").add_subparsers(
         dest="policy_command", metavar="ACTION", required=True
     )
@@ -289,6 +311,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return anyio.run(approvals_command, config, args.approvals_command, args)
     if args.command == "secrets":
         return _secrets(config, args)
+    if args.command == "patch":
+        return anyio.run(_patch, config, args)
     return anyio.run(_audit, config, args)
 
 
@@ -374,6 +398,28 @@ async def _audit(config: Config, args: argparse.Namespace) -> int:
     finally:
         await db.close()
     return 0
+
+
+async def _patch(config: Config, args: argparse.Namespace) -> int:
+    db = await Database.open(config.db_path)
+    blobs = BlobStore(config.blobs_dir)
+    try:
+        if args.patch_command == "show":
+            record, copy, text = await patches.load_patch(db, blobs, args.patch_id)
+            if args.raw:
+                sys.stdout.buffer.write(text)
+                return 0
+            body = patches.visible(text.decode("utf-8", "replace"))
+            _out(patches.describe(record, copy) + "\n\n" + body.rstrip("\n"))
+            return 0
+        policy = load_policy(config.policy_path)
+        report, code = await patches.apply(
+            db, blobs, policy, args.patch_id, args.to, check=args.check
+        )
+        _out(report)
+        return code
+    finally:
+        await db.close()
 
 
 def _secrets(config: Config, args: argparse.Namespace) -> int:

@@ -26,6 +26,8 @@ from .records import (
     DrillRecord,
     EgressRecord,
     GrantRecord,
+    HatchCopyRecord,
+    PatchRecord,
     RunRecord,
     RunStatus,
     SessionRecord,
@@ -199,6 +201,34 @@ _SCHEMA = (
         FOREIGN KEY (session_id, version)
             REFERENCES workspace_versions (session_id, version) ON DELETE CASCADE
     )""",
+    """CREATE TABLE IF NOT EXISTS hatch_copies (
+        id TEXT PRIMARY KEY,
+        tenant TEXT NOT NULL,
+        session_id TEXT NOT NULL REFERENCES sessions (id),
+        root TEXT NOT NULL,
+        root_path TEXT NOT NULL,
+        dest TEXT NOT NULL,
+        baseline_sha256 TEXT NOT NULL,
+        files INTEGER NOT NULL,
+        bytes INTEGER NOT NULL,
+        version INTEGER NOT NULL,
+        created_at REAL NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS hatch_patches (
+        id TEXT PRIMARY KEY,
+        copy_id TEXT NOT NULL REFERENCES hatch_copies (id),
+        tenant TEXT NOT NULL,
+        session_id TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        version INTEGER NOT NULL,
+        sha256 TEXT NOT NULL,
+        size INTEGER NOT NULL,
+        entries_json TEXT NOT NULL,
+        held_back_json TEXT NOT NULL,
+        refused_json TEXT NOT NULL,
+        ignored_json TEXT NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS patches_by_copy ON hatch_patches (copy_id, sha256)",
 )
 
 # Columns added to tables of schema 1: each is added on open when it is missing, so a
@@ -229,6 +259,15 @@ _GRANT_COLUMNS = (
     "id, tenant, session_id, capability, params_json, scope_json, approved_by, reason,"
     " created_at, expires_at, revoked_at"
 )
+_COPY_COLUMNS = (
+    "id, tenant, session_id, root, root_path, dest, baseline_sha256, files, bytes, version,"
+    " created_at"
+)
+_PATCH_COLUMNS = (
+    "id, copy_id, tenant, session_id, created_at, version, sha256, size, entries_json,"
+    " held_back_json, refused_json, ignored_json"
+)
+_PATCH_JSON = ("entries", "held_back", "refused", "ignored")
 
 _APPROVAL_COLUMNS = (
     "id, tenant, session_id, capability, params_json, ttl_s, reason, status, created_at,"
@@ -253,6 +292,8 @@ _INSERT_EGRESS = _insert_sql("egress_log", _EGRESS_COLUMNS)
 _INSERT_GRANT = _insert_sql("grants", _GRANT_COLUMNS)
 _INSERT_DRILL = _insert_sql("drills", _DRILL_COLUMNS)
 _INSERT_APPROVAL = _insert_sql("approvals", _APPROVAL_COLUMNS)
+_INSERT_COPY = _insert_sql("hatch_copies", _COPY_COLUMNS)
+_INSERT_PATCH = _insert_sql("hatch_patches", _PATCH_COLUMNS)
 
 
 def _json_fields(params: dict[str, Any], *names: str) -> dict[str, Any]:
@@ -828,3 +869,38 @@ class Database:
         no new version. The session must exist (else `StoreError`).
         """
         return await self._write(lambda conn: _commit(conn, session_id, delta, writer, at))
+
+    # Hatch copies and patches
+
+    async def add_copy(self, rec: HatchCopyRecord) -> None:
+        params = rec.model_dump()
+        await self._write(lambda conn: conn.execute(_INSERT_COPY, params))
+
+    async def get_copy(self, copy_id: str) -> HatchCopyRecord | None:
+        rows = await self._fetch(
+            f"SELECT {_COPY_COLUMNS} FROM hatch_copies WHERE id = ?", (copy_id,)
+        )
+        return HatchCopyRecord.model_validate(dict(rows[0])) if rows else None
+
+    async def add_patch(self, rec: PatchRecord) -> None:
+        params = _json_fields(rec.model_dump(), *_PATCH_JSON)
+        await self._write(lambda conn: conn.execute(_INSERT_PATCH, params))
+
+    async def get_patch(self, patch_id: str) -> PatchRecord | None:
+        rows = await self._fetch(
+            f"SELECT {_PATCH_COLUMNS} FROM hatch_patches WHERE id = ?", (patch_id,)
+        )
+        return (
+            PatchRecord.model_validate(_from_json_fields(rows[0], *_PATCH_JSON)) if rows else None
+        )
+
+    async def find_patch(self, copy_id: str, sha256: str) -> PatchRecord | None:
+        """The first patch of a copy with exactly this text, if one was made already."""
+        rows = await self._fetch(
+            f"SELECT {_PATCH_COLUMNS} FROM hatch_patches WHERE copy_id = ? AND sha256 = ?"
+            " ORDER BY created_at, rowid LIMIT 1",
+            (copy_id, sha256),
+        )
+        return (
+            PatchRecord.model_validate(_from_json_fields(rows[0], *_PATCH_JSON)) if rows else None
+        )

@@ -212,3 +212,48 @@ class ApprovalRecord(BaseModel):
     decided_at: float | None = None
     decided_by: str | None = None
     grant_id: str | None = None
+
+
+class HatchCopyRecord(BaseModel):
+    """A hatch root copied into a session: from which root, to which directory, and the
+    baseline (path -> sha256 and mode, a JSON blob) that patches are computed against."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    tenant: str
+    session_id: str
+    root: str
+    """The root's name in the policy."""
+    root_path: str
+    """The host directory the name meant at copy time; for operators, never for agents."""
+    dest: str
+    """Directory of the session workspace the root went to."""
+    baseline_sha256: str
+    files: int
+    bytes: int
+    version: int
+    """The workspace version the copy made."""
+    created_at: float
+
+
+class PatchRecord(BaseModel):
+    """A patch of a copied-in root: its text is the blob `sha256`; the lists say what it
+    changes, what it held back for a human and what it refused to name."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    copy_id: str
+    tenant: str
+    session_id: str
+    created_at: float
+    version: int
+    """The workspace version the patch was computed from."""
+    sha256: str
+    size: int
+    entries: list[dict[str, Any]]
+    held_back: list[dict[str, Any]]
+    refused: list[dict[str, Any]]
+    ignored: list[str] = []
+    """New files left out by the policy's ignore globs (caches, build output)."""

@@ -9,11 +9,14 @@ from .capabilities import Approval, request_capability, revoke_capability
 from .context import Services, Session, iso_time
 from .end_session import teardown_session
 from .errors import tool_errors
+from .hatch import copy_in, get_patch, read_patch_resource
 from .models import (
     CapabilityResult,
+    CopyResult,
     EndSessionResult,
     FetchResult,
     FileArg,
+    PatchResult,
     RevokeResult,
     RunResult,
     WorkspaceFileResult,
@@ -25,19 +28,24 @@ from .workspace import list_workspace, read_workspace_file, read_workspace_resou
 __all__ = [
     "Approval",
     "CapabilityResult",
+    "CopyResult",
     "EndSessionResult",
     "FetchResult",
     "FileArg",
+    "PatchResult",
     "RevokeResult",
     "RunResult",
     "Services",
     "Session",
     "WorkspaceFileResult",
     "WorkspaceListing",
+    "copy_in",
     "fetch_artifact",
+    "get_patch",
     "iso_time",
     "list_workspace",
     "read_artifact_resource",
+    "read_patch_resource",
     "read_workspace_file",
     "read_workspace_resource",
     "request_capability",

@@ -227,3 +227,79 @@ class WorkspaceFileResult(BaseModel):
     truncated: bool = Field(description="True when bytes remain after offset + returned_bytes.")
     uri: str
     trust: Trust = "untrusted"
+
+
+class CopyResult(BaseModel):
+    """Structured result of copy_in."""
+
+    copy_id: str = Field(description="Pass it to get_patch to get your changes as a patch.")
+    root: str
+    to: str = Field(description="Directory under /workspace that holds the copy.")
+    files: int
+    dirs: int
+    bytes: int
+    skipped: list[str] = Field(
+        description="Entries not copied (symlinks, special files, .git, unsafe names), and why."
+    )
+    skipped_count: int
+    version: int = Field(description="The session workspace version the copy made.")
+    conflicts: list[str] = Field(
+        default_factory=list, description="Paths a concurrent run had changed; the copy won."
+    )
+    session_id: str
+    session_expires_at: str
+    trust: Trust = "untrusted"
+
+
+class PatchFile(BaseModel):
+    """One file a patch changes."""
+
+    path: str
+    change: Literal["added", "modified", "deleted", "renamed"]
+    old_path: str | None = None
+    binary: bool = False
+
+
+class HeldBackFile(BaseModel):
+    """A change left out of the patch for a human: a protected path."""
+
+    path: str
+    change: Literal["added", "modified", "deleted", "renamed"]
+    glob: str = Field(description="The policy's protected glob that covers it.")
+
+
+class RefusedFile(BaseModel):
+    """A change left out of the patch because its name cannot be written safely."""
+
+    path: str
+    reason: str
+
+
+class PatchResult(BaseModel):
+    """Structured result of get_patch."""
+
+    patch_id: str = Field(
+        description="What a human or CI applies with `airlock patch apply PATCH_ID --to DIR`."
+    )
+    copy_id: str
+    root: str
+    to: str
+    version: int = Field(description="The session workspace version the patch was made from.")
+    files: list[PatchFile]
+    needs_human: list[HeldBackFile] = Field(
+        description="Changes to protected paths: not in the patch; a human must make them."
+    )
+    refused: list[RefusedFile]
+    ignored: list[str] = Field(
+        description="New files left out as caches or build output (the first 50)."
+    )
+    ignored_count: int
+    size: int = Field(description="Size of the whole patch in bytes.")
+    sha256: str
+    offset: int
+    returned_bytes: int
+    truncated: bool = Field(description="True when bytes remain after offset + returned_bytes.")
+    uri: str
+    session_id: str
+    session_expires_at: str
+    trust: Trust = "untrusted"

@@ -1,0 +1,111 @@
+"""`airlock patch show|apply`: a human (or CI) reviews a hatch patch and applies it.
+
+Everything a patch holds was chosen by sandboxed code, including file names, so `show`
+makes every control, invisible and bidi character visible as `<U+XXXX>` before it reaches
+a terminal (`--raw` gives the exact bytes, for piping). `apply` is `sandbox.patch_apply`.
+"""
+
+from __future__ import annotations
+
+import json
+import unicodedata
+from pathlib import Path
+
+import anyio.to_thread
+
+from airlock.errors import NotFound
+from policies import Policy
+from sandbox.gitdiff import FileState
+from sandbox.patch_apply import apply_patch
+from store import BlobStore, Database, HatchCopyRecord, PatchRecord
+from tools.context import iso_time
+from tools.hatch import PATCH_ID
+
+
+async def load_patch(
+    db: Database, blobs: BlobStore, patch_id: str
+) -> tuple[PatchRecord, HatchCopyRecord, bytes]:
+    """The patch, the copy it belongs to, and its text; NotFound for an unknown id."""
+    record = await db.get_patch(patch_id) if PATCH_ID.fullmatch(patch_id) else None
+    copy = await db.get_copy(record.copy_id) if record is not None else None
+    if record is None or copy is None:
+        raise NotFound(f"no patch {patch_id[:64]!r}; patch ids look like pat_... (from get_patch)")
+    return record, copy, await blobs.read(record.sha256)
+
+
+def visible(text: str) -> str:
+    """`text` with every control, format, private-use, surrogate and line/paragraph
+    separator character except newline and tab written as `<U+XXXX>`."""
+    return "".join(
+        f"<U+{ord(ch):04X}>"
+        if ch not in "\n\t" and (unicodedata.category(ch)[0] == "C" or ch in "\u2028\u2029")
+        else ch
+        for ch in text
+    )
+
+
+def describe(record: PatchRecord, copy: HatchCopyRecord) -> str:
+    """The header `show` prints: where the patch came from, what it changes, what it holds back."""
+    lines = [
+        f"patch {record.id}  ({record.size} bytes, sha256 {record.sha256})",
+        f"from  copy {copy.id} of root {copy.root!r} ({copy.root_path}) into "
+        f"/workspace/{copy.dest}",
+        f"      session {record.session_id}, tenant {record.tenant}, made "
+        f"{iso_time(record.created_at)} from workspace version {record.version}",
+    ]
+    lines.append("changes:" if record.entries else "changes: none")
+    for entry in record.entries:
+        name = entry["path"]
+        if entry.get("old_path"):
+            name = f"{entry['old_path']} -> {name}"
+        binary = " (binary)" if entry.get("binary") else ""
+        lines.append(f"  {entry['change']:<9} {name}{binary}")
+    if record.held_back:
+        lines.append("needs a human (protected; not in the patch, make these by hand if wanted):")
+        lines.extend(
+            f"  {h['change']:<9} {h['path']}  (protected by {h['glob']})" for h in record.held_back
+        )
+    if record.refused:
+        lines.append("refused (names that cannot be written safely; not in the patch):")
+        lines.extend(f"  {r['path']!r}: {r['reason']}" for r in record.refused)
+    lines.append(f"apply: airlock patch apply {record.id} --to DIR [--check]")
+    return visible("\n".join(lines))
+
+
+async def apply(
+    db: Database, blobs: BlobStore, policy: Policy, patch_id: str, target: Path, *, check: bool
+) -> tuple[str, int]:
+    """Apply (or with `check`, try) a patch to `target`; the report and the exit code."""
+    record, copy, text = await load_patch(db, blobs, patch_id)
+    raw = json.loads(await blobs.read(copy.baseline_sha256))
+    baseline = {path: FileState(sha256=sha, mode=mode) for path, (sha, mode) in raw.items()}
+    listed = {p for e in record.entries for p in (e["path"], e.get("old_path")) if p}
+    report = await anyio.to_thread.run_sync(
+        lambda: apply_patch(
+            text, listed, baseline, target, policy.hatch.protecting_glob, check_only=check
+        )
+    )
+    lines: list[str] = []
+    if not report.paths:
+        lines.append(f"patch {record.id} changes nothing")
+    elif report.failed:
+        lines.append(
+            f"refused: {len(report.failed)} file(s) of patch {record.id} do not apply cleanly "
+            f"to {target} (it differs from the copy the patch was made against); nothing "
+            "was written:"
+        )
+        lines.extend(f"  {path}: {reason}" for path, reason in report.failed)
+    else:
+        verb = "applies cleanly to" if check else "applied to"
+        lines.append(f"patch {record.id} {verb} {target}: {', '.join(report.paths)}")
+    if report.drifted and not report.failed:
+        lines.append(
+            "these differed from the copy's baseline, and their hunks still apply: "
+            + ", ".join(report.drifted)
+        )
+    if record.held_back:
+        lines.append(
+            "not in the patch, needs a human: "
+            + ", ".join(f"{h['path']} ({h['change']})" for h in record.held_back)
+        )
+    return visible("\n".join(lines)), 1 if report.failed else 0
