@@ -17,11 +17,14 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.from_thread
+import anyio.to_thread
 import docker
 import pytest
 from mcp.client import Client
@@ -121,9 +124,9 @@ def airlock(
     )
 
 
-def unittest_in(checkout: Path) -> subprocess.CompletedProcess[bytes]:
+def unittest_in(checkout: Path, module: str = "tests_calc") -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(
-        [sys.executable, "-m", "unittest", "-q", "tests_calc"],
+        [sys.executable, "-m", "unittest", "-q", module],
         cwd=checkout,
         capture_output=True,
         timeout=60,
@@ -481,3 +484,52 @@ async def test_a_copy_racing_a_running_call_merges_and_reports_the_conflict(
         ("calc.py", "modified"),
         ("from_run.txt", "added"),
     }
+
+
+def shell(line: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", "-c", line], capture_output=True, text=True, timeout=120, check=False, env=env
+    )
+
+
+def readme_hatch_blocks() -> dict[str, str]:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### The hatch:", 1)[1].split("\n## ", 1)[0]
+    return dict(re.findall(r"```(toml|python|sh)\n(.+?)\n```", section, flags=re.DOTALL))
+
+
+async def test_the_readme_hatch_example_runs_as_written(
+    make_server: MakeServer, tmp_path: Path, data_dir: Path
+) -> None:
+    blocks = readme_hatch_blocks()
+    repo = tmp_path / "app"
+    repo.mkdir()
+    (repo / "calc.py").write_bytes(CALC)
+    (repo / "test_calc.py").write_bytes(TEST_CALC)
+    policy = tomllib.loads(blocks["toml"].replace("/srv/repos/app", str(repo)))
+    runs: list[dict[str, Any]] = []
+    async with Client(make_server(policy), mode="auto") as c:
+
+        def tool(name: str) -> Callable[..., dict[str, Any]]:
+            def invoke(**args: Any) -> dict[str, Any]:
+                result = anyio.from_thread.run(ok, c, name, args)
+                if name == "run_code":
+                    runs.append(result)
+                return result
+
+            return invoke
+
+        namespace: dict[str, Any] = {n: tool(n) for n in ("copy_in", "run_code", "get_patch")}
+        await anyio.to_thread.run_sync(exec, blocks["python"], namespace)
+    assert [r["status"] for r in runs] == ["error", "ok"]
+    env = {
+        **os.environ,
+        "PATH": f"{Path(AIRLOCK).parent}:{os.environ['PATH']}",
+        "PATCH_ID": namespace["patch"]["patch_id"],
+        "AIRLOCK_DATA_DIR": str(data_dir),
+    }
+    for line in blocks["sh"].replace("/srv/repos/app", str(repo)).splitlines():
+        done = shell(line, env)
+        assert done.returncode == 0, (line, done.stdout, done.stderr)
+    assert (repo / "calc.py").read_bytes() == CALC.replace(b"a - b", b"a + b")
+    assert unittest_in(repo, "test_calc").returncode == 0
