@@ -487,8 +487,15 @@ async def test_a_copy_racing_a_running_call_merges_and_reports_the_conflict(
 
 
 def shell(line: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """`line` run by bash in the repository's directory, as the README's commands are."""
     return subprocess.run(
-        ["bash", "-c", line], capture_output=True, text=True, timeout=120, check=False, env=env
+        ["bash", "-c", line],
+        cwd=Path(AIRLOCK).parent.parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=env,
     )
 
 
@@ -524,7 +531,6 @@ async def test_the_readme_hatch_example_runs_as_written(
     assert [r["status"] for r in runs] == ["error", "ok"]
     env = {
         **os.environ,
-        "PATH": f"{Path(AIRLOCK).parent}:{os.environ['PATH']}",
         "PATCH_ID": namespace["patch"]["patch_id"],
         "AIRLOCK_DATA_DIR": str(data_dir),
     }
