@@ -40,6 +40,7 @@ from .metrics import Metrics, serve_metrics
 from .secret_check import missing_secrets
 from .stdio import serve_stdio
 from .terminal import registration_hint, stdin_is_terminal
+from .usage import usage_main
 
 log = logging.getLogger("airlock")
 
@@ -254,6 +255,22 @@ def _parser() -> argparse.ArgumentParser:
         "else ~/.local/share/airlock",
     )
     policy.add_parser("schema", help="print the policy JSON Schema (for editors)")
+    usage = policy.add_parser(
+        "usage",
+        parents=[common],
+        help="the exception review: which allow rules and capabilities were used, and when",
+    )
+    usage.add_argument("--since", default="30d", help="window, e.g. 30d, 12h, 2w (default 30d)")
+    usage.add_argument(
+        "--tenant", metavar="T", help="only this tenant (its own policy with --auth)"
+    )
+    usage.add_argument(
+        "--auth",
+        metavar="FILE",
+        default=os.environ.get(ENV_AUTH),
+        help=f"auth file naming tenant policies; default ${ENV_AUTH}",
+    )
+    usage.add_argument("--json", action="store_true", help="print JSON instead of text")
     init = policy.add_parser(
         "init", help="write the default policy, every setting shown and commented, to edit"
     )
@@ -289,6 +306,12 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "policy" and args.policy_command == "usage":
+        auth = Path(args.auth) if args.auth else None
+        config = Config.resolve(args.data_dir, args.policy)
+        return usage_main(
+            config, since=args.since, tenant=args.tenant, auth=auth, as_json=args.json
+        )
     if args.command == "policy":
         return _policy(args)
     if args.command == "keys":

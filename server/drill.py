@@ -334,23 +334,29 @@ def _now() -> float:
     return time.time()
 
 
+def target_policies(
+    config: Config, tenant: str | None, auth: Path | None
+) -> tuple[Policy, Policy | None, str]:
+    """The server policy, the tenant's own policy (None: it uses the server's) and words
+    naming what applies, for commands that take `--tenant T --auth FILE`."""
+    policy = load_policy(config.policy_path)
+    target = f"the server policy ({config.policy_path or 'built-in default'})"
+    if tenant is None:
+        return policy, None, target
+    if auth is None:
+        raise InvalidRequest(
+            f"--tenant {tenant} needs the auth file that names its policy: pass --auth FILE "
+            f"or set {ENV_AUTH}"
+        )
+    path = load_auth_config(auth).policy_for(tenant)
+    if path is None:
+        return policy, None, f"tenant {tenant} (no policy of its own: the server policy)"
+    return policy, load_policy(path), f"tenant {tenant} ({path})"
+
+
 def drill_main(config: Config, *, tenant: str | None, auth: Path | None, as_json: bool) -> int:
     """`airlock drill`: print the table (or JSON); 1 when any attack got through."""
-    policy = load_policy(config.policy_path)
-    tenant_policy = None
-    target = f"the server policy ({config.policy_path or 'built-in default'})"
-    if tenant is not None:
-        if auth is None:
-            raise InvalidRequest(
-                f"--tenant {tenant} needs the auth file that names its policy: pass --auth FILE "
-                f"or set {ENV_AUTH}"
-            )
-        path = load_auth_config(auth).policy_for(tenant)
-        if path is None:
-            target = f"tenant {tenant} (no policy of its own: the server policy)"
-        else:
-            tenant_policy = load_policy(path)
-            target = f"tenant {tenant} ({path})"
+    policy, tenant_policy, target = target_policies(config, tenant, auth)
     report = anyio.run(
         partial(run_drill, config, policy, tenant_policy=tenant_policy, target=target)
     )

@@ -24,6 +24,7 @@ from .records import (
     ApprovalRecord,
     ArtifactRecord,
     DrillRecord,
+    EgressCount,
     EgressRecord,
     GrantRecord,
     HatchCopyRecord,
@@ -692,6 +693,49 @@ class Database:
             (*args, limit),
         )
         return [EgressRecord.model_validate(_from_json_fields(row, "injected")) for row in rows]
+
+    async def egress_counts(
+        self, *, since: float, tenant: str | None = None, except_tenant: str | None = None
+    ) -> list[EgressCount]:
+        """Egress decisions from `since` on, summed by rule, verdict and destination;
+        of one tenant, or of all but `except_tenant`."""
+        where = ["time >= ?"]
+        args: list[Any] = [since]
+        if tenant is not None:
+            where.append("tenant = ?")
+            args.append(tenant)
+        if except_tenant is not None:
+            where.append("tenant != ?")
+            args.append(except_tenant)
+        rows = await self._fetch(
+            # With exactly one max() aggregate, SQLite takes the bare column (reason)
+            # from the row holding that max: the latest decision of each group.
+            "SELECT capability AS rule, decision, host, port, COUNT(*) AS count,"
+            " MAX(time) AS last_time, reason"
+            f" FROM egress_log WHERE {' AND '.join(where)}"
+            " GROUP BY capability, decision, host, port ORDER BY count DESC, host",
+            args,
+        )
+        return [EgressCount.model_validate(dict(row)) for row in rows]
+
+    async def last_egress_use(
+        self, *, tenant: str | None = None, except_tenant: str | None = None
+    ) -> dict[str, float]:
+        """The last time each rule let a request out, over all time."""
+        where = ["decision != 'deny'", "capability IS NOT NULL"]
+        args: list[Any] = []
+        if tenant is not None:
+            where.append("tenant = ?")
+            args.append(tenant)
+        if except_tenant is not None:
+            where.append("tenant != ?")
+            args.append(except_tenant)
+        rows = await self._fetch(
+            f"SELECT capability, MAX(time) FROM egress_log WHERE {' AND '.join(where)}"
+            " GROUP BY capability",
+            args,
+        )
+        return {str(row[0]): float(row[1]) for row in rows}
 
     async def record_grant(self, rec: GrantRecord) -> None:
         params = _json_fields(rec.model_dump(), "params", "scope")

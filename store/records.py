@@ -257,3 +257,19 @@ class PatchRecord(BaseModel):
     refused: list[dict[str, Any]]
     ignored: list[str] = []
     """New files left out by the policy's ignore globs (caches, build output)."""
+
+
+class EgressCount(BaseModel):
+    """Egress decisions of one rule (or none), verdict and destination, summed."""
+
+    model_config = ConfigDict(frozen=True)
+
+    rule: str | None
+    """The grant id or "policy:<name>" that decided; None when no rule matched."""
+    decision: EgressVerdict
+    host: str
+    port: int
+    count: int
+    last_time: float
+    reason: str
+    """One of the reasons given (the latest)."""
