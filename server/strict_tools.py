@@ -65,12 +65,13 @@ class StrictToolServer(MCPServer[Any]):
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:
+            # Only the SDK's own argument check raises a ToolError straight from a
+            # ValidationError; a tool's deliberate errors arrive with their own cause.
             cause = exc.__cause__
             tool = self._tool_manager.get_tool(name)
             if isinstance(exc, UnexpectedToolError) or not isinstance(cause, ValidationError):
                 raise
-            if tool is None:
-                raise
+            assert tool is not None  # it just validated this call's arguments
             raise ToolError(describe_argument_errors(name, cause, tool.parameters)) from cause
 
 

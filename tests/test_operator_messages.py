@@ -379,3 +379,29 @@ def test_a_misspelt_auth_file_key_gets_the_nearest_one_suggested(tmp_path: Path)
         "keys[0].tenant: required but missing",
         "keys[0].tennant: unknown key (did you mean 'tenant'?)",
     ]
+
+
+def test_policy_check_says_when_it_cannot_read_the_vault(tmp_path: Path) -> None:
+    policy = tmp_path / "policy.toml"
+    policy.write_text(CAPABILITY_WITH_SECRET)
+    data = tmp_path / "data"
+    stored = airlock(
+        "secrets",
+        "set",
+        "other",
+        "--hosts",
+        "api.example.com",
+        "--data-dir",
+        str(data),
+        stdin="v\n",
+    )
+    assert stored.returncode == 0, stored.stderr
+    env = {**os.environ, "PATH": "/usr/bin:/bin", "AIRLOCK_VAULT_KEY_FILE": str(tmp_path / "no")}
+    result = airlock("policy", "check", str(policy), "--data-dir", str(data), env=env)
+    assert result.returncode == 0  # the policy itself is valid
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"{policy}: valid"
+    assert lines[1].startswith(
+        "  warning: cannot check that the vault holds the capabilities' secrets: "
+        f"AIRLOCK_VAULT_KEY_FILE={tmp_path / 'no'} does not exist"
+    )

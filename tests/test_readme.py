@@ -218,3 +218,13 @@ def test_the_readme_links_only_files_that_exist() -> None:
         assert (ROOT / target).exists(), target
     for name in re.findall(r"`([A-Z]+\.md)`", README):
         assert (ROOT / name).exists(), f"the README names {name}, which is not in the repository"
+
+
+def test_defaults_named_in_the_prose_are_the_real_ones() -> None:
+    defaults = Policy()
+    timeout = re.search(r"`timeout_s` defaults to the policy's default \((\d+) s\)", README)
+    inline = re.search(r"inline up to (\d+) KiB; the whole stream \(up to (\d+) MiB\)", README)
+    assert timeout is not None and inline is not None
+    assert int(timeout[1]) == defaults.limits.timeout_s
+    assert int(inline[1]) * 1024 == defaults.output.inline_bytes
+    assert int(inline[2]) * 1024 * 1024 == defaults.output.stream_cap_bytes
