@@ -15,7 +15,7 @@ though Airlock wrote it:
    git's reason; any such file refuses the whole apply.
 5. The results are written back through the same directory descriptors: new content to
    a temporary file beside the target, then renamed over it; a file changed since step 2
-   stops the write.
+   stops the writing there, and the error names the files already written.
 """
 
 from __future__ import annotations
@@ -112,13 +112,15 @@ def apply_patch(
             if done.returncode != 0:
                 report.failed = [("(whole patch)", _reason(done))]
                 return report
-            for path in paths:
+            for done_count, path in enumerate(paths):
                 try:
                     _write_back(root_fd, stage, path, found[path])
-                except OSError as exc:
+                except (OSError, InvalidRequest) as exc:
+                    why = exc.strerror if isinstance(exc, OSError) else str(exc)
+                    written = ", ".join(paths[:done_count]) or "none"
                     raise InvalidRequest(
-                        f"{path}: cannot write it in the target ({exc.strerror}); the files "
-                        f"before it in this list were written: {', '.join(paths)}"
+                        f"{path}: cannot write it in the target ({why}); stopped. "
+                        f"Already written: {written}"
                     ) from exc
             report.applied = True
         finally:
@@ -292,7 +294,7 @@ def _write_back(root_fd: int, stage: Path, path: str, before: Found) -> None:
     if (data, mode) == (before.data, before.mode):
         return
     if _read(root_fd, path) != before:
-        raise InvalidRequest(f"{path}: changed in the target while the patch was applied; stopped")
+        raise InvalidRequest("it changed in the target while the patch was applied")
     parent = _walk_parents(root_fd, path, create=data is not None)
     if parent is None:
         return

@@ -6,6 +6,7 @@ import hashlib
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -191,3 +192,27 @@ def test_an_empty_patch_changes_nothing(tmp_path: Path) -> None:
     report = _apply(_make(BEFORE, BEFORE), BEFORE, tmp_path)
     assert report.paths == [] and not report.applied
     assert _read(tmp_path) == BEFORE
+
+
+def test_a_file_changed_during_the_apply_is_not_overwritten(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sandbox.patch_apply as applying
+
+    _write(tmp_path, BEFORE)
+    real_git = applying._git
+
+    def git_then_edit(args: list[str], patch: bytes, cwd: Path) -> Any:
+        done = real_git(args, patch, cwd)
+        if args == ["apply"]:
+            (tmp_path / "src" / "app.py").write_bytes(b"edited by a human meanwhile\n")
+        return done
+
+    monkeypatch.setattr(applying, "_git", git_then_edit)
+    with pytest.raises(InvalidRequest) as caught:
+        _apply(_make(BEFORE, AFTER), BEFORE, tmp_path)
+    assert "src/app.py: cannot write it in the target (it changed in the target" in str(
+        caught.value
+    )
+    assert "Already written: docs/new.md, moved/old.txt, old.txt, run.sh" in str(caught.value)
+    assert (tmp_path / "src" / "app.py").read_bytes() == b"edited by a human meanwhile\n"
