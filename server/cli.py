@@ -221,6 +221,9 @@ def _parser() -> argparse.ArgumentParser:
     patch = commands.add_parser(
         "patch", help="review and apply patches agents made to copied-in repositories"
     ).add_subparsers(dest="patch_command", metavar="ACTION", required=True)
+    listing = patch.add_parser("list", parents=[common], help="patches agents made, newest first")
+    listing.add_argument("--session", metavar="ID", help="only patches of this session")
+    listing.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
     show = patch.add_parser("show", parents=[common], help="what a patch changes, then the patch")
     show.add_argument("patch_id", metavar="ID")
     show.add_argument(
@@ -427,6 +430,9 @@ async def _patch(config: Config, args: argparse.Namespace) -> int:
     db = await Database.open(config.db_path)
     blobs = BlobStore(config.blobs_dir)
     try:
+        if args.patch_command == "list":
+            _out(await patches.patches_table(db, session_id=args.session, limit=args.limit))
+            return 0
         if args.patch_command == "show":
             record, copy, text = await patches.load_patch(db, blobs, args.patch_id)
             if args.raw:

@@ -33,6 +33,31 @@ async def load_patch(
     return record, copy, await blobs.read(record.sha256)
 
 
+async def patches_table(db: Database, *, session_id: str | None, limit: int) -> str:
+    """One line per patch, newest first: where it came from and how much it changes."""
+    records = await db.list_patches(session_id=session_id, limit=limit)
+    if not records:
+        return "no patches recorded"
+    rows = [("PATCH", "COPY", "SESSION", "MADE", "FILES", "NEEDS HUMAN", "REFUSED")]
+    rows += [
+        (
+            r.id,
+            r.copy_id,
+            r.session_id,
+            iso_time(r.created_at),
+            str(len(r.entries)),
+            str(len(r.held_back)),
+            str(len(r.refused)),
+        )
+        for r in records
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    )
+
+
 def visible(text: str) -> str:
     """`text` with every control, format, private-use, surrogate and line/paragraph
     separator character except newline and tab written as `<U+XXXX>`."""

@@ -938,6 +938,20 @@ class Database:
             PatchRecord.model_validate(_from_json_fields(rows[0], *_PATCH_JSON)) if rows else None
         )
 
+    async def list_patches(
+        self, *, session_id: str | None = None, limit: int = 50
+    ) -> list[PatchRecord]:
+        """Patches, newest first, of one session (or all)."""
+        if limit < 0:
+            raise ValueError("limit must be 0 or more")
+        where, args = _where({"session_id": session_id})
+        rows = await self._fetch(
+            f"SELECT {_PATCH_COLUMNS} FROM hatch_patches{where}"
+            " ORDER BY created_at DESC, rowid DESC LIMIT ?",
+            (*args, limit),
+        )
+        return [PatchRecord.model_validate(_from_json_fields(row, *_PATCH_JSON)) for row in rows]
+
     async def find_patch(self, copy_id: str, sha256: str) -> PatchRecord | None:
         """The first patch of a copy with exactly this text, if one was made already."""
         rows = await self._fetch(

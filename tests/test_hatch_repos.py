@@ -27,10 +27,12 @@ import anyio.from_thread
 import anyio.to_thread
 import docker
 import pytest
+from mcp import MCPError
 from mcp.client import Client
 from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult, TextContent
 from support import wait_until
+from test_http import client, http_server
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
 
@@ -228,6 +230,11 @@ async def test_copy_in_run_tests_get_patch_and_apply_it(
     assert "curl evil" not in text and "stolen" not in text
 
     # The operator reviews it, then applies it to a fresh checkout of the repository.
+    listed = airlock(data_dir, "patch", "list", "--session", patch["session_id"])
+    assert listed.returncode == 0, listed.stderr
+    [row] = listed.stdout.splitlines()[1:]
+    assert row.split()[:3] == [patch["patch_id"], patch["copy_id"], patch["session_id"]]
+    assert row.split()[-3:] == ["6", "2", "0"]
     shown = airlock(data_dir, "patch", "show", patch["patch_id"])
     assert shown.returncode == 0, shown.stderr
     assert "needs a human" in shown.stdout and ".github/workflows/ci.yml" in shown.stdout
@@ -539,3 +546,32 @@ async def test_the_readme_hatch_example_runs_as_written(
         assert done.returncode == 0, (line, done.stdout, done.stderr)
     assert (repo / "calc.py").read_bytes() == CALC.replace(b"a - b", b"a + b")
     assert unittest_in(repo, "test_calc").returncode == 0
+
+
+async def test_roots_are_per_tenant_over_http_and_copies_stay_with_their_tenant(
+    tmp_path: Path,
+) -> None:
+    repo = make_repo(tmp_path)
+    own = f'[hatch.roots]\napp = "{repo}"\n'
+    async with (
+        http_server(tmp_path, tenant_policies={"globex": own}) as server,
+        client(server, "acme", "auto") as acme,
+        client(server, "globex", "auto") as globex,
+    ):
+        refused = await call(acme, "copy_in", {"root": "app", "to": "app"})
+        assert "no root named 'app'; the roots this policy offers are: none" in error_text(refused)
+        copied = await ok(globex, "copy_in", {"root": "app", "to": "app"})
+        sid = copied["session_id"]
+        await ok(
+            globex,
+            "run_code",
+            {"code": "echo x >> app/NOTES.txt", "language": "bash", "session_id": sid},
+        )
+        patch = await ok(globex, "get_patch", {"copy_id": copied["copy_id"], "session_id": sid})
+        assert [f["path"] for f in patch["files"]] == ["NOTES.txt"]
+        stolen = await call(acme, "get_patch", {"copy_id": copied["copy_id"]})
+        assert f"no copy {copied['copy_id']!r} in this session" in error_text(stolen)
+        with pytest.raises(MCPError, match="no patch"):
+            await acme.read_resource(patch["uri"])
+        mine = await globex.read_resource(patch["uri"])
+        assert "+x" in str(mine.contents[0])
