@@ -12,6 +12,10 @@ class Backend(Protocol):
         """Run one job in a fresh sandbox and remove the sandbox, whatever happens."""
         ...
 
+    def output_bytes(self, run_id: str) -> int:
+        """Bytes of stdout and stderr received so far from a run in progress (0 once done)."""
+        ...
+
     async def remove_session(self, session_id: str) -> int:
         """Kill and remove every sandbox of a session; return how many there were."""
         ...

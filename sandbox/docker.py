@@ -184,6 +184,8 @@ class DockerBackend:
         self._background: anyio.abc.TaskGroup | None = None
         # Containers handed a job, by session: pooled ones carry no session label.
         self._active: dict[str, set[str]] = {}
+        # Output received so far, by run in progress (for progress notifications).
+        self._received: dict[str, int] = {}
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
@@ -297,11 +299,15 @@ class DockerBackend:
         async with stream:
             await stream.send(encode_job(_job_payload(job), pack_inputs(job.files, job.dirs)))
             with anyio.move_on_after(job.timeout_s + EXCHANGE_GRACE_S) as scope:
-                while not exchange.done:
-                    try:
-                        exchange.feed(await stream.receive(RECEIVE_CHUNK))
-                    except (anyio.EndOfStream, anyio.BrokenResourceError):
-                        break
+                try:
+                    while not exchange.done:
+                        try:
+                            exchange.feed(await stream.receive(RECEIVE_CHUNK))
+                        except (anyio.EndOfStream, anyio.BrokenResourceError):
+                            break
+                        self._received[job.run_id] = len(exchange.stdout) + len(exchange.stderr)
+                finally:
+                    self._received.pop(job.run_id, None)
             # Read while the container still exists: the runner waits for us to hang up.
             usage, oom_killed = await self._final_state(container_id)
         elapsed_ms = int((time.monotonic() - started) * 1000)
@@ -330,6 +336,9 @@ class DockerBackend:
             )
             return usage, cgroup.oom_kills > 0
         return await self._call("reading usage", lambda: _engine_state(self.client, container_id))
+
+    def output_bytes(self, run_id: str) -> int:
+        return self._received.get(run_id, 0)
 
     async def remove_session(self, session_id: str) -> int:
         """Kill and remove every container of a session; returns how many."""

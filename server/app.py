@@ -272,6 +272,7 @@ def build_server(
                     files=files,
                     timeout_s=timeout_s,
                     capabilities=capabilities,
+                    progress=lambda elapsed, message: ctx.report_progress(elapsed, None, message),
                 )
 
     @mcp.tool(

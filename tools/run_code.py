@@ -66,6 +66,7 @@ from .models import (
     StreamResult,
     UsageInfo,
 )
+from .progress import Progress, run_reporting
 
 MAX_CODE_BYTES = 1024 * 1024
 MAX_LINKS = 20
@@ -87,6 +88,7 @@ async def run_code(
     files: Sequence[FileArg],
     timeout_s: int | None,
     capabilities: Sequence[str] = (),
+    progress: Progress | None = None,
 ) -> CallToolResult:
     policy = services.policy_for(session.tenant)
     timeout = _timeout(timeout_s, policy)
@@ -153,9 +155,9 @@ async def run_code(
                         "egress": EgressMount(socket_dir=str(plan.socket_dir), ca_pem=plan.ca_pem),
                     }
                 )
-                outcome = await backend.run(job)
+                outcome = await run_reporting(backend, job, progress)
         else:
-            outcome = await backend.run(job)
+            outcome = await run_reporting(backend, job, progress)
     except BaseException as exc:
         with anyio.CancelScope(shield=True):
             await services.db.add_egress(egress_log)

@@ -1,0 +1,50 @@
+"""Progress of a long run_code call: elapsed time and bytes of output so far.
+
+The MCP client gets a progress notification every `INTERVAL_S` while the sandbox runs
+(the SDK drops them when the caller asked for none). A notification carries our own
+numbers only, never text the sandbox wrote: that leaves only inside the envelope.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+import anyio
+
+from sandbox import Backend, JobOutcome, JobSpec
+
+log = logging.getLogger(__name__)
+
+INTERVAL_S = 1.0
+
+Progress = Callable[[float, str], Awaitable[None]]
+"""Reports (seconds elapsed, message) to the caller."""
+
+
+async def run_reporting(backend: Backend, job: JobSpec, progress: Progress | None) -> JobOutcome:
+    """`backend.run(job)`, reporting progress each second after the first."""
+    if progress is None:
+        return await backend.run(job)
+    started = time.monotonic()
+
+    async def tick() -> None:
+        while True:
+            await anyio.sleep(INTERVAL_S)
+            elapsed = time.monotonic() - started
+            received = backend.output_bytes(job.run_id)
+            try:
+                await progress(
+                    elapsed, f"running for {elapsed:.0f} s; {received} bytes of output so far"
+                )
+            except Exception as exc:
+                # A client that cannot take notifications must not stop the run.
+                log.debug("progress notification failed: %s", exc)
+                return
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(tick)
+        outcome = await backend.run(job)
+        tg.cancel_scope.cancel()
+    return outcome
