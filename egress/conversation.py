@@ -704,7 +704,10 @@ class Conversation:
             elif isinstance(event, h11.EndOfMessage):
                 actions += self._end_of_response(leg)
             else:
-                return [*actions, *self._upstream_closed()]
+                return [
+                    *actions,
+                    *self._fail_upstream("the upstream closed the connection mid-answer"),
+                ]
         return actions
 
     def _end_of_response(self, leg: _Leg) -> list[Action]:
@@ -739,9 +742,10 @@ class Conversation:
         if self.need == "splice":
             return self._close("the upstream closed the tunnel", "allow")
         leg = self._exchange
-        self._upstream_open = False
-        if leg is None:
-            return []
+        self._upstream_open = self._upstream_idle = False
+        closed: list[Action] = [CloseUpstream()]
+        if leg is None or leg.upstream is None:
+            return closed
         if leg.status == 0 and not leg.retried and leg.bodyless:
             # A kept-alive upstream the server had closed meanwhile: one fresh dial, since
             # nothing of the request was taken and it carried no body.
@@ -749,8 +753,17 @@ class Conversation:
             self._count(leg, out=-len(leg.head))
             self.need = "wait"
             assert self._key is not None
-            return [CloseUpstream(), Resolve(leg.host, leg.port, self._key, fresh=True)]
-        return self._fail_upstream("the upstream closed the connection before answering in full")
+            return [*closed, Resolve(leg.host, leg.port, self._key, fresh=True)]
+        if leg.status != 0 and leg.upstream.their_state is h11.SEND_BODY:
+            # A body delimited by the connection's close ends here (RFC 9112 6.3).
+            leg.upstream.receive_data(b"")
+            closed += self._pull_response(leg)
+            if leg.recorded:
+                return closed
+        return [
+            *closed,
+            *self._fail_upstream("the upstream closed the connection before answering in full"),
+        ]
 
     def _fail_upstream(self, reason: str) -> list[Action]:
         leg = self._exchange

@@ -440,3 +440,30 @@ def test_a_pooled_upstream_closed_meanwhile_is_dialled_again_once() -> None:
     assert sent_to_client(answer).endswith(b"ok")
     # A fresh connection closing early is not retried: it is the upstream's answer.
     assert run.records[-1].status == 200
+
+
+def test_a_body_delimited_by_the_upstreams_close_is_relayed_whole_and_recorded() -> None:
+    run = Run()
+    talk = run.talk()
+    first_request(talk)
+    out = talk.feed(UpstreamData(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nall of it"))
+    ending = talk.feed(UpstreamClosed())
+    assert ending[0] == CloseUpstream()
+    relayed = sent_to_client([*out, *ending])
+    assert b"all of it" in relayed and relayed.endswith(b"0\r\n\r\n")  # chunked, ended
+    assert [(r.status, r.decision) for r in run.records] == [(200, "allow")]
+    assert talk.need == "client"  # the tunnel carries on; its next request dials again
+
+
+def test_an_upstream_closing_mid_body_is_an_error_record() -> None:
+    run = Run()
+    talk = run.talk()
+    first_request(talk)
+    talk.feed(UpstreamData(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort"))
+    ending = talk.feed(UpstreamClosed())
+    records = records_of(ending)
+    assert [(r.method, r.status, r.decision) for r in records] == [
+        ("GET", 502, "error"),
+        ("CONNECT", 200, "error"),
+    ]
+    assert "closed connection without sending complete message body" in records[0].reason
