@@ -452,6 +452,26 @@ async def test_secret_appears_nowhere_in_the_sandbox_results_store_or_logs(
         assert SECRET not in repr(record.args)
 
 
+async def test_an_upstream_echoing_the_secret_hands_the_code_only_a_mask(
+    egress_server: MakeEgressServer, upstream: Upstream, data_dir: Path
+) -> None:
+    code = f"""
+with urllib.request.urlopen("https://localhost:{upstream.port}/api/echo", timeout=20) as r:
+    print(r.headers.get("X-Echo-Authorization"))
+    print(r.read().decode())
+"""
+    async with Client(egress_server()) as c:
+        cap = await grant(c)
+        result = await run(c, code, [cap["capability_id"]])
+    # The upstream got the secret and handed it back; the code saw a mask in its place.
+    assert auth_seen(upstream) == [[f"Bearer {SECRET}"]]
+    text = result["stdout"]["text"]
+    assert text.splitlines()[0] == "Bearer " + "*" * len(SECRET)
+    assert SECRET not in json.dumps(result)
+    for path in files_under(data_dir):
+        assert SECRET.encode() not in path.read_bytes(), path
+
+
 # ---- 3. the exact environment -------------------------------------------------------------
 
 
