@@ -48,8 +48,8 @@ def spellings(secret: str) -> frozenset[bytes]:
 class Scrubber:
     """Masks every spelling of the given secrets in a stream fed chunk by chunk.
 
-    `feed` returns what is safe to pass on now and holds back the last bytes that could
-    be the start of a spelling cut by the chunk boundary; `flush` returns the rest at the
+    `feed` returns what is safe to pass on now and holds back only a last few bytes that
+    begin a spelling (it may be cut by the chunk boundary); `flush` returns the rest at the
     end of the stream. The output always has exactly as many bytes as the input.
     """
 
@@ -76,10 +76,19 @@ class Scrubber:
     def feed(self, data: bytes) -> bytes:
         if not self._needles:
             return data
-        joined = self.mask(self._tail + data)
-        cut = max(0, len(joined) - self._hold)
+        joined = self.mask(self._tail + data) if self._tail else self.mask(data)
+        cut = len(joined) - self._partial(joined)
         self._tail = joined[cut:]
         return joined[:cut]
+
+    def _partial(self, data: bytes) -> int:
+        # Only an end that could begin a spelling is held back, so a stream whose chunks
+        # end elsewhere (server-sent events, say) is not delayed by the scrubbing.
+        for start in range(max(0, len(data) - self._hold), len(data)):
+            end = data[start:]
+            if any(needle.startswith(end) for needle in self._needles):
+                return len(data) - start
+        return 0
 
     def flush(self) -> bytes:
         tail, self._tail = self._tail, b""

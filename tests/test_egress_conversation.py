@@ -47,6 +47,7 @@ from egress.conversation import (
 )
 from egress.decision import Rule
 from egress.ledger import RECORDS_PAST_LIMIT, RunIdentity, RunLedger
+from egress.scrub import Scrubber
 from policies import EgressLimits
 from store import EgressRecord
 
@@ -467,3 +468,13 @@ def test_an_upstream_closing_mid_body_is_an_error_record() -> None:
         ("CONNECT", 200, "error"),
     ]
     assert "closed connection without sending complete message body" in records[0].reason
+
+
+def test_scrubbing_holds_back_only_an_end_that_could_begin_the_secret() -> None:
+    scrubber = Scrubber([SECRET])
+    # An event that ends elsewhere is passed on whole, at once.
+    assert scrubber.feed(b"data: one\n\n") == b"data: one\n\n"
+    # One that ends in the secret's first bytes waits for the next chunk to decide.
+    assert scrubber.feed(b"data: " + SECRET[:5].encode()) == b"data: "
+    assert scrubber.feed(SECRET[5:].encode() + b"\n\n") == b"*" * len(SECRET) + b"\n\n"
+    assert scrubber.flush() == b""
