@@ -8,7 +8,8 @@ as this host, resolve, dial this checked address, pool or close the upstream, ke
 record, close. The run's counters, byte totals and records live in the shared
 `RunLedger`; every record is made in `_record`, exactly one per request and one per
 tunnel. Does not belong here: sockets, TLS objects, DNS, the vault, the clock's sleep,
-logging. Tests replay transcripts through `Conversation.handle` without sockets.
+logging; the events and actions themselves (`egress.steps`) and how heads are rewritten
+(`egress.heads`). Tests replay transcripts through `Conversation.handle` without sockets.
 
 A conversation is one of: a CONNECT that becomes a terminated tunnel (its inner
 requests are exchanges, one at a time, kept alive), a CONNECT that becomes a
@@ -18,238 +19,63 @@ passthrough tunnel (spliced bytes, counted), or one plaintext absolute-form requ
 
 from __future__ import annotations
 
-import base64
-import binascii
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from ipaddress import IPv4Address, IPv6Address
 from typing import Literal
 
 import h11
 
-from broker import RunClaims, Secret
+from broker import RunClaims
 from policies.hosts import host_matches
 from store import EgressRecord, EgressVerdict
 
 from .addresses import check_addresses
 from .decision import Decision, RequestFacts, Rule, decide
+from .heads import (
+    MAX_HEAD_BYTES,
+    PROXY_NAME,
+    TOKEN_REFUSED,
+    forwarded_headers,
+    framing_problem,
+    header,
+    parse_absolute_http,
+    proxy_token,
+    refusal,
+    response_headers,
+)
 from .ledger import RunLedger
 from .scrub import Scrubber
-from .targets import (
-    TargetRejected,
-    canonical_target_host,
-    normalize_path,
-    origin_form,
-    parse_authority,
-    path_for_log,
+from .steps import (
+    Action,
+    ClientClosed,
+    ClientData,
+    Close,
+    CloseUpstream,
+    Dial,
+    Dialed,
+    DialFailed,
+    Event,
+    IPAddress,
+    LookupSecret,
+    Need,
+    PoolKey,
+    Record,
+    ReleaseUpstream,
+    Resolve,
+    Resolved,
+    ResolveFailed,
+    Reused,
+    SecretFound,
+    SendClient,
+    SendUpstream,
+    StartTLS,
+    TLSFailed,
+    TLSStarted,
+    UpstreamClosed,
+    UpstreamData,
 )
-
-MAX_HEAD_BYTES = 16 * 1024
-PROXY_NAME = "airlock"
-TOKEN_REFUSED = (
-    "missing, expired or revoked run token; use the proxy settings Airlock put in "
-    "the environment, and only during the run"
-)
-# Connection-level headers never forwarded in either direction (RFC 9110 7.6.1).
-HOP_BY_HOP = frozenset(
-    {
-        b"connection",
-        b"keep-alive",
-        b"proxy-authorization",
-        b"proxy-authenticate",
-        b"proxy-connection",
-        b"te",
-        b"trailer",
-        b"transfer-encoding",
-        b"upgrade",
-        b"content-length",
-    }
-)
-
-IPAddress = IPv4Address | IPv6Address
-PoolKey = tuple[str, str, int, tuple[str, ...]]
-"""(scheme, host, port, allow_private): upstream connections are reused only under the
-same key, so one dialled under a wider address allowance never serves a narrower rule."""
-
-
-# ---- events: what happened ----------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ClientData:
-    data: bytes
-
-
-@dataclass(frozen=True)
-class ClientClosed:
-    pass
-
-
-@dataclass(frozen=True)
-class TLSStarted:
-    sni: str | None
-
-
-@dataclass(frozen=True)
-class TLSFailed:
-    reason: str
-
-
-@dataclass(frozen=True)
-class SecretFound:
-    """The vault's answer: the value and the hosts it may go to, or None when absent."""
-
-    value: Secret | None
-    hosts: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class Reused:
-    """An idle upstream connection of this run, under the same key, was taken."""
-
-    address: str
-
-
-@dataclass(frozen=True)
-class Resolved:
-    addresses: tuple[IPAddress, ...]
-
-
-@dataclass(frozen=True)
-class ResolveFailed:
-    reason: str
-
-
-@dataclass(frozen=True)
-class Dialed:
-    address: str
-
-
-@dataclass(frozen=True)
-class DialFailed:
-    reason: str
-
-
-@dataclass(frozen=True)
-class UpstreamData:
-    data: bytes
-
-
-@dataclass(frozen=True)
-class UpstreamClosed:
-    pass
-
-
-@dataclass(frozen=True)
-class Cut:
-    """The loop ends the connection from outside: a revoked grant, the run's end."""
-
-    reason: str
-
-
-Event = (
-    ClientData
-    | ClientClosed
-    | TLSStarted
-    | TLSFailed
-    | SecretFound
-    | Reused
-    | Resolved
-    | ResolveFailed
-    | Dialed
-    | DialFailed
-    | UpstreamData
-    | UpstreamClosed
-    | Cut
-)
-
-
-# ---- actions: what the loop must do ---------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SendClient:
-    data: bytes
-
-
-@dataclass(frozen=True)
-class StartTLS:
-    """Terminate TLS with the sandbox as `host`, `leftover` being bytes already read."""
-
-    host: str
-    leftover: bytes
-
-
-@dataclass(frozen=True)
-class LookupSecret:
-    name: str
-
-
-@dataclass(frozen=True)
-class Resolve:
-    """Take an idle upstream under `key` (unless `fresh`), else resolve host and port."""
-
-    host: str
-    port: int
-    key: PoolKey | None
-    fresh: bool = False
-
-
-@dataclass(frozen=True)
-class Dial:
-    """Connect to `address` (already checked), with TLS verified as `host` when `tls`."""
-
-    address: str
-    host: str
-    port: int
-    tls: bool
-
-
-@dataclass(frozen=True)
-class SendUpstream:
-    data: bytes
-
-
-@dataclass(frozen=True)
-class ReleaseUpstream:
-    """The upstream is idle and reusable: keep it for this run under `key`."""
-
-    key: PoolKey
-
-
-@dataclass(frozen=True)
-class CloseUpstream:
-    pass
-
-
-@dataclass(frozen=True)
-class Record:
-    record: EgressRecord
-    past_limit: bool
-
-
-@dataclass(frozen=True)
-class Close:
-    pass
-
-
-Action = (
-    SendClient
-    | StartTLS
-    | LookupSecret
-    | Resolve
-    | Dial
-    | SendUpstream
-    | ReleaseUpstream
-    | CloseUpstream
-    | Record
-    | Close
-)
-
-Need = Literal["client", "upstream", "splice", "wait", "done"]
-"""What the loop reads next: the sandbox, the upstream, both (a passthrough tunnel),
-nothing until the actions just returned are answered, or nothing ever again."""
+from .targets import TargetRejected, normalize_path, origin_form, parse_authority, path_for_log
 
 
 @dataclass(frozen=True)
@@ -450,14 +276,14 @@ class Conversation:
             return self._refuse(431, f"request head over {MAX_HEAD_BYTES} bytes")
         try:
             if self._tunnel is None:
-                leg.host, leg.port, raw_target = _parse_absolute_http(raw_target)
+                leg.host, leg.port, raw_target = parse_absolute_http(raw_target)
                 leg.path = path_for_log(raw_target)
-                self._token = _proxy_token(request)
+                self._token = proxy_token(request)
             path = normalize_path(raw_target)
             leg.target = origin_form(raw_target)
         except TargetRejected as exc:
             return self._refuse(400, exc.reason)
-        framing = _framing_problem(request)
+        framing = framing_problem(request)
         if framing is not None:
             return self._refuse(400, framing)
         decision = self._decide(
@@ -468,15 +294,15 @@ class Conversation:
             port=leg.port,
             method=method,
             path=path,
-            host_header=_header(request, b"host"),
+            host_header=header(request, b"host"),
             sni=self._sni,
-            upgrade=_header(request, b"upgrade") is not None,
+            upgrade=header(request, b"upgrade") is not None,
         )
         leg.decision = decision
         if not decision.allow:
             return self._refuse(decision.status, decision.reason)
-        leg.bodyless = _header(request, b"content-length") in (None, "0") and (
-            _header(request, b"transfer-encoding") is None
+        leg.bodyless = header(request, b"content-length") in (None, "0") and (
+            header(request, b"transfer-encoding") is None
         )
         if decision.inject is not None:
             self.need = "wait"
@@ -488,7 +314,7 @@ class Conversation:
             leg.host, leg.port = parse_authority(leg.host)
         except TargetRejected as exc:
             return self._refuse(400, exc.reason)
-        self._token = _proxy_token(request)
+        self._token = proxy_token(request)
         decision = self._decide(
             before,
             stage="connect",
@@ -599,7 +425,7 @@ class Conversation:
         assert leg.request is not None
         self._upstream_idle = False
         leg.upstream = h11.Connection(h11.CLIENT)
-        headers = _forwarded_headers(leg.request, leg.scheme, leg.host, leg.port, leg.header)
+        headers = forwarded_headers(leg.request, leg.scheme, leg.host, leg.port, leg.header)
         leg.head = (
             leg.upstream.send(
                 h11.Request(method=leg.request.method, target=leg.target, headers=headers)
@@ -682,7 +508,7 @@ class Conversation:
                 continue
             if isinstance(event, h11.Response):
                 leg.status = event.status_code
-                headers = _response_headers(
+                headers = response_headers(
                     event, close=leg.scheme == "http", scrub=leg.scrubber.mask
                 )
                 actions.append(
@@ -868,7 +694,7 @@ class Conversation:
         """Answer the request in progress with `status` and close the connection."""
         actions: list[Action] = []
         if self._client.our_state in (h11.IDLE, h11.SEND_RESPONSE):
-            actions.append(SendClient(_refusal(self._client, status, reason)))
+            actions.append(SendClient(refusal(self._client, status, reason)))
         subject = leg or self._exchange
         if subject is None:
             before = self._ledger.admit()
@@ -917,141 +743,3 @@ class Conversation:
     def _splicing_tunnel(self) -> bool:
         tunnel = self._tunnel
         return tunnel is not None and tunnel.decision is not None and tunnel.decision.passthrough
-
-
-# ---- HTTP details ---------------------------------------------------------------------
-
-
-def _refusal(conn: h11.Connection, status: int, reason: str) -> bytes:
-    body = f"Airlock egress proxy: {reason}\n".encode()
-    headers = [
-        ("content-type", "text/plain; charset=utf-8"),
-        ("content-length", str(len(body))),
-        ("connection", "close"),
-        ("via", f"1.1 {PROXY_NAME}"),
-        ("x-airlock-reason", reason.encode("ascii", "replace").decode()),
-    ]
-    if status == 407:
-        headers.append(("proxy-authenticate", f'Basic realm="{PROXY_NAME}"'))
-    try:
-        parts = [
-            conn.send(h11.Response(status_code=status, headers=headers)),
-            conn.send(h11.Data(data=body)),
-            conn.send(h11.EndOfMessage()),
-        ]
-    except h11.LocalProtocolError:
-        return b""
-    return b"".join(p for p in parts if p)
-
-
-def _proxy_token(request: h11.Request) -> str | None:
-    value = _header(request, b"proxy-authorization")
-    if value is None:
-        return None
-    scheme, _, credentials = value.partition(" ")
-    if scheme.lower() != "basic":
-        return None
-    try:
-        decoded = base64.b64decode(credentials.strip(), validate=True).decode("utf-8")
-    except (binascii.Error, UnicodeDecodeError):
-        return None
-    _, _, token = decoded.partition(":")
-    return token or None
-
-
-def _header(request: h11.Request, name: bytes) -> str | None:
-    for key, value in request.headers:
-        if key == name:
-            return str(value.decode("latin-1"))
-    return None
-
-
-def _framing_problem(request: h11.Request) -> str | None:
-    names = [key for key, _ in request.headers]
-    has_length = b"content-length" in names
-    has_chunked = b"transfer-encoding" in names
-    if has_length and has_chunked:
-        return "both Content-Length and Transfer-Encoding are set; send one"
-    length = _header(request, b"content-length")
-    with_body = has_chunked or bool(length and length.isdigit() and int(length) > 0)
-    if request.method in (b"GET", b"HEAD") and with_body:
-        return f"{request.method.decode()} requests may not carry a body"
-    return None
-
-
-def _connection_listed(headers: Sequence[tuple[bytes, bytes]]) -> frozenset[bytes]:
-    """Headers a `Connection` header names: hop-by-hop too (RFC 9110 7.6.1)."""
-    return frozenset(
-        token.strip().lower()
-        for key, value in headers
-        if key == b"connection"
-        for token in value.split(b",")
-    )
-
-
-def _forwarded_headers(
-    request: h11.Request,
-    scheme: str,
-    host: str,
-    port: int,
-    secret_header: tuple[str, str] | None,
-) -> list[tuple[bytes, bytes]]:
-    injected = secret_header[0].lower().encode() if secret_header else None
-    listed = _connection_listed(request.headers)
-    headers: list[tuple[bytes, bytes]] = []
-    for key, value in request.headers:
-        if key in HOP_BY_HOP or key in listed or key == b"host" or key == injected:
-            continue
-        if secret_header is not None and key in (b"authorization", b"accept-encoding"):
-            # A client Authorization must not ride along with an injected one, and a
-            # compressed answer could carry the secret past the scrubber.
-            continue
-        headers.append((key, value))
-    default_port = 443 if scheme == "https" else 80
-    shown = f"[{host}]" if ":" in host else host
-    authority = shown if port == default_port else f"{shown}:{port}"
-    headers.insert(0, (b"host", authority.encode()))
-    length = _header(request, b"content-length")
-    if length is not None:
-        headers.append((b"content-length", length.encode()))
-    elif _header(request, b"transfer-encoding") is not None:
-        headers.append((b"transfer-encoding", b"chunked"))
-    if secret_header is not None:
-        headers.append((b"accept-encoding", b"identity"))
-        headers.append((secret_header[0].encode(), secret_header[1].encode()))
-    return headers
-
-
-def _response_headers(
-    response: h11.Response, *, close: bool, scrub: Callable[[bytes], bytes]
-) -> list[tuple[bytes, bytes]]:
-    listed = _connection_listed(response.headers)
-    headers = [
-        (k, scrub(bytes(v))) for k, v in response.headers if k not in HOP_BY_HOP and k not in listed
-    ]
-    length = next((v for k, v in response.headers if k == b"content-length"), None)
-    if length is not None:
-        headers.append((b"content-length", length))
-    elif any(k == b"transfer-encoding" for k, _ in response.headers):
-        headers.append((b"transfer-encoding", b"chunked"))
-    headers.append((b"via", f"1.1 {PROXY_NAME}".encode()))
-    if close:
-        headers.append((b"connection", b"close"))
-    return headers
-
-
-def _parse_absolute_http(target: str) -> tuple[str, int, str]:
-    if not target.lower().startswith("http://"):
-        raise TargetRejected(
-            "only absolute http:// URLs and CONNECT are accepted; for https use CONNECT "
-            "(standard clients do so when HTTPS_PROXY is set)"
-        )
-    rest = target[len("http://") :]
-    cut = min((i for i in (rest.find("/"), rest.find("?"), rest.find("#")) if i >= 0), default=-1)
-    authority, tail = (rest, "") if cut < 0 else (rest[:cut], rest[cut:])
-    raw_host, port = parse_authority(
-        authority if ":" in authority.rsplit("]", 1)[-1] else f"{authority}:80"
-    )
-    if not tail.startswith("/"):
-        tail = "/" + tail
-    return canonical_target_host(raw_host), port, tail

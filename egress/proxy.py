@@ -28,13 +28,15 @@ import anyio.abc
 
 from broker import RunClaims, Secret
 
-from .conversation import (
+from .conversation import Conversation, RunContext
+from .decision import Rule
+from .ledger import RunLedger
+from .steps import (
     Action,
     ClientClosed,
     ClientData,
     Close,
     CloseUpstream,
-    Conversation,
     Cut,
     Dial,
     Dialed,
@@ -48,7 +50,6 @@ from .conversation import (
     Resolved,
     ResolveFailed,
     Reused,
-    RunContext,
     SecretFound,
     SendClient,
     SendUpstream,
@@ -58,8 +59,6 @@ from .conversation import (
     UpstreamClosed,
     UpstreamData,
 )
-from .decision import Rule
-from .ledger import RunLedger
 from .tls import RunCA, sni_of
 from .tlsstream import TLSChannel
 

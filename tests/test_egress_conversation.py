@@ -18,13 +18,16 @@ from typing import Any
 import pytest
 
 from broker import RunClaims, Secret
-from egress.conversation import (
+from egress.conversation import Conversation, RunContext
+from egress.decision import Rule
+from egress.ledger import RECORDS_PAST_LIMIT, RunIdentity, RunLedger
+from egress.scrub import Scrubber
+from egress.steps import (
     Action,
     ClientClosed,
     ClientData,
     Close,
     CloseUpstream,
-    Conversation,
     Cut,
     Dial,
     Dialed,
@@ -35,7 +38,6 @@ from egress.conversation import (
     Resolve,
     Resolved,
     Reused,
-    RunContext,
     SecretFound,
     SendClient,
     SendUpstream,
@@ -45,9 +47,6 @@ from egress.conversation import (
     UpstreamClosed,
     UpstreamData,
 )
-from egress.decision import Rule
-from egress.ledger import RECORDS_PAST_LIMIT, RunIdentity, RunLedger
-from egress.scrub import Scrubber
 from policies import EgressLimits
 from store import EgressRecord
 
