@@ -25,6 +25,7 @@ from typing import Any
 
 import anyio
 from mcp.client import Client
+from mcp.types import CallToolResult
 
 from airlock.errors import AirlockError, InvalidRequest
 from broker import Vault, load_key, vault_path
@@ -38,6 +39,7 @@ from .app import build_server
 from .auth import load_auth_config
 from .config import ENV_AUTH, Config
 from .drill_probes import (
+    PROTECTED_PAYLOAD,
     CallFacts,
     Probe,
     Verdict,
@@ -204,6 +206,7 @@ async def _replay(client: Client, host: str, sessions: list[str]) -> DrillRow:
     return _row(probe, probe.judge(facts))
 
 
+COPY_DIR = "airlock-drill-copy"
 # Paths a patch must never carry, whatever the policy's own list says; the probe writes
 # them and the drill checks each against `[hatch] protected`.
 _PROTECTED_SAMPLES = [
@@ -216,25 +219,57 @@ _PROTECTED_SAMPLES = [
 
 
 async def _protected(client: Client, policy: Policy, sessions: list[str]) -> DrillRow:
-    probe = protected_probe(_PROTECTED_SAMPLES)
-    facts, session = await _attack(client, probe)
-    sessions.append(session)
+    """Copy a hatch root in, write protected paths, and check the patch holds them back."""
+    probe = protected_probe([f"{COPY_DIR}/{p}" for p in _PROTECTED_SAMPLES])
+
+    def row(observed: str, held: bool | None) -> DrillRow:
+        return DrillRow(probe.name, probe.expected, observed, held)
+
     unprotected = [p for p in _PROTECTED_SAMPLES if policy.hatch.protecting_glob(p) is None]
     if unprotected:
-        return DrillRow(
-            probe.name,
-            probe.expected,
-            "[hatch] protected does not cover " + ", ".join(unprotected),
-            False,
+        return row("[hatch] protected does not cover " + ", ".join(unprotected), False)
+    if not policy.hatch.roots:
+        return row(
+            "the policy names no [hatch] roots: nothing is copied in, so no patch exists to "
+            "carry them; [hatch] protected covers all",
+            None,
         )
-    written = facts.report.get("written", {})
-    return DrillRow(
-        probe.name,
-        probe.expected,
-        f"{len(written)} written inside, all covered by [hatch] protected; no repository "
-        "patch exists in this build, so they stayed run artifacts",
-        None,
+    root = sorted(policy.hatch.roots)[0]
+    copied = await _call(client, "copy_in", {"root": root, "to": COPY_DIR})
+    if copied.is_error or copied.structured_content is None:
+        return row(f"could not copy root {root} in: {sanitize(_text(copied))[:200]}", None)
+    session = str(copied.structured_content["session_id"])
+    sessions.append(session)
+    try:
+        ran = await _call(client, "run_code", {"code": probe.code, "session_id": session})
+        patch = await _call(
+            client,
+            "get_patch",
+            {"copy_id": copied.structured_content["copy_id"], "session_id": session},
+        )
+    finally:
+        await _call(client, "end_session", {"session_id": session})
+    if ran.is_error or patch.is_error or patch.structured_content is None:
+        return row(f"the probe could not run: {sanitize(_text(patch))[:200]}", False)
+    held = {f["path"] for f in patch.structured_content["needs_human"]}
+    carried = {f["path"] for f in patch.structured_content["files"]}
+    leaked = [p for p in _PROTECTED_SAMPLES if p in carried or p not in held]
+    if leaked or PROTECTED_PAYLOAD in _text(patch):
+        return row("the patch carries " + ", ".join(leaked or ["the payload"]), False)
+    return row(
+        f"copied root {root} in, wrote {len(_PROTECTED_SAMPLES)}; the patch held every one "
+        "back under needs_human",
+        True,
     )
+
+
+async def _call(client: Client, tool: str, args: dict[str, Any]) -> CallToolResult:
+    with anyio.fail_after(CALL_TIMEOUT_S):
+        return await client.call_tool(tool, args)
+
+
+def _text(result: CallToolResult) -> str:
+    return "\n".join(getattr(block, "text", "") for block in result.content)
 
 
 METADATA_ADDRESSES = (

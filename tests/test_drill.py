@@ -81,12 +81,14 @@ def test_drill_holds_against_the_default_policy_and_is_audited(
     # The default policy gives runs no egress, so there is no token to replay: said so.
     replay = rows["run token replayed after its session ended"]
     assert replay["held"] is None and "no egress" in replay["observed"]
+    protected = rows["writes to protected hatch paths"]
+    assert protected["held"] is None and "no [hatch] roots" in protected["observed"]
 
     audited = airlock("audit", "drills", "--data-dir", str(data_dir))
     assert audited.returncode == 0
     assert report["drill"] in audited.stdout and "all held" in audited.stdout
     runs = airlock("audit", "runs", "--data-dir", str(data_dir))
-    assert runs.stdout.count("run_") == 10  # every probe went through run_code
+    assert runs.stdout.count("run_") == 9  # every probe went through run_code
     assert _containers_of_the_drill(docker_client) == []
 
 
@@ -94,8 +96,12 @@ def test_drill_holds_against_the_default_policy_and_is_audited(
 def test_drill_fails_against_a_policy_that_opens_loopback(
     data_dir: Path, tmp_path: Path, docker_client: docker.DockerClient
 ) -> None:
+    repo = tmp_path / "repo"
+    (repo / ".github" / "workflows").mkdir(parents=True)
+    (repo / ".github" / "workflows" / "ci.yml").write_text("on: push\n")
+    (repo / "README.md").write_text("a repository the drill copies in\n")
     weak = tmp_path / "weak.toml"
-    weak.write_text(WEAK_POLICY)
+    weak.write_text(WEAK_POLICY + f'\n[hatch.roots]\nrepo = "{repo.resolve()}"\n')
     done = airlock("drill", "--data-dir", str(data_dir), "--policy", str(weak))
     assert done.returncode == 1, (done.stdout, done.stderr[-3000:])
     lines = {line.split("  ")[0]: line for line in done.stdout.splitlines()}
@@ -104,6 +110,9 @@ def test_drill_fails_against_a_policy_that_opens_loopback(
     # With egress the run token exists, and replaying it after its session fails.
     assert lines["run token replayed after its session ended"].endswith("yes")
     assert lines["cloud metadata addresses"].endswith("yes")
+    protected = lines["writes to protected hatch paths"]
+    assert "the patch held every one back under needs_human" in protected, protected
+    assert protected.endswith("yes")
     assert "1 attack(s) got through" in done.stdout
     assert _containers_of_the_drill(docker_client) == []
 
