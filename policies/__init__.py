@@ -17,7 +17,13 @@ from policies.capabilities import (
     path_matches,
     resolve_scope,
 )
-from policies.globs import DEFAULT_IGNORED, DEFAULT_PROTECTED, glob_matches, protecting_glob
+from policies.globs import (
+    DEFAULT_EXCLUDED,
+    DEFAULT_IGNORED,
+    DEFAULT_PROTECTED,
+    glob_matches,
+    protecting_glob,
+)
 from policies.hosts import canonical_host, canonical_host_pattern, host_matches, parse_ip_literal
 from policies.load import (
     default_policy_toml,
@@ -45,6 +51,7 @@ from policies.model import (
 )
 
 __all__ = [
+    "DEFAULT_EXCLUDED",
     "DEFAULT_IGNORED",
     "DEFAULT_PROTECTED",
     "BrokerSettings",

@@ -55,6 +55,24 @@ DEFAULT_PROTECTED: tuple[str, ...] = (
 """Paths held back when a policy names none: CI and deploy configuration, code owners,
 secrets and files run automatically on a reviewer's machine."""
 
+DEFAULT_EXCLUDED: tuple[str, ...] = (
+    "**/.env*",
+    "**/.npmrc",
+    "**/.pypirc",
+    "**/.netrc",
+    "**/.git-credentials",
+    "**/.ssh/**",
+    "**/.aws/**",
+    "**/.docker/config.json",
+    "**/*.pem",
+    "**/*.key",
+    "**/id_rsa*",
+    "**/id_ecdsa*",
+    "**/id_ed25519*",
+)
+"""Paths a copy never takes into a sandbox when a policy names none: files that usually
+hold credentials, since a sandbox holds no secret."""
+
 DEFAULT_IGNORED: tuple[str, ...] = (
     "**/__pycache__/**",
     "**/*.pyc",

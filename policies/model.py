@@ -45,7 +45,13 @@ from policies.capabilities import (
     path_placeholders,
     validate_path_pattern,
 )
-from policies.globs import DEFAULT_IGNORED, DEFAULT_PROTECTED, protecting_glob, validate_glob
+from policies.globs import (
+    DEFAULT_EXCLUDED,
+    DEFAULT_IGNORED,
+    DEFAULT_PROTECTED,
+    protecting_glob,
+    validate_glob,
+)
 from policies.hosts import canonical_host_pattern
 
 _MIB = 1024 * 1024
@@ -866,6 +872,12 @@ class HatchSettings(_Section):
     ignored. Missing means CI and deploy configuration, code owners, submodules, .env files,
     registry credentials and editor/hook configuration. Writing it replaces that list, so
     keep its entries unless you mean to let agents' patches change them."""
+
+    exclude: Annotated[tuple[_Glob, ...], BeforeValidator(_as_tuple)] = DEFAULT_EXCLUDED
+    """Globs of paths (from the root) a copy never takes into the sandbox, listed as
+    skipped: files that hold credentials, since a sandbox holds no secret. Missing means
+    .env files, registry and git credentials, SSH and AWS directories, keys and
+    certificates. Writing it replaces that list."""
 
     ignore: Annotated[tuple[_Glob, ...], BeforeValidator(_as_tuple)] = DEFAULT_IGNORED
     """Globs of new files (absent from the copy) a patch leaves out and only counts:

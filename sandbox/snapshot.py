@@ -7,7 +7,8 @@ opened is checked again with fstat against what lstat saw. So no symlink, and no
 swapped for a symlink halfway through, can lead the copy out of the root; a path is
 never checked first and opened later. Symlinks, FIFOs, sockets, devices, files with
 more than one hard link (another name may lie outside the root), other filesystems
-mounted inside the root, and `.git` (unless the policy opts in) are skipped and listed.
+mounted inside the root, `.git` (unless the policy opts in) and what the policy excludes
+(credentials) are skipped and listed.
 
 Contents go to the content-addressed blob store through the `store` callback, one file
 at a time; the snapshot itself is the baseline a later patch is computed against.
@@ -23,6 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from airlock.errors import InvalidRequest, LimitExceeded, UnsafePath
+from policies import protecting_glob
 
 from .hatch import safe_relative_path
 
@@ -65,6 +67,8 @@ class SnapshotCaps:
     prefix_length: int = 0
     """Length of the destination directory plus its slash, added to every path."""
     include_git_dir: bool = False
+    exclude: tuple[str, ...] = ()
+    """Globs of paths never copied (credentials); a directory matching one is skipped whole."""
 
 
 @dataclass
@@ -132,6 +136,10 @@ def _walk(
             continue
         if entry.casefold() == ".git" and not caps.include_git_dir:
             snapshot.note(f"{path}: skipped, .git is not copied (the policy keeps it out)")
+            continue
+        glob = protecting_glob(caps.exclude, path)
+        if glob is not None:
+            snapshot.note(f"{path}: skipped, the policy keeps it out of sandboxes ({glob})")
             continue
         try:
             seen = os.lstat(entry, dir_fd=dir_fd)

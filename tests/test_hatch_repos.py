@@ -73,6 +73,7 @@ def make_repo(base: Path) -> Path:
     script.chmod(0o755)
     (root / ".git").mkdir()
     (root / ".git" / "config").write_bytes(b'[remote "origin"]\n\turl = https://token@host/x\n')
+    (root / ".env").write_bytes(b"DEPLOY_TOKEN=host-secret-7a1b\n")
     outside = base / "outside"
     outside.mkdir()
     (outside / "secret.txt").write_bytes(b"HOST-SECRET-9f1c\n")
@@ -184,6 +185,7 @@ async def test_copy_in_run_tests_get_patch_and_apply_it(
         assert "passwd: skipped, symlinks are never followed" in skipped
         assert "elsewhere: skipped, symlinks are never followed" in skipped
         assert ".git: skipped" in skipped
+        assert ".env: skipped, the policy keeps it out of sandboxes (**/.env*)" in skipped
         assert str(repo) not in json.dumps(data) and str(repo) not in text_of(copied)
         sid = data["session_id"]
 
@@ -193,7 +195,8 @@ async def test_copy_in_run_tests_get_patch_and_apply_it(
             "s = os.stat('app/calc.py')\n"
             "print(json.dumps({'x': os.access('app/run_tests.sh', os.X_OK),"
             " 'mtime': int(s.st_mtime), 'empty': os.path.isdir('app/empty-dir'),"
-            " 'links': [os.path.lexists('app/' + p) for p in ('passwd', 'elsewhere', '.git')]}))",
+            " 'links': [os.path.lexists('app/' + p) for p in"
+            " ('passwd', 'elsewhere', '.git', '.env')]}))",
             sid,
             language="python",
         )
@@ -201,7 +204,7 @@ async def test_copy_in_run_tests_get_patch_and_apply_it(
             "x": True,
             "mtime": 1_600_000_000,
             "empty": True,
-            "links": [False, False, False],
+            "links": [False, False, False, False],
         }
 
         fixed = await run(c, FIX, sid)
@@ -259,7 +262,7 @@ async def test_copy_in_run_tests_get_patch_and_apply_it(
     assert after["run_tests.sh"][1] is False
     assert after["logo.bin"][0] == bytes(range(255, -1, -1)) * 8
     assert after[".github/workflows/ci.yml"][0] == CI
-    assert ".env" not in after
+    assert after[".env"][0] == b"DEPLOY_TOKEN=host-secret-7a1b\n"
     tests = unittest_in(checkout)
     assert tests.returncode == 0, tests.stderr
 
@@ -445,6 +448,11 @@ async def test_ten_thousand_small_files_against_the_caps(
         assert "more than 20000 bytes" in error_text(capped)
         assert "[hatch] max_bytes" in error_text(capped)
     async with Client(make_server(policy_with(many, max_files=10_010)), mode="auto") as c:
+        capped = await call(c, "copy_in", {"root": "app", "to": "many"})
+        assert "10011 files and directories, more than 10000" in error_text(capped)
+        assert "[files] max_workspace_entries" in error_text(capped)
+    roomy = {**policy_with(many, max_files=10_010), "files": {"max_workspace_entries": 20_000}}
+    async with Client(make_server(roomy), mode="auto") as c:
         copied = await ok(c, "copy_in", {"root": "app", "to": "many"})
         assert copied["files"] == 10_000 and copied["dirs"] == 10
         counted = await run(c, "find many -type f | wc -l", copied["session_id"])

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from airlock.errors import InvalidRequest, LimitExceeded
+from policies import DEFAULT_EXCLUDED
 from sandbox.snapshot import Snapshot, SnapshotCaps, take_snapshot
 
 CAPS = SnapshotCaps(max_entries=100, max_bytes=1 << 20, max_path_length=255)
@@ -142,3 +143,23 @@ def test_a_missing_root_is_an_error_naming_the_root_not_the_host_path(tmp_path: 
         _snap(tmp_path / "gone")
     assert "root 'app' cannot be read on the host" in str(caught.value)
     assert str(tmp_path) not in str(caught.value)
+
+
+def test_credentials_the_policy_excludes_never_enter_the_copy(tmp_path: Path) -> None:
+    root = _repo(tmp_path)
+    (root / ".env").write_text("TOKEN=x\n")
+    (root / "src" / ".env.local").write_text("TOKEN=y\n")
+    (root / ".ssh").mkdir()
+    (root / ".ssh" / "id_ed25519").write_text("key\n")
+    (root / "tls.pem").write_text("cert\n")
+    caps = SnapshotCaps(100, 1 << 20, 255, exclude=DEFAULT_EXCLUDED)
+    snap, stored = _snap(root, caps)
+    assert sorted(f.path for f in snap.files) == ["run.sh", "src/app.py"]
+    assert ".ssh" not in {d.path for d in snap.dirs}
+    assert sorted(snap.skipped) == [
+        ".env: skipped, the policy keeps it out of sandboxes (**/.env*)",
+        ".ssh: skipped, the policy keeps it out of sandboxes (**/.ssh/**)",
+        "src/.env.local: skipped, the policy keeps it out of sandboxes (**/.env*)",
+        "tls.pem: skipped, the policy keeps it out of sandboxes (**/*.pem)",
+    ]
+    assert not any(b"TOKEN" in data for data in stored.values())

@@ -96,12 +96,22 @@ async def copy_in(services: Services, session: Session, *, root: str, to: str) -
         max_path_length=policy.files.max_path_length,
         prefix_length=len(dest) + 1,
         include_git_dir=policy.hatch.include_git_dir_read_only,
+        exclude=policy.hatch.exclude,
     )
 
     def store(data: bytes) -> str:
         return anyio.from_thread.run(services.blobs.put, data)
 
     snapshot = await anyio.to_thread.run_sync(take_snapshot, host_path, root, caps, store)
+    present = {entry.path for entry in head.files}
+    added = sum(1 for parent in ancestors(dest + "/x") if parent not in present)
+    entries = len(present) + added + len(snapshot.files) + len(snapshot.dirs)
+    if entries > policy.files.max_workspace_entries:
+        raise LimitExceeded(
+            f"the copy would make the workspace {entries} files and directories, more than "
+            f"{policy.files.max_workspace_entries} ([files] max_workspace_entries); ask the "
+            "operator to raise it or to name a smaller root"
+        )
     room = policy.limits.workspace_mb * 1024 * 1024
     used = sum(entry.size for entry in head.files)
     if used + snapshot.total_bytes > room:
