@@ -2,7 +2,8 @@
 
 Artifacts belong to a tenant. Anything of another tenant is reported exactly
 like an id that never existed. Text comes back inside the untrusted envelope;
-binary comes back as an embedded blob.
+a whole file whose bytes are a PNG, JPEG, GIF or WebP image comes back as image
+content; other binary comes back as an embedded blob.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from mcp.types import (
     BlobResourceContents,
     CallToolResult,
     EmbeddedResource,
+    ImageContent,
     ResourceLink,
     TextContent,
 )
@@ -26,11 +28,13 @@ from store import ArtifactRecord
 
 from .context import Services, Session
 from .envelope import clip, new_nonce, wrap
+from .images import sniff_image
 from .models import FetchResult
 
 MAX_FETCH_BYTES = 1024 * 1024
 RUN_ID = re.compile(r"run_[a-z2-7]{26}")
 _TEXT_TYPES = ("application/json", "application/xml", "application/javascript", "application/x-sh")
+_SNIFFED_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 
 
 def artifact_uri(run_id: str, path: str) -> str:
@@ -38,7 +42,15 @@ def artifact_uri(run_id: str, path: str) -> str:
 
 
 def guess_mime_type(path: str, data: bytes) -> str:
+    """The bytes decide for images: a real PNG named `x.dat` is image/png, and text named
+    `x.png` is not an image (whatever the sandbox calls a file, a client must not be handed
+    it as one)."""
+    picture = sniff_image(data)
+    if picture is not None:
+        return picture.mime_type
     guessed, _ = mimetypes.guess_type(path, strict=False)
+    if guessed in _SNIFFED_TYPES:
+        return "application/octet-stream"
     if guessed:
         return guessed
     try:
@@ -145,8 +157,14 @@ async def read_artifact_resource(
 
 def file_body(
     data: bytes, *, uri: str, mime_type: str, size: int, offset: int, run_id: str, what: str
-) -> TextContent | EmbeddedResource:
-    """Bytes of a file for a tool result: enveloped text, or an embedded blob."""
+) -> TextContent | ImageContent | EmbeddedResource:
+    """Bytes of a file for a tool result: a whole file whose bytes are an image as image
+    content, enveloped text, or an embedded blob."""
+    picture = sniff_image(data) if offset == 0 and len(data) == size else None
+    if picture is not None:
+        return ImageContent(
+            type="image", data=base64.b64encode(data).decode(), mime_type=picture.mime_type
+        )
     if is_text(mime_type):
         text = enveloped(
             data, mime_type=mime_type, size=size, offset=offset, run_id=run_id, what=what

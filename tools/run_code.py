@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
-from mcp.types import CallToolResult, ResourceLink, TextContent
+from mcp.types import CallToolResult, ImageContent, ResourceLink, TextContent
 
 from airlock.errors import InvalidRequest, LimitExceeded, UnsafePath
 from policies import Policy
@@ -56,6 +56,7 @@ from .capabilities import live_grants
 from .context import Services, Session
 from .envelope import clip, new_nonce, wrap
 from .events import RunFinished
+from .images import MAX_IMAGE_BYTES, MAX_IMAGES_PER_RESULT, sniff_image
 from .models import (
     ArtifactInfo,
     ChangesInfo,
@@ -447,6 +448,7 @@ def _result(
     )
     summary = _summary_text(result, _limit_hit(result.status, timeout, policy))
     content: list[Any] = [TextContent(type="text", text=summary)]
+    content.extend(_pictures(outcome))
     content.extend(
         ResourceLink(
             type="resource_link", name=a.path, uri=a.uri, mime_type=a.mime_type, size=a.size
@@ -488,6 +490,25 @@ def _conflict(conflict: WorkspaceConflict) -> ConflictInfo:
         kept="this_run" if conflict.kept == "ours" else "other",
         reason=conflict.reason,
     )
+
+
+def _pictures(outcome: JobOutcome) -> list[ImageContent]:
+    """The run's image artifacts, so the model sees its plots: only files whose bytes are a
+    well-formed PNG, JPEG, GIF or WebP, up to a size and count cap (the rest stay links)."""
+    pictures: list[ImageContent] = []
+    for file in outcome.files:
+        if len(pictures) == MAX_IMAGES_PER_RESULT:
+            break
+        picture = sniff_image(file.data) if len(file.data) <= MAX_IMAGE_BYTES else None
+        if picture is not None:
+            pictures.append(
+                ImageContent(
+                    type="image",
+                    data=base64.b64encode(file.data).decode(),
+                    mime_type=picture.mime_type,
+                )
+            )
+    return pictures
 
 
 def _stream_result(capture: StreamCapture, inline: int, uri: str | None) -> StreamResult:
