@@ -15,6 +15,7 @@
     ├── SandboxError          the engine side failed, not the user's code
     │   ├── EngineUnavailable Docker is not reachable
     │   ├── ImageUnavailable  the sandbox image is missing and could not be built
+    │   ├── ImageBuilding     the sandbox image is being built; retry in about N s
     │   └── RunnerFailed      the in-container runner broke its protocol
     ├── EgressUnavailable     a run's egress could not be set up
     ├── StoreError            the database or the blob store failed
@@ -115,6 +116,10 @@ class EngineUnavailable(SandboxError):
 
 class ImageUnavailable(SandboxError):
     """The sandbox image is missing and could not be built."""
+
+
+class ImageBuilding(SandboxError):
+    """The sandbox image is being built right now; the message says about how long is left."""
 
 
 class RunnerFailed(SandboxError):

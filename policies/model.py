@@ -195,6 +195,7 @@ class PoolSettings(_Section):
 
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
+_DEBIAN_PACKAGE = re.compile(r"[a-z0-9][a-z0-9+.-]{1,99}")
 _SECRET_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # as broker/vault.py names entries
 _HEADER_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
@@ -905,6 +906,43 @@ class HatchSettings(_Section):
         return protecting_glob(self.ignore, path) is not None
 
 
+class ImageSettings(_Section):
+    """What the image Airlock builds holds beyond its defaults. Ignored when [sandbox]
+    image names another image."""
+
+    python_lock: str | None = None
+    """Absolute path of a Python lock file that replaces the default one (numpy, pandas,
+    matplotlib, scipy, ...); `airlock image lock REQUIREMENTS` writes one. Every entry is
+    name==version with a --hash=sha256; the build refuses anything else. Missing means the
+    default lock."""
+
+    debian_packages: Annotated[tuple[str, ...], BeforeValidator(_as_tuple)] = ()
+    """Debian bookworm packages added to the image, such as ["ffmpeg", "graphviz"]. Missing
+    or empty: only the default tools."""
+
+    @field_validator("python_lock")
+    @classmethod
+    def _lock_path_absolute(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith("/"):
+            raise _problem(
+                "lock_path_relative",
+                f"python_lock {_q(value)} is relative; write the absolute path of the lock file",
+            )
+        return value
+
+    @field_validator("debian_packages")
+    @classmethod
+    def _package_names(cls, names: tuple[str, ...]) -> tuple[str, ...]:
+        for name in names:
+            if not _DEBIAN_PACKAGE.fullmatch(name):
+                raise _problem(
+                    "debian_package",
+                    f"{_q(name)} is not a Debian package name: lower-case letters, digits "
+                    'and + - . only, such as "graphviz"',
+                )
+        return names
+
+
 class Policy(_Section):
     """A complete Airlock policy. Every section may be left out to take its defaults."""
 
@@ -913,6 +951,9 @@ class Policy(_Section):
 
     sandbox: SandboxSettings = SandboxSettings()
     """Image and runtime of sandboxes."""
+
+    image: ImageSettings = ImageSettings()
+    """Python lock file and extra Debian packages of the image Airlock builds."""
 
     tenants: TenantLimits = TenantLimits()
     """Per-tenant caps."""

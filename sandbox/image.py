@@ -1,20 +1,24 @@
-"""Building the sandbox image: a Debian base plus Airlock's layer (user, runner, entrypoint).
+"""Building the sandbox image: a Debian base with the tools agents reach for, plus Airlock's
+layer (the Python packages of a hash-pinned lock file, the user, the runner, the manifest).
 
 Belongs here: the image recipe, the tag derived from it, the offline base bootstrapped with
 `debootstrap` and imported into Docker, and turning engine and build failures into
 `EngineUnavailable` / `ImageUnavailable`. Not here: starting or hardening containers (the
-backend's job), the runner itself (`sandbox/runner.py`, copied in byte for byte), and printing:
-every step is reported through the caller's `progress` callback, never to stdout, which may be
-an MCP stdio transport.
+backend's job), the runner itself (`sandbox/runner.py`, copied in byte for byte), reading lock
+files and fetching wheels (`sandbox/pylock.py`), and printing: every step is reported through
+the caller's `progress` callback, never to stdout, which may be an MCP stdio transport.
 
-Tags are derived from content, so a changed recipe or runner is picked up without a version
-bump:
+Tags are derived from content, so a changed recipe, runner or lock is picked up without a
+version bump, and an unchanged one reuses the image:
 
-- offline base: `airlock-base:<suite>-<hash12>`, hash over the debootstrap recipe;
+- offline base: `airlock-base:<suite>-<hash12>`, hash over the debootstrap recipe (which
+  includes the Debian packages);
 - sandbox: `airlock-sandbox:<airlock version>-<hash12>`, hash over (base tag, Dockerfile,
-  runner bytes).
+  every file of the build context but the wheels, and the lock, which pins the wheels).
 
-Everything here is synchronous and slow (the first offline build takes about a minute); async
+Dependencies resolve here, outside the boundary: pip on the build host downloads exactly the
+wheels the lock pins and checks their hashes; the layer installs them with no network.
+Everything here is synchronous and slow (the first offline build takes minutes); async
 callers run it in a worker thread.
 """
 
@@ -32,10 +36,10 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from string import Template
-from typing import IO, Any, Literal
+from typing import IO, Any
 
 import docker
 import docker.errors
@@ -43,24 +47,34 @@ import requests
 
 import airlock
 from airlock.errors import EngineUnavailable, ImageUnavailable
+from policies import Policy
+
+from .pylock import IMAGE_PYTHON_VERSION, PythonLock, default_lock, fetch_wheels, read_lock
 
 RUNNER_PATH: Path = Path(__file__).with_name("runner.py")
+INVENTORY_PATH: Path = Path(__file__).with_name("inventory.py")
+FILES_DIR: Path = Path(__file__).with_name("files")
+MANIFEST_PATH = "/opt/airlock/manifest.json"
 
 Progress = Callable[[str], None]
-BaseKind = Literal["offline", "registry"]
 
 DEBIAN_SUITE = "bookworm"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 _DEBOOTSTRAP_VARIANT = "minbase"
-_DEBOOTSTRAP_INCLUDE = (
-    "python3",
-    "bash",
-    "coreutils",
-    "ca-certificates",
-    "curl",
-    # The HTTP clients agents reach for first; from Debian, so no network at run time.
-    "python3-requests",
-    "python3-httpx",
+# What every sandbox offers besides Python's packages: the command-line tools agents reach for
+# first, a C compiler, Node.js with npm, and Python with pip and venv. All from Debian, so
+# nothing is fetched at run time.
+DEBIAN_PACKAGES = (
+    *("bash", "coreutils", "ca-certificates", "procps", "less", "tar", "xz-utils", "bzip2"),
+    *("git", "curl", "wget", "jq", "unzip", "zip", "patch", "file", "sqlite3"),
+    *("gcc", "libc6-dev", "make"),
+    *("nodejs", "npm"),
+    *("python3", "python3-pip", "python3-venv"),
+)
+# The CLI tools the run_code description names (their versions are in the manifest).
+CLI_TOOLS = (
+    *("git", "curl", "wget", "jq", "unzip", "zip", "patch", "file", "sqlite3"),
+    *("gcc", "make", "node", "npm"),
 )
 # Pruned from the bootstrapped tree before import. Nothing in a sandbox runs apt (no network,
 # no root), so the package lists and downloaded .debs are dead weight; nobody reads man pages
@@ -76,29 +90,50 @@ _PRUNED = (
     "usr/share/doc/*/* except copyright",
 )
 
-REGISTRY_BASE = "python:3.11-slim"
-# The official python images install their interpreter under /usr/local; Debian's is in /usr.
-_PYTHON = {"offline": "/usr/bin/python3", "registry": "/usr/local/bin/python3"}
-
+PYTHON = "/usr/bin/python3"
 SANDBOX_UID = 1000
 IMAGE_LABEL = "airlock.image"
 
+# Two stages, so the wheels never become a layer of the image: the first installs them into a
+# staging root, the second copies only what was installed. The install runs with no network
+# (the build has none) from the wheels fetched and hash-checked on the host, and pip checks the
+# hashes again (--require-hashes), refuses anything but a wheel, and fails on a dependency the
+# lock does not pin. --ignore-installed: Debian's own modules must not stand in for a pin.
 # Setuid bits are cleared because the base brings su, mount, passwd and friends (apt depends
 # on adduser, which depends on passwd): the backend's no-new-privileges makes them inert, but
 # an image that has none stays safe under a runtime or backend that forgets that option.
+# The files under /etc and the pip wrapper make pip and npm refuse at once (packages come
+# from the lock, at build time) and give git an author; matplotlib gets the headless Agg
+# backend in its own rc file, since the sandbox environment is fixed.
 # `compileall` makes a runner that does not compile under the image's Python fail the build,
 # not every container; it also leaves bytecode for anything the runner imports from
 # /opt/airlock, which it could not write at run time on the read-only root filesystem.
 # Exec-form ENTRYPOINT does no variable expansion, hence a template filled in here, not ARG.
 _DOCKERFILE = Template("""\
+FROM $base AS wheels
+COPY wheels /wheels
+RUN $python -m pip install --no-index --find-links=/wheels --require-hashes \\
+      --only-binary=:all: --ignore-installed --break-system-packages --root=/staging \\
+      --no-cache-dir --no-warn-script-location --disable-pip-version-check \\
+      --root-user-action=ignore --requirement=/wheels/python.lock
+
 FROM $base
+COPY --from=wheels /staging/usr/local /usr/local
 RUN groupadd -g $uid sandbox \\
  && useradd -u $uid -g $uid -d /workspace -M -s /bin/bash sandbox \\
  && mkdir -p /workspace /opt/airlock \\
  && chown $uid:$uid /workspace \\
  && find / -xdev -type f -perm /6000 -exec chmod ug-s {} +
-COPY runner.py /opt/airlock/runner.py
-RUN $python -m compileall -q /opt/airlock
+COPY files/pip.conf files/gitconfig files/npmrc /etc/
+COPY files/EXTERNALLY-MANAGED /usr/lib/python3.11/EXTERNALLY-MANAGED
+COPY files/pip /usr/local/bin/pip
+COPY runner.py inventory.py /opt/airlock/
+RUN chmod 755 /usr/local/bin/pip \\
+ && ln -s pip /usr/local/bin/pip3 && ln -s pip /usr/local/bin/pip3.11 \\
+ && for rc in /usr/local/lib/python3.11/dist-packages/matplotlib/mpl-data/matplotlibrc; do \\
+      [ ! -f "$$rc" ] || echo 'backend: Agg' >> "$$rc"; done \\
+ && $python -m compileall -q /opt/airlock \\
+ && $python -I /opt/airlock/inventory.py > $manifest
 LABEL $label=1
 USER $uid:$uid
 WORKDIR /workspace
@@ -112,7 +147,23 @@ _BUILD_READ_TIMEOUT_S = 600
 # in it, which a /tmp mounted nodev,noexec would refuse; /var/tmp is normally on disk.
 _SCRATCH_DIR = "/var/tmp"
 _TAIL_LINES = 20
+_ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_PROXY_VARIABLES = frozenset({"http_proxy", "https_proxy", "no_proxy"})
 _START_DOCKER = "start the Docker engine (e.g. `sudo systemctl start docker` or `dockerd &`)"
+_CONTEXT_FILES = ("pip.conf", "gitconfig", "npmrc", "EXTERNALLY-MANAGED", "pip")
+
+
+@dataclass(frozen=True)
+class ImageInputs:
+    """What the operator chooses to put into the image: the Python lock (the default one
+    unless the policy names another) and Debian packages beyond `DEBIAN_PACKAGES`."""
+
+    python_lock: PythonLock = field(default_factory=default_lock)
+    debian_packages: tuple[str, ...] = ()
+
+    @property
+    def all_debian_packages(self) -> tuple[str, ...]:
+        return tuple(sorted({*DEBIAN_PACKAGES, *self.debian_packages}))
 
 
 @dataclass(frozen=True)
@@ -121,12 +172,17 @@ class _Recipe:
 
     base: str
     dockerfile: str
-    runner: bytes
+    files: tuple[tuple[str, bytes], ...]
+    """Build context files besides the wheels: (name in the context, bytes)."""
+    python_lock: PythonLock
 
     @property
     def tag(self) -> str:
         digest = hashlib.sha256()
-        for part in (self.base.encode(), self.dockerfile.encode(), self.runner):
+        parts = [self.base.encode(), self.dockerfile.encode(), self.python_lock.text.encode()]
+        for name, data in self.files:
+            parts += [name.encode(), data]
+        for part in parts:
             # Length-prefixed, so moving bytes between parts changes the hash.
             digest.update(len(part).to_bytes(8, "big"))
             digest.update(part)
@@ -135,17 +191,47 @@ class _Recipe:
         return f"airlock-sandbox:{version}-{digest.hexdigest()[:12]}"
 
 
-def offline_base_tag() -> str:
+def image_inputs(policy: Policy) -> ImageInputs:
+    """What the policy's [image] section puts into the image; reads its lock file."""
+    settings = policy.image
+    lock = default_lock() if settings.python_lock is None else read_lock(Path(settings.python_lock))
+    return ImageInputs(python_lock=lock, debian_packages=settings.debian_packages)
+
+
+def describe_toolbox(inputs: ImageInputs) -> str:
+    """What the image offers, for the agent: written into run_code's description, so that
+    it need not probe. Built from the recipe, so it is known before the image exists."""
+    packages = ", ".join(entry.pin.replace("==", " ") for entry in inputs.python_lock.entries)
+    extra = ""
+    if inputs.debian_packages:
+        extra = f", plus the Debian packages {', '.join(inputs.debian_packages)}"
+    return (
+        f"The sandbox has Python {IMAGE_PYTHON_VERSION[:4]} with these packages: {packages}. "
+        f"Command-line tools: {', '.join(CLI_TOOLS)}{extra}. matplotlib draws headless "
+        "(save figures to files; PNG, JPEG, GIF and WebP files come back as images). "
+        "Nothing can be installed at run time (pip and npm refuse at once): dependencies "
+        "come from the operator's lock file. The full list with versions is in "
+        f"{MANIFEST_PATH}."
+    )
+
+
+def offline_base_tag(inputs: ImageInputs | None = None) -> str:
     """The tag of the debootstrapped base; changes whenever the bootstrap recipe does."""
+    packages = (inputs or ImageInputs()).all_debian_packages
     recipe = "\n".join(
-        (DEBIAN_SUITE, _DEBOOTSTRAP_VARIANT, ",".join(_DEBOOTSTRAP_INCLUDE), *_PRUNED)
+        (DEBIAN_SUITE, _DEBOOTSTRAP_VARIANT, "apt-get --no-install-recommends", *packages, *_PRUNED)
     )
     return f"airlock-base:{DEBIAN_SUITE}-{hashlib.sha256(recipe.encode()).hexdigest()[:12]}"
 
 
-def image_tag(runner: Path = RUNNER_PATH, base: BaseKind = "offline") -> str:
-    """The sandbox image tag for this runner and base; pure, touches no engine."""
-    return _recipe(runner, base).tag
+def image_tag(inputs: ImageInputs | None = None, runner: Path = RUNNER_PATH) -> str:
+    """The sandbox image tag for these inputs and runner; pure, touches no engine."""
+    return _recipe(inputs or ImageInputs(), runner).tag
+
+
+def base_exists(client: docker.DockerClient, inputs: ImageInputs | None = None) -> bool:
+    """Whether the debootstrapped base for these inputs is built already."""
+    return image_exists(client, offline_base_tag(inputs))
 
 
 def image_exists(client: docker.DockerClient, tag: str) -> bool:
@@ -168,53 +254,78 @@ def missing_policy_image(tag: str) -> str:
 
 
 def ensure_image(
-    client: docker.DockerClient, progress: Progress, runner: Path = RUNNER_PATH
+    client: docker.DockerClient,
+    progress: Progress,
+    inputs: ImageInputs | None = None,
+    runner: Path = RUNNER_PATH,
 ) -> str:
-    """Return the offline sandbox image tag, building base and layer only if missing."""
-    tag = image_tag(runner)
+    """Return the sandbox image tag, building base and layer only if missing."""
+    tag = image_tag(inputs, runner)
     if image_exists(client, tag):
         return tag
-    return build_image(client, progress, runner=runner)
+    return build_image(client, progress, inputs, runner=runner)
 
 
 def build_image(
     client: docker.DockerClient,
     progress: Progress,
+    inputs: ImageInputs | None = None,
     *,
     force: bool = False,
     runner: Path = RUNNER_PATH,
-    base: BaseKind = "offline",
 ) -> str:
     """Build the sandbox image and return its tag.
 
     Without `force` an image already present under the tag is kept. With `force` the base is
-    rebuilt too (bootstrapped again, or pulled again), and the layer is built without cache.
+    bootstrapped again too, and the layer is built without cache.
     """
-    recipe = _recipe(runner, base)
+    inputs = inputs or ImageInputs()
+    recipe = _recipe(inputs, runner)
     if not force and image_exists(client, recipe.tag):
         progress(f"{recipe.tag} is already built")
         return recipe.tag
-    if base == "offline":
-        _ensure_offline_base(client, progress, force=force)
-    else:
-        _ensure_registry_base(client, progress, force=force)
-    _build_layer(client, progress, recipe, nocache=force)
+    started = time.monotonic()
+    progress("step 1/3: the Debian base")
+    _ensure_offline_base(client, progress, inputs, force=force)
+    progress(f"step 2/3: the Python packages pinned by {inputs.python_lock.source}")
+    wheels = fetch_wheels(inputs.python_lock, wheel_cache_dir(), progress)
+    progress(f"step 3/3: the sandbox layer ({len(wheels)} wheels, runner, manifest)")
+    _build_layer(client, progress, recipe, wheels, nocache=force)
+    with _engine_errors():
+        size = client.images.get(recipe.tag).attrs["Size"]
+    progress(
+        f"built {recipe.tag}: {size / 1e6:.0f} MB in {time.monotonic() - started:.0f} s"
+    )
     return recipe.tag
 
 
-def _recipe(runner: Path, base: BaseKind) -> _Recipe:
-    try:
-        runner_bytes = runner.read_bytes()
-    except OSError as exc:
-        raise ImageUnavailable(
-            f"cannot read the sandbox runner at {runner} ({exc.strerror}): "
-            "reinstall Airlock so that sandbox/runner.py is present"
-        ) from exc
-    base_ref = offline_base_tag() if base == "offline" else REGISTRY_BASE
+def wheel_cache_dir() -> Path:
+    """Where fetched wheels are kept between builds: the user's cache, never the repository."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "airlock" / "wheels"
+
+
+def _recipe(inputs: ImageInputs, runner: Path) -> _Recipe:
+    files: list[tuple[str, bytes]] = []
+    for name, path in (
+        ("runner.py", runner),
+        ("inventory.py", INVENTORY_PATH),
+        *((f"files/{name}", FILES_DIR / name) for name in _CONTEXT_FILES),
+    ):
+        try:
+            files.append((name, path.read_bytes()))
+        except OSError as exc:
+            raise ImageUnavailable(
+                f"cannot read {path} ({exc.strerror}): reinstall Airlock so that the "
+                f"sandbox image's {name} is present (the runner and its files ship with it)"
+            ) from exc
+    base = offline_base_tag(inputs)
     dockerfile = _DOCKERFILE.substitute(
-        base=base_ref, python=_PYTHON[base], uid=SANDBOX_UID, label=IMAGE_LABEL
+        base=base, python=PYTHON, uid=SANDBOX_UID, label=IMAGE_LABEL, manifest=MANIFEST_PATH
     )
-    return _Recipe(base=base_ref, dockerfile=dockerfile, runner=runner_bytes)
+    return _Recipe(
+        base=base, dockerfile=dockerfile, files=tuple(files), python_lock=inputs.python_lock
+    )
 
 
 @contextmanager
@@ -231,8 +342,10 @@ def _engine_errors() -> Iterator[None]:
 # --- the offline base -------------------------------------------------------------------
 
 
-def _ensure_offline_base(client: docker.DockerClient, progress: Progress, *, force: bool) -> None:
-    tag = offline_base_tag()
+def _ensure_offline_base(
+    client: docker.DockerClient, progress: Progress, inputs: ImageInputs, *, force: bool
+) -> None:
+    tag = offline_base_tag(inputs)
     if not force and image_exists(client, tag):
         progress(f"using base {tag}")
         return
@@ -240,8 +353,7 @@ def _ensure_offline_base(client: docker.DockerClient, progress: Progress, *, for
     if debootstrap is None:
         raise ImageUnavailable(
             "building the offline base image needs debootstrap, which is not installed: "
-            "apt-get install debootstrap (or build on the registry base where a registry "
-            "is reachable)"
+            "apt-get install debootstrap"
         )
     if os.geteuid() != 0:
         raise ImageUnavailable(
@@ -252,6 +364,7 @@ def _ensure_offline_base(client: docker.DockerClient, progress: Progress, *, for
     root = Path(tempfile.mkdtemp(prefix="airlock-base-", dir=_SCRATCH_DIR)).resolve()
     try:
         _debootstrap(debootstrap, root, progress)
+        _install_packages(root, inputs.all_debian_packages, progress)
         _prune(root)
         _import_tree(client, root, tag, progress)
     finally:
@@ -262,15 +375,53 @@ def _ensure_offline_base(client: docker.DockerClient, progress: Progress, *, for
 
 
 def _debootstrap(debootstrap: str, root: Path, progress: Progress) -> None:
+    progress(f"bootstrapping Debian {DEBIAN_SUITE} ({_DEBOOTSTRAP_VARIANT}) from {DEBIAN_MIRROR}")
     argv = [
         debootstrap,
         f"--variant={_DEBOOTSTRAP_VARIANT}",
-        f"--include={','.join(_DEBOOTSTRAP_INCLUDE)}",
         DEBIAN_SUITE,
         str(root),
         DEBIAN_MIRROR,
     ]
-    progress(f"bootstrapping Debian {DEBIAN_SUITE} from {DEBIAN_MIRROR} (takes about a minute)")
+    status, tail = _stream(argv, "debootstrap", progress)
+    if status != 0:
+        log = root / "debootstrap" / "debootstrap.log"
+        log_tail = log.read_text(errors="replace").splitlines()[-10:] if log.exists() else []
+        raise ImageUnavailable(
+            f"debootstrap failed with exit status {status}; last output:\n"
+            + "\n".join(f"  {line}" for line in [*tail, *log_tail])
+            + f"\nCheck that {DEBIAN_MIRROR} is reachable from this machine (debootstrap "
+            "downloads the packages from it), then run the image build again."
+        )
+
+
+def _install_packages(root: Path, packages: tuple[str, ...], progress: Progress) -> None:
+    """apt-get inside the bootstrapped tree: unlike debootstrap's own resolver, apt handles
+    virtual packages and alternatives (npm's dependencies need both)."""
+    progress(f"installing {len(packages)} Debian packages and their dependencies with apt-get")
+    # The build host's proxy settings reach the mirror the way debootstrap reached it.
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
+    env |= {k: v for k, v in os.environ.items() if k.lower() in _PROXY_VARIABLES}
+    env["DEBIAN_FRONTEND"] = "noninteractive"
+    for step in (
+        ["apt-get", "update", "-q"],
+        ["apt-get", "install", "-y", "-q", "--no-install-recommends", *packages],
+        ["apt-get", "clean"],
+    ):
+        status, tail = _stream(["chroot", str(root), *step], "apt-get", progress, env=env)
+        if status != 0:
+            raise ImageUnavailable(
+                f"`{' '.join(step[:2])}` in the bootstrapped tree failed with exit status "
+                f"{status}; last output:\n" + "\n".join(f"  {line}" for line in tail)
+                + f"\nCheck the names in [image] debian_packages (they must exist in Debian "
+                f"{DEBIAN_SUITE}) and that {DEBIAN_MIRROR} is reachable, then build again."
+            )
+
+
+def _stream(
+    argv: list[str], label: str, progress: Progress, env: dict[str, str] | None = None
+) -> tuple[int, list[str]]:
+    """Run `argv`, reporting each line of its output; its exit status and last lines."""
     tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
     with subprocess.Popen(
         argv,
@@ -279,26 +430,19 @@ def _debootstrap(debootstrap: str, root: Path, progress: Progress) -> None:
         stderr=subprocess.STDOUT,
         text=True,
         errors="replace",
+        env=env,
     ) as proc:
         assert proc.stdout is not None
         try:
             for raw in proc.stdout:
                 line = raw.rstrip()
                 tail.append(line)
-                progress(f"debootstrap: {line}")
+                progress(f"{label}: {line}")
         except BaseException:
-            # Let its exit trap unmount the /proc, /sys and /dev it mounted inside the tree.
+            # Let it clean up (debootstrap's exit trap unmounts what it mounted in the tree).
             proc.terminate()
             raise
-    if proc.returncode != 0:
-        log = root / "debootstrap" / "debootstrap.log"
-        log_tail = log.read_text(errors="replace").splitlines()[-10:] if log.exists() else []
-        raise ImageUnavailable(
-            f"debootstrap failed with exit status {proc.returncode}; last output:\n"
-            + "\n".join(f"  {line}" for line in [*tail, *log_tail])
-            + f"\nCheck that {DEBIAN_MIRROR} is reachable from this machine (debootstrap "
-            "downloads the packages from it), then run the image build again."
-        )
+    return proc.returncode, list(tail)
 
 
 def _prune(root: Path) -> None:
@@ -410,39 +554,24 @@ def _mount_points_under(root: Path) -> list[str]:
     return sorted(points, key=len, reverse=True)
 
 
-# --- the registry base and the layer ----------------------------------------------------
-
-
-def _ensure_registry_base(client: docker.DockerClient, progress: Progress, *, force: bool) -> None:
-    if not force and image_exists(client, REGISTRY_BASE):
-        progress(f"using base {REGISTRY_BASE}")
-        return
-    progress(f"pulling {REGISTRY_BASE}")
-    repository, _, version = REGISTRY_BASE.partition(":")
-    with _engine_errors():
-        try:
-            for event in client.api.pull(repository, tag=version, stream=True, decode=True):
-                _raise_on_error(event, f"pulling {REGISTRY_BASE} failed", [])
-                # Per-layer byte counters would flood the callback; report state changes only.
-                if event.get("status") and not event.get("progressDetail"):
-                    progress(f"pull: {' '.join(filter(None, (event.get('id'), event['status'])))}")
-        except docker.errors.APIError as exc:
-            raise ImageUnavailable(
-                f"pulling {REGISTRY_BASE} failed ({exc}): check that the registry is reachable, "
-                "or build on the offline base"
-            ) from exc
+# --- the layer -------------------------------------------------------------------------
 
 
 def _build_layer(
-    client: docker.DockerClient, progress: Progress, recipe: _Recipe, *, nocache: bool
+    client: docker.DockerClient,
+    progress: Progress,
+    recipe: _Recipe,
+    wheels: list[Path],
+    *,
+    nocache: bool,
 ) -> None:
     tag = recipe.tag
     progress(f"building {tag} on {recipe.base}")
     tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
-    with _engine_errors():
+    with _engine_errors(), _build_context(recipe, wheels) as context:
         try:
             events = client.api.build(
-                fileobj=_build_context(recipe),
+                fileobj=context,
                 custom_context=True,
                 tag=tag,
                 rm=True,
@@ -451,14 +580,16 @@ def _build_layer(
                 decode=True,
                 timeout=_BUILD_READ_TIMEOUT_S,
                 labels={"airlock.version": airlock.__version__, "airlock.base": recipe.base},
-                # The steps need no network; a build that cannot reach out cannot fetch
-                # anything that is not in the recipe.
+                # The steps need no network (the wheels were fetched on the host); a build
+                # that cannot reach out cannot fetch anything that is not in the recipe.
                 network_mode="none",
                 # Otherwise the SDK copies the host user's proxy settings into build args.
                 use_config_proxy=False,
             )
             for event in events:
-                for line in str(event.get("stream", "")).splitlines():
+                # Without the colour codes some build steps print.
+                text = _ANSI_ESCAPE.sub("", str(event.get("stream", "")))
+                for line in text.splitlines():
                     if line.strip():
                         tail.append(line)
                         progress(f"build: {line}")
@@ -470,21 +601,30 @@ def _build_layer(
     progress(f"built {tag}")
 
 
-def _build_context(recipe: _Recipe) -> io.BytesIO:
-    context = io.BytesIO()
-    with tarfile.open(fileobj=context, mode="w") as tar:
-        for name, data in (
-            ("Dockerfile", recipe.dockerfile.encode()),
-            ("runner.py", recipe.runner),
-        ):
-            # COPY keeps the mode from the context and makes the file root-owned: 0644 lets
-            # the sandbox user read the runner but not change it.
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            info.mode = 0o644
-            tar.addfile(info, io.BytesIO(data))
-    context.seek(0)
-    return context
+@contextmanager
+def _build_context(recipe: _Recipe, wheels: list[Path]) -> Iterator[IO[bytes]]:
+    # On disk, not in memory: the wheels of the default lock are over 100 MB.
+    with tempfile.TemporaryFile(dir=_SCRATCH_DIR) as context:
+        with tarfile.open(fileobj=context, mode="w") as tar:
+            members = [
+                ("Dockerfile", recipe.dockerfile.encode()),
+                *recipe.files,
+                ("wheels/python.lock", recipe.python_lock.text.encode()),
+            ]
+            for name, data in members:
+                # COPY keeps the mode from the context and makes the file root-owned: 0644
+                # lets the sandbox user read the runner but not change it.
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                info.mode = 0o644
+                tar.addfile(info, io.BytesIO(data))
+            for wheel in wheels:
+                info = tar.gettarinfo(str(wheel), arcname=f"wheels/{wheel.name}")
+                info.mode, info.uid, info.gid, info.uname, info.gname = 0o644, 0, 0, "", ""
+                with wheel.open("rb") as f:
+                    tar.addfile(info, f)
+        context.seek(0)
+        yield context
 
 
 def _raise_on_error(event: Mapping[str, Any], what: str, tail: Iterable[str]) -> None:

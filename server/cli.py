@@ -23,7 +23,8 @@ from airlock.errors import AddressInUse, AirlockError, PolicyInvalid
 from broker import Vault, load_key, vault_path
 from policies import default_policy_toml, load_policy, policy_json_schema
 from sandbox import connect
-from sandbox.image import build_image
+from sandbox.image import build_image, image_inputs
+from sandbox.pylock import resolve_lock
 from store import BlobStore, Database
 
 from . import patches
@@ -140,12 +141,16 @@ def _parser() -> argparse.ArgumentParser:
         "build", parents=[common], help="build the sandbox image (progress on stderr)"
     )
     build.add_argument("--force", action="store_true", help="rebuild even if the image exists")
-    build.add_argument(
-        "--base",
-        choices=["offline", "registry"],
-        default="offline",
-        help="offline: bootstrap Debian with debootstrap (default); "
-        "registry: pull python:3.11-slim",
+    lock = image.add_parser(
+        "lock",
+        help="pin Python requirements, with hashes, into a lock file for the sandbox image",
+        description="Resolve a requirements file (one package per line, versions optional) "
+        "for the sandbox image's Python and print a lock: every package and dependency "
+        "pinned to one wheel by its sha256. Point [image] python_lock in the policy at it.",
+    )
+    lock.add_argument("requirements", type=Path, metavar="REQUIREMENTS")
+    lock.add_argument(
+        "-o", "--output", type=Path, help="write the lock here instead of standard output"
     )
 
     commands.add_parser("doctor", parents=[common], help="check what is missing and print the fix")
@@ -319,13 +324,14 @@ def _dispatch(args: argparse.Namespace) -> int:
         return _policy(args)
     if args.command == "keys":
         return _create_key(args)
+    if args.command == "image" and args.image_command == "lock":
+        return _lock(args)
     config = Config.resolve(args.data_dir, args.policy)
     if args.command == "serve":
         return _serve(config, args)
     if args.command == "image":
-        tag = build_image(
-            connect(), lambda line: log.info("%s", line), force=args.force, base=args.base
-        )
+        inputs = image_inputs(load_policy(config.policy_path))
+        tag = build_image(connect(), lambda line: log.info("%s", line), inputs, force=args.force)
         log.info("sandbox image ready: %s", tag)
         return 0
     if args.command == "doctor":
@@ -340,6 +346,16 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "patch":
         return anyio.run(_patch, config, args)
     return anyio.run(_audit, config, args)
+
+
+def _lock(args: argparse.Namespace) -> int:
+    lock = resolve_lock(args.requirements, lambda line: log.info("%s", line))
+    if args.output is None:
+        _out(lock.rstrip("\n"))
+    else:
+        args.output.write_text(lock, encoding="utf-8")
+        log.info("wrote %s", args.output)
+    return 0
 
 
 def _serve(config: Config, args: argparse.Namespace) -> int:

@@ -12,7 +12,7 @@ from pathlib import Path
 from airlock.errors import AirlockError
 from policies import Policy, load_policy
 from sandbox import connect
-from sandbox.image import image_exists, image_tag
+from sandbox.image import image_exists, image_inputs, image_tag
 
 from .config import Config
 from .secret_check import missing_secrets
@@ -43,7 +43,11 @@ def run_checks(config: Config) -> Iterator[Check]:
         return
     yield Check("docker", True, f"engine {client.version().get('Version', '?')} reachable")
     configured = policy.sandbox.image if policy is not None else None
-    tag = configured or image_tag()
+    try:
+        tag = configured or image_tag(image_inputs(policy) if policy is not None else None)
+    except AirlockError as exc:
+        yield Check("image", False, str(exc), "correct [image] in the policy")
+        return
     if image_exists(client, tag):
         yield Check("image", True, tag)
     elif configured:
@@ -66,6 +70,15 @@ def run_checks(config: Config) -> Iterator[Check]:
                 False,
                 "needed to build the image offline",
                 "apt-get install debootstrap",
+            )
+        if os.geteuid() != 0:
+            yield Check(
+                "root",
+                False,
+                "building the image needs root: debootstrap creates device nodes and runs "
+                "package scripts in a chroot",
+                "sudo .venv/bin/airlock image build  (once; serving needs no root, only "
+                "access to the Docker socket)",
             )
 
 

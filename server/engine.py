@@ -1,25 +1,62 @@
 """The engine side of the server: connect to Docker, make sure the image exists.
 
-Started in the background at server start, so the MCP handshake never waits for
-an image build; the first `run_code` waits for it instead. A failure is kept and
-reported to each caller (with the fix), and the next call tries again.
+Started in the background at server start, so the MCP handshake never waits for an image
+build. While the image is being built, a call is not kept waiting in silence: it gets
+`ImageBuilding` at once, saying about how long is left, and retries. A failure is kept and
+reported to the next caller (with the fix); the call after that starts the work again in
+the background.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 
 import anyio
+import anyio.abc
 
-from airlock.errors import ImageUnavailable
+from airlock.errors import AirlockError, ImageBuilding, ImageUnavailable
 from policies import Policy
 from sandbox import Backend, DockerBackend, connect, limits_of
-from sandbox.image import ensure_image, image_exists, missing_policy_image
+from sandbox.image import (
+    ImageInputs,
+    base_exists,
+    build_image,
+    image_exists,
+    image_inputs,
+    missing_policy_image,
+)
+from sandbox.image import image_tag as sandbox_image_tag
 from sandbox.instance import Instance
 from sandbox.pool import Profile
 
 log = logging.getLogger(__name__)
+
+# Rough durations of the build steps measured on a small, busy machine (2 shared cores,
+# deb.debian.org and PyPI reachable, nothing cached), for the "about N s left" a caller is
+# told: the Debian base took 446 s, wheels and layer 217 s.
+BASE_BUILD_S = 450.0
+LAYER_BUILD_S = 220.0
+
+
+@dataclass(frozen=True)
+class _Build:
+    started: float
+    expected_s: float
+
+    def message(self, now: float) -> str:
+        elapsed = now - self.started
+        left = self.expected_s - elapsed
+        when = (
+            f"about {max(5, round(left / 5) * 5):.0f} s left"
+            if left > 0
+            else f"taking longer than the usual {self.expected_s:.0f} s ({elapsed:.0f} s so far)"
+        )
+        return (
+            f"the sandbox image is being built (first use, or its recipe changed), {when}; "
+            "retry this call then. Nothing ran."
+        )
 
 
 class Engine:
@@ -30,24 +67,47 @@ class Engine:
         self._backend: DockerBackend | None = None
         self._image: str | None = None
         self._connected = anyio.Event()
+        self._build: _Build | None = None
+        self._task_group: anyio.abc.TaskGroup | None = None
+        # Why the last background attempt failed, told to the next caller only: the call
+        # after that tries again.
+        self._failure: AirlockError | None = None
 
     async def ready(self) -> tuple[Backend, str]:
+        """The backend and the image. While the image is being built this raises
+        `ImageBuilding` at once; if it must be built and nobody is building it, the build
+        starts in the background and the caller hears the same."""
+        if self._build is not None:
+            raise ImageBuilding(self._build.message(time.monotonic()))
+        failure, self._failure = self._failure, None
+        if failure is not None:
+            raise failure
+        return await self._get_ready(wait=False)
+
+    async def _get_ready(self, *, wait: bool) -> tuple[Backend, str]:
+        """Connect and find the image under the lock; build outside it, so that callers
+        meanwhile hear `ImageBuilding` instead of queueing behind the build."""
         async with self._lock:
-            backend = self._backend
-            if backend is None:
-                client = await anyio.to_thread.run_sync(connect)
-                backend = DockerBackend(client, self._instance, pool_size=self._policy.pool.size)
-                reaped = await backend.reap(time.time())
-                if reaped:
-                    log.info("removed %d container(s) left behind by a stopped server", reaped)
-                self._backend = backend
-            image = self._image
+            backend = await self._connect()
+            if self._image is not None:
+                return backend, self._image
+            image = self._policy.sandbox.image
+            inputs = image_inputs(self._policy)
             if image is None:
-                image = self._policy.sandbox.image
-                if image is None:
-                    image = await anyio.to_thread.run_sync(self._build, backend)
-                elif not await anyio.to_thread.run_sync(image_exists, backend.client, image):
-                    raise ImageUnavailable(missing_policy_image(image))
+                tag = sandbox_image_tag(inputs)
+                if await anyio.to_thread.run_sync(image_exists, backend.client, tag):
+                    image = tag
+                else:
+                    await self._start_build(backend, inputs, wait=wait)
+            elif not await anyio.to_thread.run_sync(image_exists, backend.client, image):
+                raise ImageUnavailable(missing_policy_image(image))
+        if image is None:
+            try:
+                image = await anyio.to_thread.run_sync(self._build_image, backend, inputs)
+            finally:
+                self._build = None
+        async with self._lock:
+            if self._image is None:
                 self._image = image
                 backend.pool.want(
                     Profile(
@@ -57,7 +117,33 @@ class Engine:
                     )
                 )
                 self._connected.set()
-            return backend, image
+            return backend, self._image
+
+    async def _connect(self) -> DockerBackend:
+        if self._backend is None:
+            client = await anyio.to_thread.run_sync(connect)
+            backend = DockerBackend(client, self._instance, pool_size=self._policy.pool.size)
+            reaped = await backend.reap(time.time())
+            if reaped:
+                log.info("removed %d container(s) left behind by a stopped server", reaped)
+            self._backend = backend
+        return self._backend
+
+    async def _start_build(
+        self, backend: DockerBackend, inputs: ImageInputs, *, wait: bool
+    ) -> None:
+        """Mark the build as running; for a caller that must not wait, hand it to the
+        background and raise `ImageBuilding`."""
+        if self._build is not None and not wait:
+            raise ImageBuilding(self._build.message(time.monotonic()))
+        if self._build is None:
+            has_base = await anyio.to_thread.run_sync(base_exists, backend.client, inputs)
+            expected = LAYER_BUILD_S + (0 if has_base else BASE_BUILD_S)
+            self._build = _Build(time.monotonic(), expected)
+        if not wait and self._task_group is not None:
+            # `_build` stays set until the background build ends.
+            self._task_group.start_soon(self.warm_up)
+            raise ImageBuilding(self._build.message(time.monotonic()))
 
     def connected(self) -> DockerBackend | None:
         return self._backend
@@ -69,20 +155,27 @@ class Engine:
     async def serve(self) -> None:
         """For the server's lifetime: get ready, then keep the pool warm and run background
         removals; on cancellation, remove the pool and wait for pending removals."""
-        await self.warm_up()
-        await self._connected.wait()
-        assert self._backend is not None
-        async with self._backend.running():
-            await anyio.sleep_forever()
+        async with anyio.create_task_group() as tg:
+            self._task_group = tg
+            try:
+                await self.warm_up()
+                await self._connected.wait()
+                assert self._backend is not None
+                async with self._backend.running():
+                    await anyio.sleep_forever()
+            finally:
+                self._task_group = None
 
     async def warm_up(self) -> None:
-        """Get ready at startup; a failure is only logged, callers will hear it again."""
+        """Get ready; a failure is only logged, callers will hear it again."""
         try:
-            _, image = await self.ready()
+            _, image = await self._get_ready(wait=True)
         except Exception as exc:
             log.error("sandbox engine not ready: %s", exc)
+            if isinstance(exc, AirlockError):
+                self._failure = exc
             return
         log.info("sandbox engine ready (image %s)", image)
 
-    def _build(self, backend: DockerBackend) -> str:
-        return ensure_image(backend.client, lambda line: log.info("image: %s", line))
+    def _build_image(self, backend: DockerBackend, inputs: ImageInputs) -> str:
+        return build_image(backend.client, lambda line: log.info("image: %s", line), inputs)

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from server.config import Config
+from server.doctor import run_checks
 
 AIRLOCK = str(Path(sys.executable).with_name("airlock"))
 
@@ -105,3 +109,23 @@ def test_doctor_names_the_fix_for_an_unreachable_engine(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert "MISSING] docker" in result.stdout
     assert "fix:" in result.stdout
+
+
+@pytest.mark.docker
+def test_doctor_says_building_the_image_needs_root_and_how(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A lock whose image is not built, checked by a non-root user.
+    lock = tmp_path / "python.lock"
+    lock.write_text(f"airlock-probe==1.0 --hash=sha256:{'0' * 64}\n")
+    policy = tmp_path / "policy.toml"
+    policy.write_text(f'[image]\npython_lock = "{lock}"\n')
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    checks = {
+        check.name: check
+        for check in run_checks(Config(data_dir=tmp_path / "d", policy_path=policy))
+    }
+    assert not checks["image"].ok
+    assert not checks["root"].ok
+    assert "needs root" in checks["root"].detail
+    assert checks["root"].fix.startswith("sudo ") and "airlock image build" in checks["root"].fix

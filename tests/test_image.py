@@ -9,9 +9,18 @@ from pathlib import Path
 import docker
 import docker.errors
 import pytest
+from support import make_wheel
 
 from airlock.errors import EngineUnavailable, ImageUnavailable
-from sandbox.image import RUNNER_PATH, build_image, ensure_image, image_exists, image_tag
+from sandbox.image import (
+    RUNNER_PATH,
+    ImageInputs,
+    build_image,
+    ensure_image,
+    image_exists,
+    image_tag,
+)
+from sandbox.pylock import parse_lock
 
 # The first Docker test may bootstrap the offline base: about a minute, more on a slow mirror.
 pytestmark = pytest.mark.timeout(900)
@@ -62,20 +71,16 @@ def run_in(client: docker.DockerClient, tag: str, *argv: str, user: str = "1000:
 
 
 def test_tag_changes_when_runner_bytes_change(runner: Path) -> None:
-    first = image_tag(runner)
-    assert image_tag(runner) == first
+    first = image_tag(runner=runner)
+    assert image_tag(runner=runner) == first
     runner.write_bytes(b"print('runner, changed')\n")
-    assert image_tag(runner) != first
+    assert image_tag(runner=runner) != first
     assert first.startswith("airlock-sandbox:")
-
-
-def test_tag_differs_between_offline_and_registry_base(runner: Path) -> None:
-    assert image_tag(runner, base="offline") != image_tag(runner, base="registry")
 
 
 def test_missing_runner_is_image_unavailable(tmp_path: Path) -> None:
     with pytest.raises(ImageUnavailable, match="runner"):
-        image_tag(tmp_path / "absent.py")
+        image_tag(runner=tmp_path / "absent.py")
 
 
 def test_unreachable_engine_is_engine_unavailable(
@@ -137,6 +142,29 @@ def test_image_has_no_setuid_or_setgid_files(client: docker.DockerClient, image:
         client, image, "/usr/bin/find", "/", "-xdev", "-type", "f", "-perm", "/6000", user="0:0"
     )
     assert found == ""
+
+
+@pytest.mark.docker
+def test_a_lock_with_a_wrong_hash_fails_the_build_naming_the_package(
+    client: docker.DockerClient, image: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # pip finds the package only in a local directory: no index, no network.
+    index = tmp_path / "index"
+    index.mkdir()
+    make_wheel(index)
+    monkeypatch.setenv("PIP_CONFIG_FILE", "/dev/null")
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(index))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    lock = parse_lock(f"airlock-probe==1.0 --hash=sha256:{'0' * 64}\n", "wrong.lock")
+    reported: list[str] = []
+    with pytest.raises(ImageUnavailable, match=r"airlock[-_]probe==1\.0") as raised:
+        build_image(client, reported.append, ImageInputs(python_lock=lock))
+    assert "hash" in str(raised.value)
+    assert not image_exists(client, image_tag(ImageInputs(python_lock=lock)))
+    # The base was reused, not bootstrapped again, and the steps were reported.
+    assert any(line.startswith("step 2/3") for line in reported)
+    assert not any(line.startswith("debootstrap") for line in reported)
 
 
 @pytest.mark.docker

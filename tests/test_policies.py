@@ -272,6 +272,15 @@ def test_rejects_value_out_of_range_naming_the_key(
         ('[sandbox]\nimage = ""', "sandbox.image: must not be empty"),
         ("version = 2", "version: must be 1"),
         ("limits = 5", "limits: must be a table with timeout_s, max_timeout_s, memory_mb"),
+        (
+            '[image]\npython_lock = "locks/python.lock"',
+            'image.python_lock: python_lock "locks/python.lock" is relative; write the absolute',
+        ),
+        (
+            '[image]\ndebian_packages = ["ok", "Bad Name;rm"]',
+            'image.debian_packages: "Bad Name;rm" is not a Debian package name',
+        ),
+        ('[image]\ndebian_packages = "ffmpeg"', "image.debian_packages: must be"),
     ],
 )
 def test_rejects_value_of_wrong_type_naming_the_key(
@@ -338,6 +347,7 @@ def test_json_schema_describes_the_sections() -> None:
     assert set(schema["properties"]) == {
         "version",
         "sandbox",
+        "image",
         "limits",
         "output",
         "files",

@@ -1,0 +1,112 @@
+"""The Python lock file: what it must pin, and fetching the wheels it names with pip.
+
+pip runs for real against a local directory of wheels (no index, no network), the way it
+runs against PyPI at image build.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+from support import make_wheel
+
+from airlock.errors import ImageUnavailable
+from sandbox.image import ImageInputs, image_tag
+from sandbox.pylock import default_lock, fetch_wheels, parse_lock
+
+SHA = "a" * 64
+
+
+@pytest.fixture
+def local_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """pip finds packages only in this directory (the host's index settings are replaced)."""
+    index = tmp_path / "index"
+    index.mkdir()
+    monkeypatch.setenv("PIP_CONFIG_FILE", "/dev/null")
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(index))
+    return index
+
+
+def test_default_lock_pins_the_promised_packages_each_with_a_hash() -> None:
+    lock = default_lock()
+    names = {entry.name for entry in lock.entries}
+    promised = {"numpy", "pandas", "matplotlib", "pillow", "scipy", "pyyaml", "beautifulsoup4"}
+    promised |= {"lxml", "openpyxl", "requests", "httpx", "pytest"}
+    assert promised <= names
+    assert all(entry.hashes for entry in lock.entries)
+
+
+def test_entry_without_a_hash_is_refused_naming_the_package() -> None:
+    text = f"numpy==2.0.0 \\\n    --hash=sha256:{SHA}\nrequests==2.31.0\n"
+    with pytest.raises(ImageUnavailable, match=r"line 3: requests==2.31.0 has no --hash"):
+        parse_lock(text, "test.lock")
+
+
+@pytest.mark.parametrize(
+    ("line", "reason"),
+    [
+        (f"requests>=2 --hash=sha256:{SHA}", "'requests>=2' is not pinned"),
+        (f"requests --hash=sha256:{SHA}", "'requests' is not pinned"),
+        ("-e git+https://example.com/x.git#egg=x", "'-e' is not pinned"),
+        (f"requests==2.31.0 --index-url https://evil.example --hash=sha256:{SHA}", "options"),
+        (f"requests==2.31.0 --hash=md5:{'a' * 32}", "options besides --hash"),
+    ],
+)
+def test_anything_but_a_hash_pinned_entry_is_refused(line: str, reason: str) -> None:
+    with pytest.raises(ImageUnavailable, match=reason):
+        parse_lock(line + "\n", "test.lock")
+
+
+def test_continuations_comments_and_markers_are_read() -> None:
+    text = (
+        "# a comment\n"
+        "PyYAML==6.0.1 ; python_version >= '3.8' \\\n"
+        f"    --hash=sha256:{SHA} \\\n"
+        f"    --hash=sha256:{'b' * 64}  # the second wheel\n"
+    )
+    (entry,) = parse_lock(text, "test.lock").entries
+    assert entry.pin == "pyyaml==6.0.1"
+    assert entry.hashes == {SHA, "b" * 64}
+
+
+def test_changing_the_lock_changes_the_image_tag() -> None:
+    default = default_lock()
+    changed = parse_lock(default.text + f"airlock-probe==1.0 --hash=sha256:{SHA}\n", "x.lock")
+    assert image_tag(ImageInputs(python_lock=default)) == image_tag(ImageInputs())
+    assert image_tag(ImageInputs(python_lock=changed)) != image_tag(ImageInputs())
+
+
+def test_extra_debian_packages_change_the_image_tag() -> None:
+    assert image_tag(ImageInputs(debian_packages=("graphviz",))) != image_tag(ImageInputs())
+
+
+def test_fetch_returns_the_wheel_whose_hash_the_lock_pins(
+    local_index: Path, tmp_path: Path
+) -> None:
+    wheel = make_wheel(local_index)
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    lock = parse_lock(f"airlock-probe==1.0 --hash=sha256:{digest}\n", "probe.lock")
+    (fetched,) = fetch_wheels(lock, tmp_path / "cache", lambda line: None)
+    assert fetched.read_bytes() == wheel.read_bytes()
+
+
+def test_hash_mismatch_fails_naming_the_package(local_index: Path, tmp_path: Path) -> None:
+    make_wheel(local_index)
+    lock = parse_lock(f"airlock-probe==1.0 --hash=sha256:{SHA}\n", "probe.lock")
+    with pytest.raises(ImageUnavailable, match=r"hash mismatch .*airlock[-_]probe==1\.0"):
+        fetch_wheels(lock, tmp_path / "cache", lambda line: None)
+
+
+def test_a_tampered_cached_wheel_is_not_used(local_index: Path, tmp_path: Path) -> None:
+    wheel = make_wheel(local_index)
+    digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    lock = parse_lock(f"airlock-probe==1.0 --hash=sha256:{digest}\n", "probe.lock")
+    cache = tmp_path / "cache"
+    (fetched,) = fetch_wheels(lock, cache, lambda line: None)
+    fetched.write_bytes(b"tampered")
+    # pip notices the bad file and fetches it again; what comes back is the pinned wheel.
+    (again,) = fetch_wheels(lock, cache, lambda line: None)
+    assert hashlib.sha256(again.read_bytes()).hexdigest() == digest

@@ -1,0 +1,185 @@
+"""What the default image offers agents, driven through run_code like a client would.
+
+Packages from the lock import, the tools run, plots come back as pictures, and installing
+at run time fails at once with a message that names the lock file.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import struct
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from mcp.client import Client
+from mcp.server.mcpserver import MCPServer
+from mcp.types import ImageContent, TextContent
+
+from sandbox.image import CLI_TOOLS, MANIFEST_PATH
+from sandbox.pylock import default_lock
+from tools.images import sniff_image
+
+pytestmark = [pytest.mark.anyio, pytest.mark.docker]
+
+MakeServer = Callable[..., MCPServer]
+
+
+async def run(client: Client, code: str, **args: Any) -> Any:
+    result = await client.call_tool("run_code", {"code": code, **args})
+    assert not result.is_error, result.content
+    assert result.structured_content is not None
+    return result
+
+
+def images_of(result: Any) -> list[ImageContent]:
+    return [block for block in result.content if isinstance(block, ImageContent)]
+
+
+CHART = """
+import time
+import matplotlib.pyplot as plt
+import pandas as pd
+frame = pd.DataFrame({"x": range(10), "y": [v * v for v in range(10)]})
+ax = frame.plot(x="x", y="y", figsize=(4, 3))
+ax.figure.savefig("chart.png", dpi=100)
+print(plt.get_backend())
+"""
+
+
+async def test_pandas_matplotlib_chart_comes_back_as_a_png_of_the_right_size(
+    make_server: MakeServer,
+) -> None:
+    async with Client(make_server()) as client:
+        result = await run(client, CHART)
+        data = result.structured_content
+        assert data["status"] == "ok", data
+        assert data["stdout"]["text"].strip().lower() == "agg"
+        (image,) = images_of(result)
+        assert image.mime_type == "image/png"
+        png = base64.b64decode(image.data)
+        assert png.startswith(b"\x89PNG\r\n\x1a\n")
+        assert struct.unpack(">II", png[16:24]) == (400, 300)
+        (artifact,) = [a for a in data["artifacts"] if a["path"] == "chart.png"]
+        assert artifact["mime_type"] == "image/png"
+
+        fetched = await client.call_tool(
+            "fetch_artifact", {"run_id": data["run_id"], "path": "chart.png"}
+        )
+        assert not fetched.is_error
+        (again,) = images_of(fetched)
+        assert base64.b64decode(again.data) == png
+
+
+async def test_jpeg_gif_and_webp_come_back_as_pictures_and_a_fake_png_does_not(
+    make_server: MakeServer,
+) -> None:
+    code = """
+from PIL import Image
+picture = Image.new("RGB", (64, 48), (200, 30, 30))
+for name in ("a.jpg", "b.gif", "c.webp"):
+    picture.save(name)
+open("fake.png", "w").write("not a picture, whatever the name says")
+"""
+    async with Client(make_server()) as client:
+        result = await run(client, code)
+    found = sorted(image.mime_type for image in images_of(result))
+    assert found == ["image/gif", "image/jpeg", "image/webp"]
+    for image in images_of(result):
+        picture = sniff_image(base64.b64decode(image.data))
+        assert picture is not None and (picture.width, picture.height) == (64, 48)
+    kinds = {a["path"]: a["mime_type"] for a in result.structured_content["artifacts"]}
+    assert kinds["fake.png"] == "application/octet-stream"
+
+
+async def test_locked_packages_import_at_their_pinned_versions(make_server: MakeServer) -> None:
+    code = """
+import json
+from importlib import metadata
+import numpy, scipy, lxml.etree, pandas, matplotlib, PIL, yaml, bs4, openpyxl
+import requests, httpx, pytest, scipy.linalg
+print(json.dumps({d.metadata["Name"].lower(): d.version for d in metadata.distributions()}))
+"""
+    async with Client(make_server()) as client:
+        result = await run(client, code)
+    data = result.structured_content
+    assert data["status"] == "ok", data["stderr"]
+    installed = json.loads(data["stdout"]["text"])
+    for entry in default_lock().entries:
+        key = entry.name if entry.name in installed else entry.name.replace("-", "_")
+        assert installed.get(key) == entry.version, entry.pin
+
+
+async def test_git_commit_works_in_the_workspace(make_server: MakeServer) -> None:
+    code = (
+        "set -e; git init -q repo && cd repo && echo hi > a.txt && git add a.txt "
+        "&& git commit -q -m first && git log --format='%an <%ae> %s'"
+    )
+    async with Client(make_server()) as client:
+        result = await run(client, code, language="bash")
+    data = result.structured_content
+    assert data["status"] == "ok", data["stderr"]
+    assert data["stdout"]["text"] == "Airlock sandbox <sandbox@airlock.invalid> first\n"
+
+
+async def test_cli_tools_and_a_c_compiler_work(make_server: MakeServer) -> None:
+    code = r"""
+set -e
+printf '#include <stdio.h>\nint main(void){puts("compiled");return 0;}\n' > h.c
+gcc -o h h.c && ./h && rm h h.c
+node -e 'console.log("node", 6 * 7)'
+echo '{"a": [1, 2]}' | jq -c '.a'
+sqlite3 :memory: 'select 40 + 2;'
+for tool in TOOLS; do command -v "$tool" >/dev/null || echo "missing $tool"; done
+""".replace("TOOLS", " ".join(CLI_TOOLS))
+    async with Client(make_server()) as client:
+        result = await run(client, code, language="bash")
+    data = result.structured_content
+    assert data["status"] == "ok", data["stderr"]
+    assert data["stdout"]["text"] == "compiled\nnode 42\n[1,2]\n42\n"
+
+
+async def test_pip_install_fails_at_once_naming_the_lock_file(make_server: MakeServer) -> None:
+    code = """
+import json, subprocess, time
+started = time.monotonic()
+done = subprocess.run(["pip", "install", "requests==2.0"], capture_output=True, text=True)
+elapsed = time.monotonic() - started
+venv = subprocess.run(
+    "python3 -m venv --without-pip /tmp/v && python3 -m pip --python /tmp/v install six",
+    shell=True, capture_output=True, text=True,
+)
+print(json.dumps({"code": done.returncode, "elapsed": elapsed, "out": done.stdout + done.stderr,
+                  "venv_code": venv.returncode}))
+"""
+    async with Client(make_server()) as client:
+        result = await run(client, code, timeout_s=60)
+    report = json.loads(result.structured_content["stdout"]["text"])
+    assert report["code"] != 0
+    assert "operator's lock file" in report["out"]
+    assert report["elapsed"] < 2.0, report
+    assert report["venv_code"] != 0
+
+
+async def test_manifest_lists_python_packages_and_tools(make_server: MakeServer) -> None:
+    async with Client(make_server()) as client:
+        result = await run(client, f"cat {MANIFEST_PATH}", language="bash")
+    manifest = json.loads(result.structured_content["stdout"]["text"])
+    assert manifest["python"].startswith("3.11.")
+    pinned = {entry.name: entry.version for entry in default_lock().entries}
+    listed = {name.lower().replace("_", "-"): v for name, v in manifest["python_packages"].items()}
+    assert listed == pinned
+    assert set(CLI_TOOLS) <= set(manifest["tools"])
+    assert manifest["tools"]["node"].startswith("v")
+
+
+async def test_run_code_description_summarizes_the_image(make_server: MakeServer) -> None:
+    async with Client(make_server()) as client:
+        listed = await client.list_tools()
+    (tool,) = [t for t in listed.tools if t.name == "run_code"]
+    assert tool.description is not None
+    numpy = next(e for e in default_lock().entries if e.name == "numpy")
+    assert f"numpy {numpy.version}" in tool.description
+    assert "git" in tool.description and "lock file" in tool.description
+    assert isinstance(TextContent, type)
