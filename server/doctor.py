@@ -12,7 +12,7 @@ from pathlib import Path
 from airlock.errors import AirlockError
 from policies import Policy, load_policy
 from sandbox import connect
-from sandbox.image import image_exists, image_inputs, image_tag
+from sandbox.image import ImageInputs, base_exists, image_exists, image_inputs, image_tag
 
 from .config import Config
 from .secret_check import missing_secrets
@@ -44,10 +44,11 @@ def run_checks(config: Config) -> Iterator[Check]:
     yield Check("docker", True, f"engine {client.version().get('Version', '?')} reachable")
     configured = policy.sandbox.image if policy is not None else None
     try:
-        tag = configured or image_tag(image_inputs(policy) if policy is not None else None)
+        inputs = image_inputs(policy) if policy is not None else ImageInputs()
     except AirlockError as exc:
         yield Check("image", False, str(exc), "correct [image] in the policy")
         return
+    tag = configured or image_tag(inputs)
     if image_exists(client, tag):
         yield Check("image", True, tag)
     elif configured:
@@ -64,6 +65,9 @@ def run_checks(config: Config) -> Iterator[Check]:
             f"{tag} is not built yet (`airlock serve` builds it on first use)",
             "airlock image build",
         )
+        if base_exists(client, inputs):
+            return
+        # Only the Debian base needs these; the layer on top is built by the engine.
         if shutil.which("debootstrap") is None:
             yield Check(
                 "debootstrap",
@@ -75,8 +79,8 @@ def run_checks(config: Config) -> Iterator[Check]:
             yield Check(
                 "root",
                 False,
-                "building the image needs root: debootstrap creates device nodes and runs "
-                "package scripts in a chroot",
+                "building the image's Debian base needs root: debootstrap creates device "
+                "nodes and runs package scripts in a chroot",
                 "sudo .venv/bin/airlock image build  (once; serving needs no root, only "
                 "access to the Docker socket)",
             )

@@ -115,11 +115,9 @@ def test_doctor_names_the_fix_for_an_unreachable_engine(tmp_path: Path) -> None:
 def test_doctor_says_building_the_image_needs_root_and_how(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A lock whose image is not built, checked by a non-root user.
-    lock = tmp_path / "python.lock"
-    lock.write_text(f"airlock-probe==1.0 --hash=sha256:{'0' * 64}\n")
+    # An extra Debian package: a base that is not built, checked by a non-root user.
     policy = tmp_path / "policy.toml"
-    policy.write_text(f'[image]\npython_lock = "{lock}"\n')
+    policy.write_text('[image]\ndebian_packages = ["graphviz"]\n')
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     checks = {
         check.name: check
@@ -127,5 +125,9 @@ def test_doctor_says_building_the_image_needs_root_and_how(
     }
     assert not checks["image"].ok
     assert not checks["root"].ok
+    assert "root" not in {
+        check.name
+        for check in run_checks(Config(data_dir=tmp_path / "d", policy_path=None))
+    }, "with the base built, the layer needs no root"
     assert "needs root" in checks["root"].detail
     assert checks["root"].fix.startswith("sudo ") and "airlock image build" in checks["root"].fix

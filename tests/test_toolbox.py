@@ -146,12 +146,13 @@ import json, subprocess, time
 started = time.monotonic()
 done = subprocess.run(["pip", "install", "requests==2.0"], capture_output=True, text=True)
 elapsed = time.monotonic() - started
+# A venv's own pip is not the wrapper and not externally managed: /etc/pip.conf has no index.
 venv = subprocess.run(
-    "python3 -m venv --without-pip /tmp/v && python3 -m pip --python /tmp/v install six",
+    "python3 -m venv /tmp/v && /tmp/v/bin/python -m pip install six",
     shell=True, capture_output=True, text=True,
 )
 print(json.dumps({"code": done.returncode, "elapsed": elapsed, "out": done.stdout + done.stderr,
-                  "venv_code": venv.returncode}))
+                  "venv_code": venv.returncode, "venv_out": venv.stdout + venv.stderr}))
 """
     async with Client(make_server()) as client:
         result = await run(client, code, timeout_s=60)
@@ -160,6 +161,7 @@ print(json.dumps({"code": done.returncode, "elapsed": elapsed, "out": done.stdou
     assert "operator's lock file" in report["out"]
     assert report["elapsed"] < 2.0, report
     assert report["venv_code"] != 0
+    assert "from versions: none" in report["venv_out"], report["venv_out"]
 
 
 async def test_manifest_lists_python_packages_and_tools(make_server: MakeServer) -> None:
