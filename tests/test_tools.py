@@ -167,15 +167,15 @@ async def test_fetch_artifact_pages_through_text(make_server: MakeServer, mode: 
 
 async def test_fetch_artifact_returns_binary_as_embedded_blob(make_server: MakeServer) -> None:
     async with Client(make_server()) as client:
-        data = await run(client, "open('img.png','wb').write(bytes(range(256)))")
+        data = await run(client, "open('blob.bin','wb').write(bytes(range(256)))")
         result = await client.call_tool(
-            "fetch_artifact", {"run_id": data["run_id"], "path": "img.png"}
+            "fetch_artifact", {"run_id": data["run_id"], "path": "blob.bin"}
         )
     embedded = result.content[0]
     assert isinstance(embedded, EmbeddedResource)
     assert isinstance(embedded.resource, BlobResourceContents)
     assert base64.b64decode(embedded.resource.blob) == bytes(range(256))
-    assert embedded.resource.mime_type == "image/png"
+    assert embedded.resource.mime_type == "application/octet-stream"
     assert isinstance(result.content[1], ResourceLink)
 
 
