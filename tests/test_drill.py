@@ -20,7 +20,8 @@ import docker
 import pytest
 
 from policies import Policy
-from server.drill import DRILL_TENANT, policy_review
+from server import Config
+from server.drill import DRILL_TENANT, policy_review, target_policies
 from server.drill_probes import FORGERY_MARKER, _outside_envelopes
 
 AIRLOCK = str(Path(sys.executable).with_name("airlock"))
@@ -171,3 +172,20 @@ def test_drill_for_a_tenant_without_an_auth_file_says_what_to_pass(
     assert done.returncode == 1
     assert "--tenant acme needs the auth file" in done.stderr
     assert "--auth FILE" in done.stderr
+
+
+def test_a_tenant_drill_uses_the_policy_its_auth_file_names(tmp_path: Path) -> None:
+    own = tmp_path / "acme.toml"
+    own.write_text(WEAK_POLICY)
+    auth = tmp_path / "auth.toml"
+    auth.write_text(
+        '[[keys]]\nid = "acme-ci"\ntenant = "acme"\n'
+        'hash = "sha256:' + "0" * 64 + f'"\npolicy = "{own}"\n'
+        '[[keys]]\nid = "globex-ci"\ntenant = "globex"\nhash = "sha256:' + "1" * 64 + '"\n'
+    )
+    config = Config(data_dir=tmp_path / "data")
+    server, acme, label = target_policies(config, "acme", auth)
+    assert acme is not None and [r.name for r in acme.egress.allow] == ["internal"]
+    assert server.egress.allow == () and label == f"tenant acme ({own})"
+    _, globex, label = target_policies(config, "globex", auth)
+    assert globex is None and "no policy of its own" in label
