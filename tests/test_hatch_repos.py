@@ -408,6 +408,24 @@ async def test_a_target_that_moved_on_is_patched_only_where_hunks_still_apply(
         sid = copied["session_id"]
         await run(c, "sed -i 's/a - b/a + b/' app/calc.py && echo more >> app/NOTES.txt", sid)
         patch = await ok(c, "get_patch", {"copy_id": copied["copy_id"], "session_id": sid})
+        pages, offset = [], 0
+        while True:
+            page = await ok(
+                c,
+                "get_patch",
+                {
+                    "copy_id": copied["copy_id"],
+                    "session_id": sid,
+                    "offset": offset,
+                    "max_bytes": 97,
+                },
+            )
+            assert page["patch_id"] == patch["patch_id"]
+            pages.append(page["returned_bytes"])
+            offset += page["returned_bytes"]
+            if not page["truncated"]:
+                break
+        assert sum(pages) == patch["size"] and len(pages) == -(-patch["size"] // 97)
     moved = tmp_path / "moved"
     shutil.copytree(repo, moved, symlinks=True)
     (moved / "calc.py").write_bytes(CALC + b"# appended upstream\n")

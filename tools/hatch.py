@@ -303,7 +303,8 @@ async def get_patch(
     record, text = await make_patch(services, session, copy)
     if offset > record.size:
         raise InvalidRequest(f"offset {offset} is past the end of the patch ({record.size} bytes)")
-    clipped = clip(text[offset : offset + max_bytes], max_bytes)
+    # The whole rest of the patch as total, so a character cut by max_bytes waits for the next page.
+    clipped = clip(text[offset : offset + max_bytes], max_bytes, total_bytes=record.size - offset)
     end = offset + clipped.shown_bytes
     result = PatchResult(
         patch_id=record.id,
