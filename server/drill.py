@@ -170,18 +170,16 @@ async def _attack(client: Client, probe: Probe) -> tuple[CallFacts, str]:
     args: dict[str, Any] = {"code": probe.code, "timeout_s": PROBE_TIMEOUT_S}
     if probe.files:
         args["files"] = [{"path": p, "content": c} for p, c in probe.files]
-    with anyio.fail_after(CALL_TIMEOUT_S):
-        result = await client.call_tool("run_code", args)
+    result = await _call(client, "run_code", args)
     structured = dict(result.structured_content or {})
-    text = "\n".join(getattr(block, "text", "") for block in result.content)
+    text = _text(result)
     if result.is_error:
         raise AirlockError(f"the drill could not run its probe {probe.name!r}: {sanitize(text)}")
     session = str(structured["session_id"])
-    with anyio.fail_after(CALL_TIMEOUT_S):
-        ended = await client.call_tool("end_session", {"session_id": session})
+    ended = await _call(client, "end_session", {"session_id": session})
     if ended.is_error:
         raise AirlockError(f"the drill could not end its session {session}")
-    return CallFacts(text=text, structured=structured, is_error=result.is_error), session
+    return CallFacts(text=text, structured=structured), session
 
 
 def _row(probe: Probe, verdict: Verdict) -> DrillRow:

@@ -231,7 +231,6 @@ class CallFacts:
 
     text: str
     structured: dict[str, Any]
-    is_error: bool
 
     @property
     def report(self) -> dict[str, Any]:
