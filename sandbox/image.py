@@ -47,7 +47,7 @@ import requests
 
 import airlock
 from airlock.errors import EngineUnavailable, ImageUnavailable
-from policies import Policy
+from policies import ImageSettings
 
 from .pylock import IMAGE_PYTHON_VERSION, PythonLock, default_lock, fetch_wheels, read_lock
 
@@ -191,9 +191,8 @@ class _Recipe:
         return f"airlock-sandbox:{version}-{digest.hexdigest()[:12]}"
 
 
-def image_inputs(policy: Policy) -> ImageInputs:
-    """What the policy's [image] section puts into the image; reads its lock file."""
-    settings = policy.image
+def image_inputs(settings: ImageSettings) -> ImageInputs:
+    """What a policy's [image] section puts into the image; reads its lock file."""
     lock = default_lock() if settings.python_lock is None else read_lock(Path(settings.python_lock))
     return ImageInputs(python_lock=lock, debian_packages=settings.debian_packages)
 

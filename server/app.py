@@ -127,7 +127,7 @@ def build_server(
     instance = Instance.current()
     offer = describe_offer(policy)
     # An image the operator names is theirs: Airlock cannot tell what it holds.
-    toolbox = "" if policy.sandbox.image else "\n\n" + describe_toolbox(image_inputs(policy))
+    toolbox = "" if policy.sandbox.image else "\n\n" + describe_toolbox(image_inputs(policy.image))
     # The schema carries one maximum for every caller: the largest any tenant's policy
     # allows; run_code then holds each caller to its own policy's maximum.
     every_policy = [policy, *(tenant_policies or {}).values()]

@@ -330,7 +330,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "serve":
         return _serve(config, args)
     if args.command == "image":
-        inputs = image_inputs(load_policy(config.policy_path))
+        inputs = image_inputs(load_policy(config.policy_path).image)
         tag = build_image(connect(), lambda line: log.info("%s", line), inputs, force=args.force)
         log.info("sandbox image ready: %s", tag)
         return 0

@@ -44,7 +44,7 @@ def run_checks(config: Config) -> Iterator[Check]:
     yield Check("docker", True, f"engine {client.version().get('Version', '?')} reachable")
     configured = policy.sandbox.image if policy is not None else None
     try:
-        inputs = image_inputs(policy) if policy is not None else ImageInputs()
+        inputs = image_inputs(policy.image) if policy is not None else ImageInputs()
     except AirlockError as exc:
         yield Check("image", False, str(exc), "correct [image] in the policy")
         return

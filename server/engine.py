@@ -17,7 +17,7 @@ import anyio
 import anyio.abc
 
 from airlock.errors import AirlockError, ImageBuilding, ImageUnavailable
-from policies import Policy
+from policies import ImageSettings, Policy
 from sandbox import Backend, DockerBackend, connect, limits_of
 from sandbox.image import (
     ImageInputs,
@@ -60,55 +60,62 @@ class _Build:
 
 
 class Engine:
+    """One Docker backend, and the images runs start from: the server policy's, and those of
+    tenant policies whose [image] section differs (each built on its first use)."""
+
     def __init__(self, policy: Policy, instance: Instance) -> None:
         self._policy = policy
         self._instance = instance
         self._lock = anyio.Lock()
         self._backend: DockerBackend | None = None
-        self._image: str | None = None
+        self._images: dict[ImageSettings, str] = {}
         self._connected = anyio.Event()
-        self._build: _Build | None = None
+        self._builds: dict[ImageSettings, _Build] = {}
         self._task_group: anyio.abc.TaskGroup | None = None
         # Why the last background attempt failed, told to the next caller only: the call
         # after that tries again.
-        self._failure: AirlockError | None = None
+        self._failures: dict[ImageSettings, AirlockError] = {}
 
-    async def ready(self) -> tuple[Backend, str]:
-        """The backend and the image. While the image is being built this raises
-        `ImageBuilding` at once; if it must be built and nobody is building it, the build
-        starts in the background and the caller hears the same."""
-        if self._build is not None:
-            raise ImageBuilding(self._build.message(time.monotonic()))
-        failure, self._failure = self._failure, None
+    async def ready(self, image: ImageSettings | None = None) -> tuple[Backend, str]:
+        """The backend and the image for these [image] settings (missing: the server
+        policy's). While that image is being built this raises `ImageBuilding` at once; if it
+        must be built and nobody is building it, the build starts in the background and the
+        caller hears the same."""
+        key = self._policy.image if image is None else image
+        build = self._builds.get(key)
+        if build is not None:
+            raise ImageBuilding(build.message(time.monotonic()))
+        failure = self._failures.pop(key, None)
         if failure is not None:
             raise failure
-        return await self._get_ready(wait=False)
+        return await self._get_ready(key, wait=False)
 
-    async def _get_ready(self, *, wait: bool) -> tuple[Backend, str]:
+    async def _get_ready(self, key: ImageSettings, *, wait: bool) -> tuple[Backend, str]:
         """Connect and find the image under the lock; build outside it, so that callers
         meanwhile hear `ImageBuilding` instead of queueing behind the build."""
         async with self._lock:
             backend = await self._connect()
-            if self._image is not None:
-                return backend, self._image
+            if key in self._images:
+                return backend, self._images[key]
+            # [sandbox] image is the server's alone (tenant policies may not set it).
             image = self._policy.sandbox.image
-            inputs = image_inputs(self._policy)
+            inputs = image_inputs(key)
             if image is None:
                 tag = sandbox_image_tag(inputs)
                 if await anyio.to_thread.run_sync(image_exists, backend.client, tag):
                     image = tag
                 else:
-                    await self._start_build(backend, inputs, wait=wait)
+                    await self._start_build(backend, key, inputs, wait=wait)
             elif not await anyio.to_thread.run_sync(image_exists, backend.client, image):
                 raise ImageUnavailable(missing_policy_image(image))
         if image is None:
             try:
                 image = await anyio.to_thread.run_sync(self._build_image, backend, inputs)
             finally:
-                self._build = None
+                self._builds.pop(key, None)
         async with self._lock:
-            if self._image is None:
-                self._image = image
+            if key not in self._images:
+                self._images[key] = image
                 backend.pool.want(
                     Profile(
                         image=image,
@@ -117,7 +124,7 @@ class Engine:
                     )
                 )
                 self._connected.set()
-            return backend, self._image
+            return backend, self._images[key]
 
     async def _connect(self) -> DockerBackend:
         if self._backend is None:
@@ -130,20 +137,21 @@ class Engine:
         return self._backend
 
     async def _start_build(
-        self, backend: DockerBackend, inputs: ImageInputs, *, wait: bool
+        self, backend: DockerBackend, key: ImageSettings, inputs: ImageInputs, *, wait: bool
     ) -> None:
         """Mark the build as running; for a caller that must not wait, hand it to the
         background and raise `ImageBuilding`."""
-        if self._build is not None and not wait:
-            raise ImageBuilding(self._build.message(time.monotonic()))
-        if self._build is None:
+        build = self._builds.get(key)
+        if build is not None and not wait:
+            raise ImageBuilding(build.message(time.monotonic()))
+        if build is None:
             has_base = await anyio.to_thread.run_sync(base_exists, backend.client, inputs)
-            expected = LAYER_BUILD_S + (0 if has_base else BASE_BUILD_S)
-            self._build = _Build(time.monotonic(), expected)
+            build = _Build(time.monotonic(), LAYER_BUILD_S + (0 if has_base else BASE_BUILD_S))
+            self._builds[key] = build
         if not wait and self._task_group is not None:
-            # `_build` stays set until the background build ends.
-            self._task_group.start_soon(self.warm_up)
-            raise ImageBuilding(self._build.message(time.monotonic()))
+            # The entry in `_builds` stays until the background build ends.
+            self._task_group.start_soon(self.warm_up, key)
+            raise ImageBuilding(build.message(time.monotonic()))
 
     def connected(self) -> DockerBackend | None:
         return self._backend
@@ -166,14 +174,15 @@ class Engine:
             finally:
                 self._task_group = None
 
-    async def warm_up(self) -> None:
-        """Get ready; a failure is only logged, callers will hear it again."""
+    async def warm_up(self, key: ImageSettings | None = None) -> None:
+        """Get ready; a failure is only logged, the next caller hears it."""
+        key = self._policy.image if key is None else key
         try:
-            _, image = await self._get_ready(wait=True)
+            _, image = await self._get_ready(key, wait=True)
         except Exception as exc:
             log.error("sandbox engine not ready: %s", exc)
             if isinstance(exc, AirlockError):
-                self._failure = exc
+                self._failures[key] = exc
             return
         log.info("sandbox engine ready (image %s)", image)
 

@@ -21,6 +21,7 @@ from starlette.applications import Starlette
 
 from airlock.errors import AddressInUse, InvalidRequest, PolicyInvalid
 from policies import Policy, load_policy
+from sandbox.image import image_inputs
 
 from .app import build_server
 from .auth import AirlockTokenVerifier, AuthConfig
@@ -178,7 +179,8 @@ def _listen(host: str, port: int) -> socket.socket:
 def _tenant_policies(auth: AuthConfig | None, default: Policy) -> dict[str, Policy]:
     """Each tenant's own policy file, loaded and checked now (an invalid one stops startup).
 
-    The image, runtime and warm pool are the server's: a tenant policy may not change them.
+    The runtime, the warm pool and a named [sandbox] image are the server's: a tenant policy
+    may not change them. Its [image] section (lock file, Debian packages) is its own.
     """
     policies: dict[str, Policy] = {}
     for tenant in sorted(auth.tenants if auth else ()):
@@ -191,6 +193,8 @@ def _tenant_policies(auth: AuthConfig | None, default: Policy) -> dict[str, Poli
                 str(path),
                 ["sandbox and pool are set by the server's policy; remove them from this file"],
             )
+        # A tenant's [image] is built on its first run; its lock file is checked now.
+        image_inputs(loaded.image)
         policies[tenant] = loaded
     return policies
 

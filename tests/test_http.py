@@ -21,7 +21,7 @@ from anyio.abc import Process
 from mcp import MCPError
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
-from support import wait_until
+from support import make_wheel, wait_until
 
 from server.auth import generate_api_key
 
@@ -363,3 +363,56 @@ async def test_a_sigkilled_http_server_leaves_nothing_after_the_next_start(
         for container in survivors:
             with contextlib.suppress(docker.errors.NotFound):
                 container.remove(force=True)
+
+
+async def test_a_tenant_policy_brings_its_own_lock_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # globex's lock pins a wheel (found only in a local directory, no index) with a wrong
+    # hash: its image cannot be built, while acme keeps the server's image.
+    index = tmp_path / "index"
+    index.mkdir()
+    make_wheel(index)
+    lock = tmp_path / "globex.lock"
+    lock.write_text(f"airlock-probe==1.0 --hash=sha256:{'0' * 64}\n")
+    monkeypatch.setenv("PIP_CONFIG_FILE", "/dev/null")
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(index))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    own = f'[image]\npython_lock = "{lock}"\n'
+    async with (
+        http_server(tmp_path, tenant_policies={"globex": own}) as server,
+        client(server, "acme", "auto") as acme,
+        client(server, "globex", "auto") as globex,
+    ):
+        allowed = await acme.call_tool("run_code", {"code": "print(1)"})
+        assert not allowed.is_error
+        building = await globex.call_tool("run_code", {"code": "print(1)"})
+        assert building.is_error
+        assert "the sandbox image is being built" in text(building)
+        with anyio.fail_after(120):
+            refused = building
+            while "being built" in text(refused):
+                await anyio.sleep(0.2)
+                refused = await globex.call_tool("run_code", {"code": "print(1)"})
+        assert refused.is_error
+        assert "airlock-probe==1.0" in text(refused)
+        assert not (await acme.call_tool("run_code", {"code": "print(2)"})).is_error
+
+
+async def test_a_tenant_policy_naming_a_missing_lock_file_stops_startup(tmp_path: Path) -> None:
+    (tmp_path / "data").mkdir()
+    policy = tmp_path / "globex.toml"
+    policy.write_text(f'[image]\npython_lock = "{tmp_path / "absent.lock"}"\n')
+    auth = tmp_path / "auth.toml"
+    key_hash = generate_api_key()[1]
+    auth.write_text(
+        f'[[keys]]\nid = "g"\ntenant = "globex"\nhash = "{key_hash}"\npolicy = "{policy}"\n'
+    )
+    done = await anyio.run_process(
+        [AIRLOCK, "serve", "--http", "--port", str(free_port()), "--auth", str(auth),
+         "--data-dir", str(tmp_path / "data")],
+        check=False,
+    )
+    assert done.returncode != 0
+    assert "cannot read the Python lock file" in done.stderr.decode()

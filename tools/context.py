@@ -14,7 +14,7 @@ from typing import Protocol
 
 from broker import Grants, RunTokens, Vault
 from egress import Egress
-from policies import Policy
+from policies import ImageSettings, Policy
 from sandbox import Backend
 from store import BlobStore, Database
 
@@ -37,8 +37,9 @@ class Session:
 class SandboxProvider(Protocol):
     """The engine side, which may still be starting (connecting, building the image)."""
 
-    async def ready(self) -> tuple[Backend, str]:
-        """The backend and the image to run, once both are available; raises what blocks them."""
+    async def ready(self, image: ImageSettings | None = None) -> tuple[Backend, str]:
+        """The backend and the image built with these [image] settings (missing: the
+        server's), once both are available; raises what blocks them."""
         ...
 
     def connected(self) -> Backend | None:
