@@ -123,7 +123,16 @@ class ImageBuilding(SandboxError):
 
 
 class RunnerFailed(SandboxError):
-    """The in-container runner did not follow its protocol."""
+    """The in-container runner did not follow its protocol.
+
+    `reported` is what the container said about it: text from inside the sandbox,
+    never shown without the untrusted-output envelope.
+    """
+
+    def __init__(self, message: str, *, run_id: str, reported: str | None = None) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+        self.reported = reported
 
 
 class EgressUnavailable(AirlockError):

@@ -141,9 +141,13 @@ class Grants:
         reason: str,
         ttl_s: int,
         now: float,
+        max_per_session: int | None = None,
+        max_live_per_tenant: int | None = None,
     ) -> Grant:
         """Record a new grant of `capability`, live for `ttl_s` seconds from `now`.
 
+        `max_per_session` and `max_live_per_tenant` are the quotas of the tenant's own
+        policy; missing means this store's defaults (the server policy's).
         Raises QuotaExceeded (`quota` = "max_per_session" or "max_live_per_tenant") when
         the session or the tenant already holds as many live grants as allowed, and
         InvalidRequest for a ttl below one second. Inconsistent injection settings
@@ -172,27 +176,31 @@ class Grants:
         elif inject_header is not None or inject_format is not None:
             raise ValueError(f"capability {capability!r} has inject settings but no secret")
 
+        per_session = self._max_per_session if max_per_session is None else max_per_session
+        per_tenant = (
+            self._max_live_per_tenant if max_live_per_tenant is None else max_live_per_tenant
+        )
         with self._lock:
             in_session = in_tenant = 0
             for g in self._grants.values():
                 if g.tenant == tenant and g.live(now):
                     in_tenant += 1
                     in_session += g.session_id == session_id
-            if in_session >= self._max_per_session:
+            if in_session >= per_session:
                 raise QuotaExceeded(
                     "max_per_session",
-                    self._max_per_session,
+                    per_session,
                     f"this session already holds {in_session} live capabilities, the most "
-                    f"allowed (max_per_session = {self._max_per_session}); revoke one with "
+                    f"allowed (max_per_session = {per_session}); revoke one with "
                     "revoke_capability or wait until one expires",
                 )
-            if in_tenant >= self._max_live_per_tenant:
+            if in_tenant >= per_tenant:
                 raise QuotaExceeded(
                     "max_live_per_tenant",
-                    self._max_live_per_tenant,
+                    per_tenant,
                     f"this tenant already holds {in_tenant} live capabilities across its "
                     f"sessions, the most allowed (max_live_per_tenant = "
-                    f"{self._max_live_per_tenant}); revoke some or end idle sessions",
+                    f"{per_tenant}); revoke some or end idle sessions",
                 )
             grant_id = _new_grant_id(tenant, session_id)
             while grant_id in self._grants:  # 128 random bits: never in practice
@@ -227,15 +235,20 @@ class Grants:
             return None
         return g
 
-    def revoke(self, grant_id: str, *, tenant: str, now: float) -> Grant | None:
-        """End a grant of `tenant` (any of its sessions) at `now`.
+    def revoke(
+        self, grant_id: str, *, tenant: str, now: float, session_id: str | None = None
+    ) -> Grant | None:
+        """End a grant of `tenant` (of `session_id` only, when given) at `now`.
 
-        Returns the grant as it now stands: with `revoked_at == now` if it was live, unchanged
-        if it had already ended. None if the tenant has no grant of that id.
+        Ownership is checked before anything changes: a grant of another tenant or session
+        is left alone and gives None, like an unknown id. Returns the grant as it now
+        stands: with `revoked_at == now` if it was live, unchanged if it had already ended.
         """
         with self._lock:
             g = self._grants.get(grant_id)
             if g is None or g.tenant != tenant:
+                return None
+            if session_id is not None and g.session_id != session_id:
                 return None
             if g.live(now):
                 g = dataclasses.replace(g, revoked_at=now)

@@ -51,7 +51,10 @@ LABEL_SESSION = "airlock.session"
 LABEL_RUN = "airlock.run"
 LABEL_TENANT = "airlock.tenant"
 LABEL_DEADLINE = "airlock.deadline"
-SANDBOX_USER = "1000:1000"
+# Init and the runner run as root with only the capabilities it takes to drop the code
+# to uid 1000 and to kill it (see runner.py); the code itself ends up with none.
+RUNNER_USER = "0:0"
+RUNNER_CAPABILITIES = ["SETUID", "SETGID", "SETPCAP", "KILL"]
 # The proxy's socket name inside the mounted directory (egress/proxy.py creates it).
 EGRESS_SOCKET = "proxy.sock"
 # Container start and packing the workspace happen outside the user's timeout.
@@ -125,13 +128,14 @@ def container_options(
         "detach": True,
         "stdin_open": True,
         "tty": False,
-        "user": SANDBOX_USER,
+        "user": RUNNER_USER,
         # The runner's environment comes from the image alone; the user's code
         # gets the job's environment, which the caller built from an empty dict.
         "environment": {},
         "network_mode": "none",
         "network_disabled": True,
         "cap_drop": ["ALL"],
+        "cap_add": RUNNER_CAPABILITIES,
         "security_opt": ["no-new-privileges:true"],
         "read_only": True,
         "tmpfs": {
@@ -317,7 +321,12 @@ class DockerBackend:
                 "runner of %s ended without a report: %r", job.run_id, bytes(exchange.runner_log)
             )
         if exchange.fault is not None and exchange.report is None:
-            raise RunnerFailed(f"the sandbox runner failed: {exchange.fault}")
+            raise RunnerFailed(
+                "the sandbox runner failed; retry the call, and tell the operator if it "
+                "keeps failing",
+                run_id=job.run_id,
+                reported=exchange.fault,
+            )
         return _outcome(
             job,
             exchange,
@@ -483,13 +492,17 @@ def _outcome(
     workspace: tuple[WorkspaceEntry, ...] | None = None
     complete = True
     files: tuple[OutputFile, ...] = ()
-    if report is not None and not exchange.overflow:
+    if report is not None and not report.listing_sent:
+        notes.append("the code's processes could not be stopped; no files were kept")
+    elif report is not None and not exchange.overflow:
         listing, complete, listing_notes = read_listing(
-            report.workspace, complete=report.listing_complete, caps=job.artifact_caps
+            exchange.entries, complete=report.listing_complete, caps=job.artifact_caps
         )
         kept, refused = read_outputs(bytes(exchange.tar), listing, job.artifact_caps)
         files = tuple(kept)
-        notes.extend(_at_most(report.skipped, 100))
+        notes.extend(exchange.notes)
+        if exchange.notes_dropped:
+            notes.append(f"and {exchange.notes_dropped} more notes from the runner")
         notes.extend(_at_most(listing_notes, 100))
         notes.extend(_at_most(refused, 100))
         workspace = tuple(listing)

@@ -4,7 +4,9 @@ Docker multiplexes the runner's stdout and stderr into one stream of 8-byte
 headed chunks; the runner's stdout in turn carries its own frames (see
 `runner.py`). `Exchange` takes raw bytes as they arrive and keeps what the run
 produced, holding every buffer to a cap, so a hostile stream costs bounded
-memory. It never touches sockets, Docker or the clock.
+memory. No single frame limits what a run can report: the listing and the notes
+arrive in as many frames as they need, and the RESULT says how many to expect.
+It never touches sockets, Docker or the clock.
 """
 
 from __future__ import annotations
@@ -13,9 +15,9 @@ import json
 import struct
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
-from .runner import FAULT, RESULT, STDERR, STDOUT, TAR, FrameDecoder
+from .runner import ENTRIES, FAULT, NOTES, RESULT, STDERR, STDOUT, TAR, FrameDecoder
 from .spec import JobSpec, WorkspaceEntry
 
 _DOCKER_HEADER = struct.Struct(">BxxxI")
@@ -24,6 +26,9 @@ _DOCKER_STDERR = 2
 RUNNER_LOG_CAP = 16 * 1024
 # tar headers and padding on top of the files themselves
 TAR_OVERHEAD = 1024 * 1024
+# Notes kept from the runner, and the longest kept note; the rest are counted.
+MAX_NOTES = 60
+MAX_NOTE_CHARS = 1000
 
 
 class StreamReport(BaseModel):
@@ -33,8 +38,17 @@ class StreamReport(BaseModel):
     sha256: str
 
 
+class ListingCounts(BaseModel):
+    """How many ENTRIES and NOTES items the runner sent before its RESULT."""
+
+    model_config = ConfigDict(frozen=True)
+
+    entries: int
+    notes: int
+
+
 class RunnerReport(BaseModel):
-    """The runner's last frame; validated because the user's code can forge it."""
+    """The runner's last frame, validated: the host assumes nothing of the container."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -47,9 +61,15 @@ class RunnerReport(BaseModel):
     max_rss_bytes: int | None = None
     stdout: StreamReport
     stderr: StreamReport
-    workspace: list[WorkspaceEntry]
+    listing: ListingCounts | None
+    """None when the runner could not stop the code and did not copy /workspace out."""
     listing_complete: bool = True
-    skipped: list[str] = []
+    """False when the runner left entries of /workspace out of its listing (a cap, an
+    unreadable directory): nothing absent from it may be taken as deleted."""
+
+    @property
+    def listing_sent(self) -> bool:
+        return self.listing is not None
 
 
 class Exchange:
@@ -63,6 +83,10 @@ class Exchange:
         self.stdout = bytearray()
         self.stderr = bytearray()
         self.tar = bytearray()
+        self._max_entries = job.artifact_caps.max_entries
+        self.entries: list[WorkspaceEntry] = []
+        self.notes: list[str] = []
+        self._notes_received = 0
         self.runner_log = bytearray()
         self.report: RunnerReport | None = None
         self.fault: str | None = None
@@ -102,14 +126,59 @@ class Exchange:
                     self.overflow = f"output files exceed {self._tar_cap} bytes"
                     return
                 self.tar += body
+            elif kind == ENTRIES:
+                if not self._take_entries(body):
+                    return
+            elif kind == NOTES:
+                if not self._take_notes(body):
+                    return
             elif kind == RESULT:
-                self.report = _parse_report(body)
-                if self.report is None:
+                report = _parse_report(body)
+                if report is None:
                     self.fault = "runner sent an unreadable result"
+                elif report.listing is not None and (
+                    report.listing.entries != len(self.entries)
+                    or report.listing.notes != self._notes_received
+                ):
+                    self.fault = "runner's listing does not match its result"
+                else:
+                    self.report = report
                 return
             elif kind == FAULT:
                 self.fault = _fault_text(body)
                 return
+
+    def _take_entries(self, body: bytes) -> bool:
+        try:
+            batch = _ENTRIES.validate_json(body)
+        except ValidationError:
+            self.fault = "runner sent an unreadable listing"
+            return False
+        if len(self.entries) + len(batch) > self._max_entries:
+            self.fault = f"runner listed more than {self._max_entries} entries"
+            return False
+        self.entries.extend(batch)
+        return True
+
+    def _take_notes(self, body: bytes) -> bool:
+        try:
+            batch = _NOTES.validate_json(body)
+        except ValidationError:
+            self.fault = "runner sent unreadable notes"
+            return False
+        self._notes_received += len(batch)
+        room = MAX_NOTES - len(self.notes)
+        self.notes.extend(note[:MAX_NOTE_CHARS] for note in batch[: max(room, 0)])
+        return True
+
+    @property
+    def notes_dropped(self) -> int:
+        """Notes received beyond MAX_NOTES."""
+        return self._notes_received - len(self.notes)
+
+
+_ENTRIES = TypeAdapter(list[WorkspaceEntry])
+_NOTES = TypeAdapter(list[str])
 
 
 def _append_capped(buffer: bytearray, data: bytes, cap: int) -> None:

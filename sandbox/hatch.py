@@ -97,6 +97,29 @@ def _owned(path: str, mode: int, mtime: int) -> tarfile.TarInfo:
     return info
 
 
+# Notes of one kind (refused names, links, files without content) shown word for word;
+# the rest are counted in one line, so a tree of 25,000 links gives a result of a size.
+NOTED_PER_KIND = 10
+
+
+class _Tally:
+    """Notes of one kind: the first NOTED_PER_KIND as given, the rest counted."""
+
+    def __init__(self, notes: list[str], more: str) -> None:
+        self._notes = notes
+        self._more = more
+        self._count = 0
+
+    def add(self, text: str) -> None:
+        self._count += 1
+        if self._count <= NOTED_PER_KIND:
+            self._notes.append(text)
+
+    def close(self) -> None:
+        if self._count > NOTED_PER_KIND:
+            self._notes.append(f"and {self._count - NOTED_PER_KIND} more {self._more}")
+
+
 def read_listing(
     listing: Sequence[WorkspaceEntry], *, complete: bool, caps: ArtifactCaps
 ) -> tuple[list[WorkspaceEntry], bool, list[str]]:
@@ -113,14 +136,16 @@ def read_listing(
     if not complete:
         notes.append("the runner could not list all of /workspace, so this run deleted nothing")
     seen: set[str] = set()
+    problems = _Tally(notes, "entries with a refused path or parent; not kept")
+    others = _Tally(notes, "symlinks, FIFOs, sockets or devices; not kept")
     for entry in sorted(listing, key=lambda e: (e.path.count("/"), e.path)):
         problem = _listing_problem(entry, kept, seen)
         seen.add(entry.path)
         if problem is not None:
-            notes.append(problem)
+            problems.add(problem)
             continue
         if entry.kind == "other":
-            notes.append(
+            others.add(
                 f"{entry.path}: not a regular file or directory (symlinks, FIFOs, sockets "
                 "and devices are not kept)"
             )
@@ -136,6 +161,8 @@ def read_listing(
         if entry.mode & ~KEPT_MODE_BITS:
             notes.append(f"{entry.path}: setuid, setgid and sticky bits are not kept")
         kept[entry.path] = entry.model_copy(update={"mode": mode})
+    problems.close()
+    others.close()
     return sorted(kept.values(), key=lambda e: e.path), complete, notes
 
 
@@ -248,6 +275,10 @@ def settle(
     """
     by_path = {f.path: f for f in received}
     result = Settled()
+    stayed = _Tally(
+        result.notes, "files whose new content did not come back (earlier version stays)"
+    )
+    lost = _Tally(result.notes, "files whose content did not come back; not kept")
     for entry in listing:
         if entry.kind == "dir":
             result.entries.append(_workspace_entry(entry))
@@ -272,12 +303,14 @@ def settle(
                     mtime=given.mtime,
                 )
             )
-            result.notes.append(
+            stayed.add(
                 f"{entry.path}: its new content did not come back; the version it had "
                 "before this run stays"
             )
         else:
-            result.notes.append(f"{entry.path}: its content did not come back; not kept")
+            lost.add(f"{entry.path}: its content did not come back; not kept")
+    stayed.close()
+    lost.close()
     _drop_orphans(result)
     return result
 

@@ -292,9 +292,7 @@ def build_image(
     _build_layer(client, progress, recipe, wheels, nocache=force)
     with _engine_errors():
         size = client.images.get(recipe.tag).attrs["Size"]
-    progress(
-        f"built {recipe.tag}: {size / 1e6:.0f} MB in {time.monotonic() - started:.0f} s"
-    )
+    progress(f"built {recipe.tag}: {size / 1e6:.0f} MB in {time.monotonic() - started:.0f} s")
     return recipe.tag
 
 
@@ -411,7 +409,8 @@ def _install_packages(root: Path, packages: tuple[str, ...], progress: Progress)
         if status != 0:
             raise ImageUnavailable(
                 f"`{' '.join(step[:2])}` in the bootstrapped tree failed with exit status "
-                f"{status}; last output:\n" + "\n".join(f"  {line}" for line in tail)
+                f"{status}; last output:\n"
+                + "\n".join(f"  {line}" for line in tail)
                 + f"\nCheck the names in [image] debian_packages (they must exist in Debian "
                 f"{DEBIAN_SUITE}) and that {DEBIAN_MIRROR} is reachable, then build again."
             )

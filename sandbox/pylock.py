@@ -196,9 +196,8 @@ def _cached_wheel(entry: LockEntry, cache: Path) -> Path:
     candidates = [
         path
         for path in cache.iterdir()
-        if path.name.endswith(".whl") and canonical_name(path.name).startswith(
-            canonical_name(prefix)
-        )
+        if path.name.endswith(".whl")
+        and canonical_name(path.name).startswith(canonical_name(prefix))
     ]
     for path in candidates:
         if _sha256(path) in entry.hashes:

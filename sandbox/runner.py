@@ -1,21 +1,45 @@
 """The in-container runner: the entrypoint of every sandbox container.
 
 It starts before any job is known (so a container can wait in a warm pool), reads
-exactly one job from stdin, runs it as the container's unprivileged user, streams
-the output back, sends the changed files of /workspace, reports, and then waits for
+exactly one job from stdin, runs it as the unprivileged sandbox user, streams the
+output back, sends the changed files of /workspace, reports, and then waits for
 the host to remove the container. It is never given a second job.
 
-Everything it reports is as trustworthy as the code it ran: user code shares its
-uid and can kill it. The host therefore enforces deadlines, byte caps and file
-validation on its own; the runner only makes the honest case fast and complete.
+Privilege separation (why the report channel is the runner's alone): init and the
+runner run as root with every capability dropped except SETUID, SETGID, SETPCAP
+and KILL (no-new-privileges stays on, so nothing can ever gain more). The code
+runs as uid 1000 with an empty bounding set and no capabilities at all. Being
+another uid, it cannot open /proc/1/fd/* or /proc/<runner>/fd/* (runc denies the
+directory; gVisor lists it but the targets are root's 0600 pipes), cannot ptrace
+and cannot signal init or the runner. The runner also makes itself undumpable,
+so even a same-uid process could not trace it or open its descriptors. Files of
+/workspace belong to uid 1000, and root without CAP_DAC_OVERRIDE may not read
+them, so copy-in and copy-out happen in a short-lived child that drops to uid
+1000 itself: copy-out only after the runner (holding CAP_KILL) has killed every
+process but init and itself, so nothing of the code's is left to race that
+child. The host still treats every byte as hostile: a file's content and name
+are the code's, and the runner could have bugs.
 
 Wire format (the host imports the framing part of this module):
 - host -> runner: a 4-byte big-endian length, that many bytes of JSON job, then
   `input_tar_bytes` bytes of an uncompressed tar to unpack into /workspace.
 - runner -> host, on stdout: frames of one kind byte, a 4-byte big-endian length,
-  and the payload. Kinds: STDOUT and STDERR (the code's output, each capped),
-  TAR (chunks of the outgoing workspace tar), RESULT (JSON, last frame), FAULT
-  (JSON, the runner itself failed).
+  and the payload (at most MAX_FRAME bytes). Kinds: STDOUT and STDERR (the code's
+  output, each capped), TAR (chunks of the outgoing workspace tar), ENTRIES (a
+  JSON list of workspace entries, any number of frames), NOTES (a JSON list of
+  notes, capped in count), RESULT (JSON, last frame, says how many entries and
+  notes were sent), FAULT (JSON, the runner itself failed). No frame's size grows
+  with the number of files.
+
+The listing is the whole final /workspace, parents before children, up to the job's
+`max_entries` (RESULT's `listing_complete` is false past it, or when a directory or
+file could not be read). An entry is a JSON object with `path`, `kind` ("file",
+"dir", "other": symlinks, FIFOs, sockets, devices), `size` and `sha256` (files; 0
+and "" otherwise), `mode` (`st_mode & 0o7777`), `mtime` (whole seconds) and, for
+files, `changed` (content differs from what came in) and, for directories,
+`contents_listed` (false: unreadable, nothing under it is known); readers ignore keys they do
+not know, so the listing can grow. Content is sent (TAR) for changed files within
+the caps; a file listed without content was refused by a cap (a note says which).
 
 Only the standard library of the image's Python (3.11) may be used here.
 """
@@ -39,16 +63,18 @@ import sys
 import tarfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 STDOUT = b"o"
 STDERR = b"e"
 TAR = b"t"
+ENTRIES = b"f"
+NOTES = b"n"
 RESULT = b"r"
 FAULT = b"x"
-FRAME_KINDS = frozenset({STDOUT, STDERR, TAR, RESULT, FAULT})
+FRAME_KINDS = frozenset({STDOUT, STDERR, TAR, ENTRIES, NOTES, RESULT, FAULT})
 HEADER = struct.Struct(">cI")
 LENGTH = struct.Struct(">I")
 MAX_FRAME = 1 << 20
@@ -56,9 +82,22 @@ MAX_JOB_JSON = 4 << 20
 
 WORKSPACE = "/workspace"
 CODE_DIR = "/tmp/.airlock"
+SANDBOX_UID = 1000
 READ_CHUNK = 65536
 POLL_S = 0.05
 DRAIN_AFTER_EXIT_S = 0.25
+# Notes beyond this many (or this many characters) are counted per reason, not listed
+# ("and 24488 more: ..."); small enough that the host's caps keep the summary lines.
+MAX_NOTES = 20
+MAX_NOTES_CHARS = 8 * 1024
+MAX_NOTE_CHARS = 600
+# Entries are sent in batches of at most this many JSON bytes (well below MAX_FRAME).
+ENTRY_BATCH_BYTES = 256 * 1024
+# How long the runner keeps killing leftovers of the code before it gives up on
+# copying /workspace out (processes in uninterruptible sleep may take a moment).
+STOP_CODE_S = 5.0
+PR_SET_DUMPABLE = 4
+PR_CAPBSET_DROP = 24
 
 
 def encode_frame(kind: bytes, payload: bytes) -> bytes:
@@ -137,6 +176,56 @@ class _Stream:
             out.flush()
 
 
+class _Listing:
+    """Sends workspace entries in batches and notes up to MAX_NOTES, then counts."""
+
+    def __init__(self, out: BinaryIO) -> None:
+        self._out = out
+        self._batch: list[bytes] = []
+        self._batch_bytes = 0
+        self.entries = 0
+        self.notes = 0
+        self.complete = True
+        self.unread_dirs: set[str] = set()
+        self._chars = 0
+        self._unlisted: dict[str, int] = {}
+
+    def entry(self, entry: dict[str, Any]) -> None:
+        encoded = json.dumps(entry).encode()
+        if self._batch and self._batch_bytes + len(encoded) > ENTRY_BATCH_BYTES:
+            self._flush_entries()
+        self._batch.append(encoded)
+        self._batch_bytes += len(encoded) + 1
+        self.entries += 1
+
+    def note(self, reason: str, text: str) -> None:
+        text = text[:MAX_NOTE_CHARS]
+        if self.notes < MAX_NOTES and self._chars + len(text) <= MAX_NOTES_CHARS:
+            self._chars += len(text)
+            self._send_notes([text])
+        else:
+            self._unlisted[reason] = self._unlisted.get(reason, 0) + 1
+
+    def summary(self, text: str) -> None:
+        """A note that is always sent, whatever the cap: it stands for many entries."""
+        self._send_notes([text])
+
+    def close(self) -> None:
+        self._flush_entries()
+        self._send_notes([f"and {n} more: {reason}" for reason, n in self._unlisted.items()])
+
+    def _send_notes(self, texts: list[str]) -> None:
+        if texts:
+            self._out.write(encode_frame(NOTES, json.dumps(texts).encode()))
+            self.notes += len(texts)
+
+    def _flush_entries(self) -> None:
+        if self._batch:
+            self._out.write(encode_frame(ENTRIES, b"[" + b",".join(self._batch) + b"]"))
+            self._batch = []
+            self._batch_bytes = 0
+
+
 def _read_exact(stream: BinaryIO, size: int) -> bytes:
     data = bytearray()
     while len(data) < size:
@@ -147,20 +236,101 @@ def _read_exact(stream: BinaryIO, size: int) -> bytes:
     return bytes(data)
 
 
+def _prctl(option: int, arg: int) -> int:
+    libc = ctypes.CDLL(None, use_errno=True)
+    return int(libc.prctl(option, arg, 0, 0, 0))
+
+
 def _make_undumpable() -> None:
-    # A non-dumpable process cannot be ptraced and its /proc/<pid>/fd is not
-    # reachable by other processes of the same uid, so the user's code cannot
-    # write forged frames into our stdout.
-    pr_set_dumpable = 4
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(pr_set_dumpable, 0, 0, 0, 0)
+    # The uid already keeps the code away from our /proc entries and from ptrace;
+    # undumpable keeps that true for anything of our own uid too (and no core).
+    if _prctl(PR_SET_DUMPABLE, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed")
 
 
-def _child_setup() -> None:
+def _check_privileges() -> None:
+    """Refuse to run code that would share our uid: that is what let it forge our frames."""
+    if os.geteuid() != 0:
+        raise PermissionError(
+            f"the runner runs as uid {os.geteuid()}, not root: it could not drop the code "
+            "to another uid; start the container as user 0 with CAP_SETUID and CAP_SETGID"
+        )
+
+
+def _become_sandbox_user() -> None:
+    """Drop to uid/gid 1000 with no groups, an empty bounding set and no capabilities."""
+    for cap in range(64):
+        if _prctl(PR_CAPBSET_DROP, cap) != 0:
+            break  # EINVAL past the last capability the kernel knows
+    os.setgroups([])
+    os.setgid(SANDBOX_UID)
+    os.setuid(SANDBOX_UID)
+    # setuid from root clears the permitted and effective sets; check, never assume.
+    if os.getuid() != SANDBOX_UID or os.geteuid() != SANDBOX_UID or os.getegid() != SANDBOX_UID:
+        raise PermissionError("could not drop to the sandbox user")
+
+
+def _code_setup() -> None:
     # Make the user's code the OOM killer's first choice, so the runner survives
-    # to report what happened. Raising the score needs no privilege.
+    # to report what happened. Written before the drop: afterwards the process is
+    # not dumpable until exec, and its /proc files are root's.
     with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as f:
         f.write("1000")
+    _become_sandbox_user()
+
+
+def _as_sandbox_user(work: Callable[..., Any], *args: Any) -> Any:
+    """Run `work(*args)` in a forked child that dropped to the sandbox user; its return value.
+
+    The child is not dumpable (its credentials changed and it never execs), so no
+    other process of uid 1000 could trace it or open its descriptors. It writes on
+    the runner's stdout (flushed around the fork) and answers, in JSON, on a pipe.
+    """
+    sys.stdout.flush()
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        try:
+            _become_sandbox_user()
+            answer = {"value": work(*args)}
+            sys.stdout.flush()
+        except BaseException as exc:
+            answer = {"error": f"{type(exc).__name__}: {exc}"[:4096]}
+        with contextlib.suppress(OSError), os.fdopen(write_end, "wb") as pipe:
+            pipe.write(json.dumps(answer).encode())
+        os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        raw = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    try:
+        answer = json.loads(raw)
+    except ValueError:
+        raise RuntimeError(f"the sandbox-user helper ended with status {status}") from None
+    if "error" in answer:
+        raise RuntimeError(answer["error"])
+    return answer["value"]
+
+
+def _extract_inputs(input_tar: bytes) -> None:
+    with tarfile.open(fileobj=io.BytesIO(input_tar), mode="r:") as tar:
+        # The host wrote it from validated paths: directories and regular files only.
+        # extractall restores their modes and mtimes (directories last).
+        tar.extractall(WORKSPACE)
+
+
+def _input_hashes(input_tar: bytes) -> dict[str, str]:
+    """sha256 of every file the host sent, read from the tar in memory (not from disk)."""
+    hashes: dict[str, str] = {}
+    if not input_tar:
+        return hashes
+    with tarfile.open(fileobj=io.BytesIO(input_tar), mode="r:") as tar:
+        for member in tar:
+            extracted = tar.extractfile(member) if member.isreg() else None
+            if extracted is not None:
+                hashes[member.name] = hashlib.sha256(extracted.read()).hexdigest()
+    return hashes
 
 
 def _command(language: str) -> tuple[list[str], str]:
@@ -169,16 +339,6 @@ def _command(language: str) -> tuple[list[str], str]:
     if language == "bash":
         return ["/bin/bash", f"{CODE_DIR}/main.sh"], "main.sh"
     raise ValueError(f"unsupported language {language!r}")
-
-
-def _snapshot() -> dict[str, str]:
-    """sha256 of every regular file under /workspace, by relative path."""
-    hashes: dict[str, str] = {}
-    for path, st in _entries():
-        if stat.S_ISREG(st.st_mode):
-            with contextlib.suppress(OSError):
-                hashes[path] = _hash_file(os.path.join(WORKSPACE, path))
-    return hashes
 
 
 def _hash_file(full: str) -> str:
@@ -190,15 +350,17 @@ def _hash_file(full: str) -> str:
     return digest.hexdigest()
 
 
-def _entries(unlisted: list[str] | None = None) -> Iterator[tuple[str, os.stat_result]]:
+def _entries(listing: _Listing) -> Iterator[tuple[str, os.stat_result]]:
     """Every entry under /workspace (never following a symlink), parents before children.
 
-    A directory that cannot be read is added to `unlisted`: its contents are unknown.
+    A directory that cannot be read anyway makes the listing incomplete.
     """
 
     def unreadable(exc: OSError) -> None:
-        if unlisted is not None:
-            unlisted.append(os.path.relpath(str(exc.filename), WORKSPACE))
+        # Directories are checked before they are listed (contents_listed); one that
+        # still fails here (or /workspace itself) leaves the whole listing incomplete.
+        if os.path.relpath(str(exc.filename), WORKSPACE) not in listing.unread_dirs:
+            listing.complete = False
 
     for root, dirs, files in os.walk(WORKSPACE, onerror=unreadable, followlinks=False):
         dirs.sort()
@@ -226,6 +388,7 @@ def _listed(rel: str, st: os.stat_result) -> dict[str, Any]:
         "sha256": "",
         "mode": stat.S_IMODE(st.st_mode),
         "mtime": int(st.st_mtime),
+        "contents_listed": True,
     }
 
 
@@ -243,14 +406,25 @@ def _oom_kills() -> int:
     return 0
 
 
-def _kill_everything(proc: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    # Daemonized leftovers escaped the process group; -1 reaches every process
-    # of our uid except init and ourselves, so nothing can touch /workspace
-    # while it is being packed.
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(-1, signal.SIGKILL)
+def _stop_everything() -> bool:
+    """Kill every process but init and the runner; True once none is left.
+
+    kill(-1) with CAP_KILL reaches every process but init and ourselves: the
+    code's process group, whatever it daemonized, the relay. It keeps finding
+    processes until they are reaped (init reaps orphans, we reap our children),
+    so it is repeated until it finds none.
+    """
+    deadline = time.monotonic() + STOP_CODE_S
+    while time.monotonic() < deadline:
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except ProcessLookupError:
+            return True
+        with contextlib.suppress(ChildProcessError):
+            while os.waitpid(-1, os.WNOHANG)[0] > 0:
+                pass
+        time.sleep(0.01)
+    return False
 
 
 SYSTEM_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
@@ -260,11 +434,12 @@ def _start_egress(egress: dict[str, Any]) -> subprocess.Popen[bytes]:
     """Write the CA bundle and start the relay from 127.0.0.1:<port> to the proxy socket.
 
     The bundle holds the system roots too, for hosts a policy passes through untouched.
+    It is root's, so the code can read it but not change it. The relay runs as the
+    sandbox user: it holds nothing the code does not already have.
     """
     bundle = egress["ca_pem"]
     with contextlib.suppress(OSError), open(SYSTEM_CA_BUNDLE, encoding="utf-8") as f:
         bundle = f.read() + "\n" + bundle
-    os.makedirs(os.path.dirname(egress["ca_bundle"]), mode=0o700, exist_ok=True)
     with open(egress["ca_bundle"], "w", encoding="utf-8") as f:
         f.write(bundle)
     relay = subprocess.Popen(
@@ -278,6 +453,7 @@ def _start_egress(egress: dict[str, Any]) -> subprocess.Popen[bytes]:
         ],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
+        preexec_fn=_become_sandbox_user,  # safe: the runner has no threads
     )
     assert relay.stdout is not None
     if relay.stdout.readline() != b"ready\n":
@@ -327,7 +503,8 @@ def _pump(source: socket.socket, sink: socket.socket) -> None:
 
 def _run(job: dict[str, Any], out: BinaryIO) -> dict[str, Any]:
     argv, filename = _command(job["language"])
-    os.makedirs(CODE_DIR, mode=0o700, exist_ok=True)
+    # Root's directory and files: the code reads its program and CA but cannot change them.
+    os.makedirs(CODE_DIR, mode=0o755, exist_ok=True)
     if job.get("egress"):
         _start_egress(job["egress"])
     with open(os.path.join(CODE_DIR, filename), "w", encoding="utf-8") as f:
@@ -347,7 +524,7 @@ def _run(job: dict[str, Any], out: BinaryIO) -> dict[str, Any]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,
-        preexec_fn=_child_setup,  # safe: the runner has no threads
+        preexec_fn=_code_setup,  # safe: the runner has no threads
     )
     assert proc.stdout is not None and proc.stderr is not None
     selector = selectors.DefaultSelector()
@@ -378,9 +555,11 @@ def _run(job: dict[str, Any], out: BinaryIO) -> dict[str, Any]:
     except subprocess.TimeoutExpired:
         timed_out = True
     duration_ms = int((time.monotonic() - started) * 1000)
-    _kill_everything(proc)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
     returncode = proc.wait()
     selector.close()
+    stopped = _stop_everything()
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return {
         "exit_code": returncode if returncode >= 0 else 128 - returncode,
@@ -398,50 +577,55 @@ def _run(job: dict[str, Any], out: BinaryIO) -> dict[str, Any]:
             "bytes": streams["stderr"].total,
             "sha256": streams["stderr"].digest.hexdigest(),
         },
+        "stopped": stopped,
     }
 
 
-# The RESULT frame carries the listing and must stay under MAX_FRAME.
-LISTING_BUDGET = MAX_FRAME - 64 * 1024
-MAX_SKIPPED = 100
-
-
-def _pack_workspace(
-    before: dict[str, str], caps: dict[str, int], out: BinaryIO
-) -> tuple[list[dict[str, Any]], bool, list[str]]:
+def _pack_workspace(before: dict[str, str], caps: dict[str, int], out: BinaryIO) -> dict[str, Any]:
     """List every entry of /workspace; send the content of new or changed regular files.
 
-    Returns the listing, whether it is complete, and notes on files whose content
-    was not sent (they stay listed, so the host does not take them as deleted).
+    Runs as the sandbox user after every process of the code is gone. A file whose
+    content is not sent (a cap) stays listed, so the host does not take it as deleted.
+    Returns how many entries and notes were sent and whether the listing is complete,
+    for the runner's RESULT.
     """
-    skipped: list[str] = []
-    listing: list[dict[str, Any]] = []
-    listing_bytes = 0
-    complete = True
+    listing = _Listing(out)
+    max_entries = int(caps.get("max_entries", 10_000))
+    unlisted = 0
     sent_files = 0
     sent_bytes = 0
-    unlisted: list[str] = []
     writer = _FrameWriter(out, TAR)
     with tarfile.open(fileobj=writer, mode="w|", format=tarfile.PAX_FORMAT) as tar:  # type: ignore[call-overload]
-        for rel, st in _entries(unlisted):
+        for rel, st in _entries(listing):
+            if listing.entries >= max_entries:
+                unlisted += 1
+                continue
             entry = _listed(rel, st)
+            full = os.path.join(WORKSPACE, rel)
             if entry["kind"] == "file":
-                full = os.path.join(WORKSPACE, rel)
                 try:
                     entry["sha256"] = _hash_file(full)
                 except OSError as exc:
                     # Still listed (it exists), with no hash: the host keeps what it had.
-                    skipped.append(f"{rel}: unreadable ({exc.strerror}); its content was not sent")
-            listing_bytes += len(json.dumps(entry)) + 2
-            if listing_bytes > LISTING_BUDGET:
-                complete = False
-                break
-            listing.append(entry)
-            if entry["kind"] != "file" or entry["sha256"] in ("", before.get(rel)):
+                    listing.note(
+                        "unreadable files (content not sent)",
+                        f"{rel}: unreadable ({exc.strerror}); its content was not sent",
+                    )
+                entry["changed"] = entry["sha256"] not in ("", before.get(rel))
+            elif entry["kind"] == "dir" and not os.access(full, os.R_OK | os.X_OK):
+                # Its contents cannot be listed: the host takes nothing under it as deleted.
+                entry["contents_listed"] = False
+                listing.unread_dirs.add(rel)
+                listing.note(
+                    "unreadable directories (contents not listed)",
+                    f"{rel}: unreadable directory; its contents are not listed",
+                )
+            listing.entry(entry)
+            if not entry.get("changed"):
                 continue
-            refusal = _send_refusal(rel, st.st_size, caps, sent_files, sent_bytes)
+            refusal = _send_refusal(st.st_size, caps, sent_files, sent_bytes)
             if refusal:
-                skipped.append(refusal)
+                listing.note(refusal, f"{rel}: {refusal}")
                 continue
             info = tarfile.TarInfo(rel)
             info.size = st.st_size
@@ -452,51 +636,52 @@ def _pack_workspace(
                 tar.addfile(info, f)
             sent_files += 1
             sent_bytes += st.st_size
-    by_path = {entry["path"]: entry for entry in listing}
-    for rel in unlisted:
-        skipped.append(f"{rel}: unreadable directory; its contents are not listed")
-        if rel in by_path:
-            by_path[rel]["contents_listed"] = False
-        else:
-            complete = False
-    if len(skipped) > MAX_SKIPPED:
-        skipped[MAX_SKIPPED:] = [f"... and {len(skipped) - MAX_SKIPPED} more files not sent"]
-    return listing, complete, skipped
+    if unlisted:
+        listing.complete = False
+        listing.summary(
+            f"/workspace holds more than {max_entries} entries; {unlisted} were not listed, "
+            "so this run deleted nothing"
+        )
+    listing.close()
+    out.flush()
+    return {"entries": listing.entries, "notes": listing.notes, "complete": listing.complete}
 
 
-def _send_refusal(
-    rel: str, size: int, caps: dict[str, int], sent_files: int, sent_bytes: int
-) -> str | None:
+def _send_refusal(size: int, caps: dict[str, int], sent_files: int, sent_bytes: int) -> str | None:
+    """Why a changed file's content is not sent (the reason doubles as its summary line)."""
     if sent_files >= caps["max_files"]:
-        return f"{rel}: over the limit of {caps['max_files']} files"
+        return f"content not sent: over the limit of {caps['max_files']} files"
     if size > caps["max_file_bytes"]:
-        return f"{rel}: {size} bytes is over the per-file limit of {caps['max_file_bytes']}"
+        return f"content not sent: over the per-file limit of {caps['max_file_bytes']} bytes"
     if sent_bytes + size > caps["max_total_bytes"]:
-        return f"{rel}: would exceed the total limit of {caps['max_total_bytes']} bytes"
+        return f"content not sent: over the total limit of {caps['max_total_bytes']} bytes"
     return None
 
 
 def main() -> None:
-    _make_undumpable()
     stdin = sys.stdin.buffer
     out = sys.stdout.buffer
     try:
+        _make_undumpable()
+        _check_privileges()
         (size,) = LENGTH.unpack(_read_exact(stdin, LENGTH.size))
         if size > MAX_JOB_JSON:
             raise ValueError(f"job of {size} bytes exceeds {MAX_JOB_JSON}")
         job = json.loads(_read_exact(stdin, size))
         input_tar = _read_exact(stdin, int(job["input_tar_bytes"]))
         if input_tar:
-            with tarfile.open(fileobj=io.BytesIO(input_tar), mode="r:") as tar:
-                # The host wrote it from validated paths: directories and regular files
-                # only. extractall restores their modes and mtimes (directories last).
-                tar.extractall(WORKSPACE)
-        before = _snapshot()
+            _as_sandbox_user(_extract_inputs, input_tar)
+        before = _input_hashes(input_tar)
         report = _run(job, out)
-        listing, complete, skipped = _pack_workspace(before, job["artifact_caps"], out)
-        report["workspace"] = listing
-        report["listing_complete"] = complete
-        report["skipped"] = skipped
+        # Copying out while something of the code's still runs would let it race the
+        # helper; without a clean stop the workspace stays as the host has it.
+        listed = (
+            _as_sandbox_user(_pack_workspace, before, job["artifact_caps"], out)
+            if report.pop("stopped")
+            else None
+        )
+        report["listing_complete"] = bool(listed and listed.pop("complete"))
+        report["listing"] = listed
         out.write(encode_frame(RESULT, json.dumps(report).encode()))
     except Exception as exc:  # the host needs to hear about every failure
         out.write(

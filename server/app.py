@@ -125,7 +125,7 @@ def build_server(
     live = _Live()
     meter = metrics or Metrics()
     instance = Instance.current()
-    offer = describe_offer(policy)
+    offer = describe_offer(policy, per_tenant=bool(tenant_policies))
     # An image the operator names is theirs: Airlock cannot tell what it holds.
     toolbox = "" if policy.sandbox.image else "\n\n" + describe_toolbox(image_inputs(policy.image))
     # The schema carries one maximum for every caller: the largest any tenant's policy
@@ -629,6 +629,7 @@ def _roots_offer(policy: Policy) -> str:
     if not names:
         return "\n\nThis server's policy offers no roots (a tenant's own policy may)."
     return f"\n\nRoots offered: {names}."
+
 
 RUN_CODE_DOC = """\
 Run code in a fresh, isolated container with no network and no credentials.

@@ -378,9 +378,7 @@ def _validate(source: str, data: dict[str, Any], *, base_dir: Path) -> AuthConfi
         config = AuthConfig.model_validate(data, context={"base_dir": base_dir})
     except ValidationError as exc:
         schema = AuthConfig.model_json_schema()
-        problems += [
-            describe_problem(e, schema) for e in exc.errors() if e["type"] != _CROSS_ENTRY
-        ]
+        problems += [describe_problem(e, schema) for e in exc.errors() if e["type"] != _CROSS_ENTRY]
     # Checks across entries and tables, on the raw data so they are listed even when
     # some entries failed field validation (pydantic skips model validators then).
     keys = data.get("keys", [])

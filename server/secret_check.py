@@ -41,9 +41,7 @@ class MissingSecret:
         )
 
 
-def missing_secrets(
-    policy: Policy, data_dir: Path, env: Mapping[str, str]
-) -> list[MissingSecret]:
+def missing_secrets(policy: Policy, data_dir: Path, env: Mapping[str, str]) -> list[MissingSecret]:
     """Every capability whose `secret` is not in the vault of `data_dir`.
 
     Raises `VaultError` when the vault exists but cannot be read with its key.

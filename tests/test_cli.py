@@ -126,8 +126,7 @@ def test_doctor_says_building_the_image_needs_root_and_how(
     assert not checks["image"].ok
     assert not checks["root"].ok
     assert "root" not in {
-        check.name
-        for check in run_checks(Config(data_dir=tmp_path / "d", policy_path=None))
+        check.name for check in run_checks(Config(data_dir=tmp_path / "d", policy_path=None))
     }, "with the base built, the layer needs no root"
     assert "needs root" in checks["root"].detail
     assert checks["root"].fix.startswith("sudo ") and "airlock image build" in checks["root"].fix

@@ -7,8 +7,18 @@ import struct
 
 import pytest
 
-from sandbox.exchange import Exchange
-from sandbox.runner import FAULT, MAX_FRAME, RESULT, STDOUT, TAR, FrameDecoder, encode_frame
+from sandbox.exchange import MAX_NOTES, Exchange
+from sandbox.runner import (
+    ENTRIES,
+    FAULT,
+    MAX_FRAME,
+    NOTES,
+    RESULT,
+    STDOUT,
+    TAR,
+    FrameDecoder,
+    encode_frame,
+)
 from sandbox.spec import ArtifactCaps, ContainerLimits, JobSpec
 
 JOB = JobSpec(
@@ -22,7 +32,7 @@ JOB = JobSpec(
     timeout_s=1,
     limits=ContainerLimits(memory_mb=64, cpus=1, pids=16, workspace_mb=8, tmp_mb=8),
     stream_cap_bytes=10,
-    artifact_caps=ArtifactCaps(max_files=1, max_file_bytes=1, max_total_bytes=1),
+    artifact_caps=ArtifactCaps(max_files=1, max_file_bytes=1, max_total_bytes=1, max_entries=1),
 )
 REPORT = {
     "exit_code": 0,
@@ -30,8 +40,9 @@ REPORT = {
     "duration_ms": 5,
     "stdout": {"bytes": 3, "sha256": "x"},
     "stderr": {"bytes": 0, "sha256": "y"},
-    "workspace": [],
+    "listing": {"entries": 0, "notes": 0},
 }
+ENTRY = {"path": "a", "kind": "file", "mode": 420, "mtime": 15, "size": 1, "sha256": "s"}
 
 
 def docker_chunk(stream: int, payload: bytes) -> bytes:
@@ -88,5 +99,53 @@ def test_exchange_stops_at_the_tar_cap() -> None:
 def test_exchange_turns_bad_reports_into_faults(frame: bytes, fault: str) -> None:
     exchange = Exchange(JOB)
     exchange.feed(docker_chunk(1, frame))
+    assert exchange.fault is not None and fault in exchange.fault
+    assert exchange.report is None
+
+
+def _entries(*paths: str) -> bytes:
+    return encode_frame(
+        ENTRIES, json.dumps([dict(ENTRY, path=p, changed=True) for p in paths]).encode()
+    )
+
+
+def test_listing_and_notes_arrive_in_many_frames_and_are_counted() -> None:
+    job = JOB.model_copy(
+        update={
+            "artifact_caps": ArtifactCaps(
+                max_files=1, max_file_bytes=1, max_total_bytes=1, max_entries=3
+            )
+        }
+    )
+    exchange = Exchange(job)
+    notes = [encode_frame(NOTES, json.dumps([f"n{i}"] * 10).encode()) for i in range(10)]
+    report = dict(REPORT, listing={"entries": 3, "notes": 100})
+    wire = _entries("a", "b") + _entries("c") + b"".join(notes)
+    exchange.feed(docker_chunk(1, wire + encode_frame(RESULT, json.dumps(report).encode())))
+    assert exchange.report is not None, exchange.fault
+    assert [e.path for e in exchange.entries] == ["a", "b", "c"]
+    assert exchange.entries[0].mode == 420 and exchange.entries[0].mtime == 15
+    assert len(exchange.notes) == MAX_NOTES
+    assert exchange.notes_dropped == 100 - MAX_NOTES
+
+
+@pytest.mark.parametrize(
+    ("wire", "fault"),
+    [
+        (_entries("a", "b"), "more than 1 entries"),
+        (encode_frame(ENTRIES, b'[{"path": 1}]'), "unreadable listing"),
+        (encode_frame(NOTES, b'{"x": 1}'), "unreadable notes"),
+        (
+            encode_frame(
+                RESULT, json.dumps(dict(REPORT, listing={"entries": 1, "notes": 0})).encode()
+            ),
+            "does not match",
+        ),
+    ],
+    ids=["too many entries", "bad entry", "bad notes", "count mismatch"],
+)
+def test_exchange_refuses_a_listing_that_does_not_add_up(wire: bytes, fault: str) -> None:
+    exchange = Exchange(JOB)
+    exchange.feed(docker_chunk(1, wire))
     assert exchange.fault is not None and fault in exchange.fault
     assert exchange.report is None

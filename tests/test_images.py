@@ -53,9 +53,7 @@ def webp_lossless(width: int, height: int) -> bytes:
         (webp_lossless(100, 50), Picture("image/webp", 100, 50)),
     ],
 )
-def test_well_formed_images_are_recognized_with_their_size(
-    data: bytes, expected: Picture
-) -> None:
+def test_well_formed_images_are_recognized_with_their_size(data: bytes, expected: Picture) -> None:
     assert sniff_image(data) == expected
 
 

@@ -30,8 +30,17 @@ from .models import CapabilityResult, RevokeResult, ScopeInfo
 Approval = Literal["approved", "declined", "cancelled", "unsupported", "not_asked"]
 
 
-def describe_offer(policy: Policy) -> str:
-    """The capabilities the policy offers, for the tool description."""
+def describe_offer(policy: Policy, *, per_tenant: bool = False) -> str:
+    """The capabilities the policy offers, for the tool description.
+
+    With per-tenant policies the description is the same for every caller, so it names
+    none: listing the server's (or any tenant's) offer would show it to every tenant.
+    """
+    if per_tenant:
+        return (
+            "Which capabilities you may request depends on your tenant's policy; a request "
+            "for a name it does not offer is refused with the names it does offer."
+        )
     caps = policy.capabilities
     if not caps:
         return "This server's policy offers no capabilities."
@@ -202,6 +211,7 @@ async def _grant(
 ) -> CapabilityResult:
     scope = resolve_scope(cap, params)
     now = services.clock()
+    broker = services.policy_for(session.tenant).broker
     passthrough = cap.tls == "passthrough"
     grant = services.grants.grant(
         tenant=session.tenant,
@@ -224,6 +234,9 @@ async def _grant(
         reason=reason,
         ttl_s=ttl,
         now=now,
+        # The tenant's own quotas, not the server policy's the store was built with.
+        max_per_session=broker.max_capabilities_per_session,
+        max_live_per_tenant=broker.max_live_grants_per_tenant,
     )
     await services.db.record_grant(_record(grant))
     return CapabilityResult(
@@ -246,8 +259,10 @@ async def revoke_capability(
     services: Services, session: Session, *, capability_id: str
 ) -> RevokeResult:
     now = services.clock()
-    grant = services.grants.revoke(capability_id, tenant=session.tenant, now=now)
-    if grant is None or grant.session_id != session.id:
+    grant = services.grants.revoke(
+        capability_id, tenant=session.tenant, session_id=session.id, now=now
+    )
+    if grant is None:
         raise NotFound(f"unknown capability id {capability_id!r} in this session")
     await services.db.mark_grants_revoked([grant.id], at=now)
     return RevokeResult(

@@ -78,6 +78,12 @@ def sanitize(text: str) -> str:
     return unicodedata.normalize("NFC", _STRIP.sub("", text))
 
 
+def clean_field(text: str) -> str:
+    """Sandbox text for a place with no envelope around it (a structured field): sanitized,
+    and every `<` starting an `untrusted-output` tag turned into `&lt;`."""
+    return _TAG_START.sub("&lt;", sanitize(text))
+
+
 def neutralize(text: str, nonce: str) -> str:
     """Make `text` unable to open or close an envelope that uses `nonce`.
 

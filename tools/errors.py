@@ -13,7 +13,9 @@ from types import TracebackType
 
 from mcp.server.mcpserver.exceptions import ToolError
 
-from airlock.errors import AirlockError, StoreError, VaultError
+from airlock.errors import AirlockError, RunnerFailed, StoreError, VaultError
+
+from .envelope import new_nonce, wrap
 
 log = logging.getLogger(__name__)
 
@@ -40,5 +42,9 @@ class tool_errors:
                 "Airlock could not read or write its records; the operator should check the "
                 "server log and `airlock doctor`."
             ) from exc
+        if isinstance(exc, RunnerFailed) and exc.reported:
+            # What the container said is the sandbox's text: data, never instructions.
+            reported = wrap(exc.reported, run_id=exc.run_id, stream="runner", nonce=new_nonce())
+            raise ToolError(f"{exc}. The runner reported:\n{reported}") from exc
         if isinstance(exc, AirlockError):
             raise ToolError(str(exc)) from exc

@@ -43,8 +43,18 @@ async def run_reporting(backend: Backend, job: JobSpec, progress: Progress | Non
                 log.debug("progress notification failed: %s", exc)
                 return
 
+    outcome: JobOutcome | None = None
+    failure: Exception | None = None
     async with anyio.create_task_group() as tg:
         tg.start_soon(tick)
-        outcome = await backend.run(job)
+        # Kept out of the task group, which would wrap it in an ExceptionGroup that
+        # tool_errors cannot map (a runner fault became "Error executing tool").
+        try:
+            outcome = await backend.run(job)
+        except Exception as exc:
+            failure = exc
         tg.cancel_scope.cancel()
+    if failure is not None:
+        raise failure
+    assert outcome is not None
     return outcome

@@ -21,7 +21,7 @@ from typing import Any
 import anyio
 from mcp.types import CallToolResult, ImageContent, ResourceLink, TextContent
 
-from airlock.errors import InvalidRequest, LimitExceeded, UnsafePath
+from airlock.errors import InvalidRequest, LimitExceeded, RunnerFailed, UnsafePath
 from policies import Policy
 from sandbox import (
     EXCHANGE_GRACE_S,
@@ -54,7 +54,7 @@ from store import (
 from .artifacts import artifact_uri, guess_mime_type
 from .capabilities import live_grants
 from .context import Services, Session
-from .envelope import clip, new_nonce, wrap
+from .envelope import clean_field, clip, new_nonce, sanitize, wrap
 from .events import RunFinished
 from .images import MAX_IMAGE_BYTES, MAX_IMAGES_PER_RESULT, sniff_image
 from .models import (
@@ -73,6 +73,13 @@ MAX_CODE_BYTES = 1024 * 1024
 MAX_LINKS = 20
 # Entries per list of `changes` and conflicts shown in a result; list_workspace has the rest.
 MAX_LISTED = 100
+# A result has a size whatever the sandbox did: notes, artifact lines in the text and
+# egress lines are capped, the rest counted ("and N more").
+MAX_NOTES = 50
+MAX_NOTE_CHARS = 1000
+MAX_NOTES_CHARS = 16 * 1024
+MAX_LISTED_ARTIFACTS = 100
+MAX_LISTED_EGRESS = 50
 STREAM_PATHS = {"stdout": f"{RESERVED_PREFIX}stdout", "stderr": f"{RESERVED_PREFIX}stderr"}
 
 
@@ -416,9 +423,11 @@ def _result(
     conflicts = list(kept.commit.conflicts) if kept.commit else []
     notes = [*outcome.notes, *kept.notes]
     if len(conflicts) > MAX_LISTED:
-        notes.append(
+        # First, so the cap on notes never hides it.
+        notes.insert(
+            0,
             f"{len(conflicts)} conflicts; the first {MAX_LISTED} are listed, list_workspace "
-            "shows the workspace as it is now"
+            "shows the workspace as it is now",
         )
     inline = policy.output.inline_bytes
     streams = {
@@ -443,8 +452,8 @@ def _result(
             cpu_seconds=outcome.usage.cpu_seconds,
             peak_memory_bytes=outcome.usage.peak_memory_bytes,
         ),
-        notes=notes,
-        egress=[r.summary() for r in egress_log],
+        notes=_capped_notes(notes, len(egress_log)),
+        egress=[r.summary() for r in egress_log[:MAX_LISTED_EGRESS]],
     )
     summary = _summary_text(result, _limit_hit(result.status, timeout, policy))
     content: list[Any] = [TextContent(type="text", text=summary)]
@@ -511,6 +520,24 @@ def _pictures(outcome: JobOutcome) -> list[ImageContent]:
     return pictures
 
 
+def _capped_notes(notes: Sequence[str], egress_requests: int) -> list[str]:
+    """The notes both copies of the result carry: sanitized, tag-defused, capped in count
+    and characters, with one line saying how many were left out."""
+    kept: list[str] = []
+    used = 0
+    for note in notes:
+        clean = clean_field(note)[:MAX_NOTE_CHARS]
+        if len(kept) >= MAX_NOTES or used + len(clean) > MAX_NOTES_CHARS:
+            break
+        kept.append(clean)
+        used += len(clean)
+    if len(kept) < len(notes):
+        kept.append(f"and {len(notes) - len(kept)} more notes not shown")
+    if egress_requests > MAX_LISTED_EGRESS:
+        kept.append(f"egress lists the first {MAX_LISTED_EGRESS} of {egress_requests} requests")
+    return kept
+
+
 def _stream_result(capture: StreamCapture, inline: int, uri: str | None) -> StreamResult:
     clipped = clip(capture.data, inline, total_bytes=capture.total_bytes, sha256=capture.sha256)
     return StreamResult(
@@ -571,7 +598,13 @@ def _summary_text(result: RunResult, limit_hit: str) -> str:
         lines.append(wrap(stream.text, run_id=result.run_id, stream=name, nonce=nonce, note=note))
     # File names and notes come from the sandbox too, so they stay inside an envelope.
     if result.artifacts:
-        listing = "\n".join(f"{a.path} ({a.size} bytes, {a.mime_type})" for a in result.artifacts)
+        listing = "\n".join(
+            f"{a.path} ({a.size} bytes, {a.mime_type})"
+            for a in result.artifacts[:MAX_LISTED_ARTIFACTS]
+        )
+        if len(result.artifacts) > MAX_LISTED_ARTIFACTS:
+            more = len(result.artifacts) - MAX_LISTED_ARTIFACTS
+            listing += f"\nand {more} more (all are in structuredContent.artifacts)"
         lines.append(wrap(listing, run_id=result.run_id, stream="artifacts", nonce=nonce))
     if any(counts.values()):
         lines.append(
@@ -623,9 +656,13 @@ def _conflict_text(conflict: ConflictInfo) -> str:
 
 
 def _failure_text(exc: BaseException) -> str:
+    """What the run record keeps; `airlock audit` envelopes it (it may quote the sandbox)."""
     if isinstance(exc, anyio.get_cancelled_exc_class()):
         return "the call was cancelled"
-    return f"{type(exc).__name__}: {exc}"[:500]
+    text = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, RunnerFailed) and exc.reported:
+        text += f"; the runner reported: {sanitize(exc.reported)}"
+    return text[:1000]
 
 
 def _sha256(data: bytes) -> str:
