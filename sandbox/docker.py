@@ -327,14 +327,21 @@ class DockerBackend:
                 run_id=job.run_id,
                 reported=exchange.fault,
             )
-        return _outcome(
-            job,
-            exchange,
-            usage,
-            oom_killed=oom_killed,
-            host_timeout=scope.cancelled_caught,
-            elapsed_ms=elapsed_ms,
-        )
+        host_timeout = scope.cancelled_caught
+        try:
+            # Reading and hashing up to the artifact cap is work for a thread, not the loop.
+            return await anyio.to_thread.run_sync(
+                lambda: _outcome(
+                    job,
+                    exchange,
+                    usage,
+                    oom_killed=oom_killed,
+                    host_timeout=host_timeout,
+                    elapsed_ms=elapsed_ms,
+                )
+            )
+        finally:
+            exchange.close()
 
     async def _final_state(self, container_id: str) -> tuple[Usage, bool]:
         # Reading a few sysfs files doesn't block in any way that matters.
@@ -498,7 +505,7 @@ def _outcome(
         listing, complete, listing_notes = read_listing(
             exchange.entries, complete=report.listing_complete, caps=job.artifact_caps
         )
-        kept, refused = read_outputs(bytes(exchange.tar), listing, job.artifact_caps)
+        kept, refused = read_outputs(exchange.tar(), listing, job.artifact_caps)
         files = tuple(kept)
         notes.extend(exchange.notes)
         if exchange.notes_dropped:

@@ -19,6 +19,7 @@ import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
+from typing import IO
 
 from airlock.errors import UnsafePath
 from store import WorkspaceFile, ancestors
@@ -185,9 +186,11 @@ def _listing_problem(
 
 
 def read_outputs(
-    data: bytes, listing: Sequence[WorkspaceEntry], caps: ArtifactCaps
+    data: bytes | IO[bytes], listing: Sequence[WorkspaceEntry], caps: ArtifactCaps
 ) -> tuple[list[OutputFile], list[str]]:
     """Validated file contents from the runner's tar, plus a note for each one refused.
+
+    `data` is the tar, in memory or as a seekable file (read from where it stands).
 
     A member is kept only if it is a regular file with a safe path, within the
     caps, listed as a file (in the checked listing) with the same size and hash.
@@ -197,10 +200,13 @@ def read_outputs(
     kept: list[OutputFile] = []
     notes: list[str] = []
     total = 0
-    if not data:
+    source = io.BytesIO(data) if isinstance(data, bytes) else data
+    start = source.tell()
+    if not source.read(1):
         return kept, notes
+    source.seek(start)
     try:
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+        with tarfile.open(fileobj=source, mode="r:") as tar:
             for member in tar:
                 refusal = _refusal(member, expected, caps, len(kept), total)
                 if refusal:

@@ -85,6 +85,7 @@ def test_exchange_stops_at_the_tar_cap() -> None:
     exchange.feed(docker_chunk(1, encode_frame(TAR, b"x" * 100_000)))
     assert exchange.overflow is not None
     assert exchange.done
+    exchange.close()
 
 
 @pytest.mark.parametrize(
@@ -149,3 +150,20 @@ def test_exchange_refuses_a_listing_that_does_not_add_up(wire: bytes, fault: str
     exchange.feed(docker_chunk(1, wire))
     assert exchange.fault is not None and fault in exchange.fault
     assert exchange.report is None
+
+
+def test_the_tar_is_spooled_whole_and_read_back_from_the_start() -> None:
+    big = JOB.model_copy(
+        update={
+            "artifact_caps": ArtifactCaps(
+                max_files=1, max_file_bytes=1, max_total_bytes=8 << 20, max_entries=1
+            )
+        }
+    )
+    exchange = Exchange(big)
+    chunks = [bytes([i]) * 700_000 for i in range(4)]  # past the in-memory part
+    for chunk in chunks:
+        exchange.feed(docker_chunk(1, encode_frame(TAR, chunk)))
+    assert exchange.overflow is None and exchange.tar_bytes == 2_800_000
+    assert exchange.tar().read() == b"".join(chunks)
+    exchange.close()

@@ -410,8 +410,17 @@ async def test_a_tenant_policy_naming_a_missing_lock_file_stops_startup(tmp_path
         f'[[keys]]\nid = "g"\ntenant = "globex"\nhash = "{key_hash}"\npolicy = "{policy}"\n'
     )
     done = await anyio.run_process(
-        [AIRLOCK, "serve", "--http", "--port", str(free_port()), "--auth", str(auth),
-         "--data-dir", str(tmp_path / "data")],
+        [
+            AIRLOCK,
+            "serve",
+            "--http",
+            "--port",
+            str(free_port()),
+            "--auth",
+            str(auth),
+            "--data-dir",
+            str(tmp_path / "data"),
+        ],
         check=False,
     )
     assert done.returncode != 0
