@@ -409,3 +409,37 @@ async def test_unreadable_files_and_directories_lose_nothing_and_block_no_deleti
     assert second["changes"]["deleted"] == ["gone"]
     assert {e["path"]: e["mode"] for e in second["changes"]["modified"]} == {"locked": "0000"}
     assert third["stdout"]["text"] == "inside s False\n", third
+
+
+async def test_ten_thousand_small_files_under_the_default_policy_keep_what_fits(
+    make_server: MakeServer,
+) -> None:
+    async with Client(make_server()) as client:
+        first = await run(client, "open('keep.txt','w').write('k')")
+        session = first["session_id"]
+        flood = await run(
+            client,
+            "import os\nos.remove('keep.txt')\nos.mkdir('many')\n"
+            "for i in range(10000): open(f'many/{i:05}', 'w').write(str(i))",
+            session_id=session,
+        )
+        after = await run(
+            client,
+            "import os; print(len(os.listdir('many')), os.path.exists('keep.txt'))",
+            session_id=session,
+        )
+        listed = await call(client, "list_workspace", {"session_id": session, "limit": 1})
+    assert flood["status"] == "ok", flood["notes"]
+    notes = "\n".join(flood["notes"])
+    # The default caps: 512 files' contents per run; whatever is not kept is said so.
+    assert "over the limit of 512 files" in notes
+    kept = flood["changes"]["counts"]["added"]
+    assert kept == 513  # the directory and 512 files
+    assert flood["changes"]["truncated"] is True and len(flood["changes"]["added"]) == 100
+    # Whether the listing of 10,001 entries fits the runner's report decides whether the
+    # deletion of keep.txt can be trusted; either way the result says which happened.
+    if "deleted nothing" in notes:
+        assert after["stdout"]["text"] == "512 True\n"
+    else:
+        assert after["stdout"]["text"] == "512 False\n"
+    assert listed.structured_content["total"] >= 513
