@@ -281,6 +281,9 @@ async def test_the_workspace_is_listed_and_read_without_running_code(
         )
         with anyio.fail_after(CALL_TIMEOUT_S):
             resource = await client.read_resource(first.structured_content["uri"])
+        await call(client, "end_session", {"session_id": session})
+        with pytest.raises(MCPError, match="no file"), anyio.fail_after(CALL_TIMEOUT_S):
+            await client.read_resource(first.structured_content["uri"])
     data = listed.structured_content
     assert data["version"] == made["workspace_version"]
     entries = {e["path"]: e for e in data["entries"]}

@@ -3,7 +3,8 @@ without running code.
 
 The workspace belongs to a session, the session to a tenant: the tools read the caller's
 own lease (another tenant's session id is "unknown session", like one that never existed),
-and a resource of another tenant's session is "not found", like one that never existed.
+and a resource of another tenant's or an ended session is "not found", like one that never
+existed.
 Every name here was chosen by sandboxed code, so listings go out inside the envelope.
 """
 
@@ -125,7 +126,8 @@ async def read_workspace_resource(
     if not SESSION_ID.fullmatch(session_id):
         raise missing
     record = await services.db.get_session(session_id)
-    if record is None or record.tenant != tenant:
+    # An ended session's workspace is forgotten (end_session says so); its artifacts stay.
+    if record is None or record.tenant != tenant or record.ended_at is not None:
         raise missing
     head = await services.db.workspace_head(session_id)
     try:
