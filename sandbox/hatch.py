@@ -22,7 +22,7 @@ from pathlib import PurePosixPath
 from typing import IO
 
 from airlock.errors import UnsafePath
-from store import WorkspaceFile, ancestors
+from store import WorkspaceFile
 
 from .spec import ArtifactCaps, InputDir, InputFile, OutputFile, WorkspaceEntry
 
@@ -317,15 +317,7 @@ def settle(
             lost.add(f"{entry.path}: its content did not come back; not kept")
     stayed.close()
     lost.close()
-    _drop_orphans(result)
     return result
-
-
-def _drop_orphans(result: Settled) -> None:
-    # A file that was not kept can leave no hole, but keep the invariant explicit: every
-    # entry's parents are entries.
-    dirs = {e.path for e in result.entries if e.kind == "dir"}
-    result.entries = [e for e in result.entries if all(a in dirs for a in ancestors(e.path))]
 
 
 def _workspace_entry(entry: WorkspaceEntry) -> WorkspaceFile:

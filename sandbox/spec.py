@@ -148,8 +148,6 @@ class WorkspaceEntry(BaseModel):
     """`st_mode & 0o7777` as listed; the host keeps `& 0o777`."""
     mtime: int = 0
     """Whole UNIX seconds."""
-    changed: bool = False
-    """The runner's own view (content differs from what came in); the host ignores it."""
     contents_listed: bool = True
     """False for a directory the runner could not read: what it holds is unknown, so
     nothing under it is taken as deleted."""

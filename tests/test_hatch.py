@@ -69,9 +69,7 @@ def _special(name: str, kind: bytes, target: str = "") -> tuple[tarfile.TarInfo,
 
 
 def _entry(path: str, data: bytes) -> WorkspaceEntry:
-    return WorkspaceEntry(
-        path=path, sha256=hashlib.sha256(data).hexdigest(), size=len(data), changed=True
-    )
+    return WorkspaceEntry(path=path, sha256=hashlib.sha256(data).hexdigest(), size=len(data))
 
 
 def test_keeps_listed_regular_files() -> None:

@@ -446,3 +446,25 @@ async def test_ten_thousand_small_files_under_the_default_policy_keep_what_fits(
     else:
         assert after["stdout"]["text"] == "512 False\n"
     assert listed.structured_content["total"] >= 513
+
+
+async def test_a_store_failure_while_keeping_files_still_finishes_the_run_record(
+    make_server: MakeServer, data_dir: Path
+) -> None:
+    async with Client(make_server()) as client:
+        first = await run(client, "open('a','w').write('a')")
+        with closing(sqlite3.connect(data_dir / "airlock.db")) as conn, conn:
+            conn.execute("DROP TABLE workspace_changes")
+        broken = await call(
+            client,
+            "run_code",
+            {"code": "open('b','w').write('b')", "session_id": first["session_id"]},
+        )
+        assert broken.is_error
+        with closing(sqlite3.connect(data_dir / "airlock.db")) as conn:
+            rows = conn.execute(
+                "SELECT status, error FROM runs WHERE session_id = ? ORDER BY created_at",
+                (first["session_id"],),
+            ).fetchall()
+    assert [status for status, _ in rows] == ["ok", "error"]
+    assert "keeping the run's files failed" in rows[1][1]

@@ -181,8 +181,6 @@ async def run_code(
         raise
     with anyio.CancelScope(shield=True):
         await services.db.add_egress(egress_log)
-        kept = await _keep_workspace(services, session, run_id, head, inputs, outcome)
-        stream_uris = await _keep_streams(services, session, run_id, outcome)
         finished = record.model_copy(
             update={
                 "status": outcome.status,
@@ -197,6 +195,17 @@ async def run_code(
                 "stderr_sha256": outcome.stderr.sha256,
             }
         )
+        try:
+            kept = await _keep_workspace(services, session, run_id, head, inputs, outcome)
+            stream_uris = await _keep_streams(services, session, run_id, outcome)
+        except Exception as exc:
+            # The code ran, but what it left could not be kept: the record says so.
+            failed = finished.model_copy(
+                update={"status": "error", "error": f"keeping the run's files failed: {exc}"[:500]}
+            )
+            await services.db.finish_run(failed)
+            services.events.emit(RunFinished(failed, job.runtime, tuple(egress_log)))
+            raise
         await services.db.finish_run(finished)
         services.events.emit(RunFinished(finished, job.runtime, tuple(egress_log)))
     return _result(policy, timeout, session, run_id, outcome, kept, stream_uris, egress_log)
