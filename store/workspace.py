@@ -231,7 +231,10 @@ def merge(
                 path=parent, sha256="", size=0, kind="dir", mode=DEFAULT_DIR_MODE
             )
             made = made.model_copy(update={"written_by": writer, "version": version})
+            new[parent] = made
             gone = since.get(parent)
+            if current is None and gone is None:
+                continue  # a workspace from before directories were kept never had it
             conflict(
                 parent,
                 made,
@@ -241,16 +244,19 @@ def merge(
                 f"another run removed or replaced this directory, but this run wrote {path!r} "
                 "inside it; it is a directory again",
             )
-            new[parent] = made
 
     # Rule 3: a directory this run deleted stays if another run filled it meanwhile.
     for path in sorted(new, key=_depth):
         for parent in ancestors(path):
             if parent in new:
                 continue
-            kept_dir = head.get(parent) or WorkspaceFile(
-                path=parent, sha256="", size=0, kind="dir", mode=DEFAULT_DIR_MODE
-            )
+            kept_dir = head.get(parent)
+            if kept_dir is None:
+                # A workspace from before directories were kept: add the directory it implies.
+                new[parent] = WorkspaceFile(
+                    path=parent, sha256="", size=0, kind="dir", mode=DEFAULT_DIR_MODE
+                )
+                continue
             new[parent] = kept_dir
             conflict(
                 parent,

@@ -182,3 +182,12 @@ def test_nothing_under_a_directory_whose_contents_went_unlisted_is_deleted() -> 
     base = tree(d("locked"), f("locked/x"), f("gone"))
     delta = diff(1, base, [d("locked")], unknown_dirs=["locked"])
     assert delta.deletes == ("gone",)
+
+
+def test_a_workspace_from_before_directories_gains_them_without_conflicts() -> None:
+    # Schema 1 kept files only: `dir/a` with no entry for `dir`.
+    head = tree(f("dir/a"), f("other/b"))
+    delta = WorkspaceDelta(base_version=0, upserts=(f("dir/new"),), deletes=("dir/a",))
+    merged = merge(head, delta, {}, writer="run_a", version=1)
+    assert sorted(merged.head) == ["dir", "dir/new", "other", "other/b"]
+    assert merged.conflicts == []
