@@ -186,7 +186,7 @@ class Conversation:
             return self._connected(event.address, reused=False)
         if isinstance(event, DialFailed):
             return self._refuse(502, event.reason, "error")
-        return self._close(event.reason, "deny")
+        return self._close(event.reason, event.verdict)
 
     def still_allowed(self) -> str | None:
         """Why what this connection is carrying right now may no longer flow, or None.

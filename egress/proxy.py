@@ -16,6 +16,7 @@ never shared across runs, and closed with the run.
 from __future__ import annotations
 
 import ipaddress
+import logging
 import socket
 import ssl
 from collections import deque
@@ -61,6 +62,8 @@ from .steps import (
 )
 from .tls import RunCA, sni_of
 from .tlsstream import TLSChannel
+
+log = logging.getLogger(__name__)
 
 SOCKET_NAME = "proxy.sock"
 RECEIVE_BYTES = 256 * 1024
@@ -200,15 +203,26 @@ class RunProxy:
                         assert link.upstream is not None
                         event = await _read(link.upstream.stream, UpstreamData, UpstreamClosed())
                         await self._perform(conversation, link, conversation.handle(event))
+        except Exception as exc:
+            # One connection's failure ends that connection, never the run's proxy; only
+            # the type is logged, since a message could quote what the sandbox sent.
+            log.error(
+                "egress connection of run %s failed: %s",
+                self.ledger.identity.run_id,
+                type(exc).__name__,
+            )
         finally:
             del self._open[conversation]
             with anyio.CancelScope(shield=True):
                 # However the connection ended, its records are kept (a cut, the run's
                 # end, an error): the conversation answers a Cut only if it is not done.
-                reason = link.cut_reason or (
-                    "the run ended" if not self.live else "the proxy failed"
-                )
-                self._keep_records(conversation.handle(Cut(reason)))
+                if link.cut_reason is not None:
+                    cut = Cut(link.cut_reason)
+                elif not self.live:
+                    cut = Cut("the run ended")
+                else:
+                    cut = Cut("the proxy failed", "error")
+                self._keep_records(conversation.handle(cut))
                 if link.upstream is not None:
                     await link.upstream.stream.aclose()
                 await link.client.aclose()

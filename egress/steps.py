@@ -14,7 +14,7 @@ from ipaddress import IPv4Address, IPv6Address
 from typing import Literal
 
 from broker import Secret
-from store import EgressRecord
+from store import EgressRecord, EgressVerdict
 
 IPAddress = IPv4Address | IPv6Address
 PoolKey = tuple[str, str, int, tuple[str, ...]]
@@ -89,9 +89,11 @@ class UpstreamClosed:
 
 @dataclass(frozen=True)
 class Cut:
-    """The loop ends the connection from outside: a revoked grant, the run's end."""
+    """The loop ends the connection from outside: a revoked grant, the run's end, a
+    failure of the loop itself ("error")."""
 
     reason: str
+    verdict: EgressVerdict = "deny"
 
 
 Event = (

@@ -39,6 +39,7 @@ from support import wait_until
 from broker import Grant, Grants, GrantScope, RunTokens, Vault, load_key, vault_path
 from egress import SOCKET_NAME, Egress, RunEgress
 from egress.ledger import RECORDS_PAST_LIMIT
+from egress.proxy import Resolver, system_resolver
 from policies import Capability, EgressSettings
 
 pytestmark = pytest.mark.anyio
@@ -468,7 +469,7 @@ MakeHarness = Callable[..., Harness]
 
 @pytest.fixture
 def make_harness(tmp_path: Path, upstream: Upstream, upstream_ca_file: Path) -> MakeHarness:
-    def make(**settings: Any) -> Harness:
+    def make(resolver: Resolver = system_resolver, **settings: Any) -> Harness:
         data = tmp_path / "d"
         vault = Vault(vault_path(data), load_key(data, {}))
         vault.set(SECRET_NAME, SECRET, ["localhost", "127.0.0.1"])
@@ -484,6 +485,7 @@ def make_harness(tmp_path: Path, upstream: Upstream, upstream_ca_file: Path) -> 
             tokens=tokens,
             vault=vault,
             clock=clock,
+            resolver=resolver,
         )
         return Harness(egress, grants, tokens, clock, upstream)
 
@@ -1291,3 +1293,31 @@ async def test_an_upstream_echoing_the_secret_hands_back_only_a_mask(harness: Ha
     assert SECRET not in reply.body.decode() and SECRET not in json.dumps(reply.headers)
     assert reply.headers["x-echo-authorization"] == "Bearer " + "*" * len(SECRET)
     assert json.loads(reply.body)["headers"]["Authorization"] == "Bearer " + "*" * len(SECRET)
+
+
+async def test_a_failing_connection_is_recorded_and_the_proxy_keeps_serving(
+    make_harness: MakeHarness,
+) -> None:
+    calls = 0
+
+    async def flaky(host: str, port: int) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+        # A bug below the conversation (not an OSError, which is a resolve failure).
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise RuntimeError("resolver bug")
+        return [ipaddress.IPv4Address("127.0.0.1")]
+
+    harness = make_harness(resolver=flaky)
+    port = harness.upstream.port
+    async with harness.run() as run:
+        async with await tunnel(run, "localhost", port) as wire:
+            await wire.send(request_head("GET", "/api/first", f"localhost:{port}"))
+            assert await wire.closed()
+        async with await tunnel(run, "localhost", port) as wire:
+            await wire.send(request_head("GET", "/api/second", f"localhost:{port}"))
+            assert (await wire.reply()).status == 200
+        records = await settled(run, 2, tunnels=2)
+    assert records[0]["path"] == "/api/first" and records[0]["decision"] == "error"
+    assert "the proxy failed" in records[0]["reason"]
+    assert harness.upstream.paths() == ["/api/second"]
