@@ -144,6 +144,7 @@ class _Server(http.server.ThreadingHTTPServer):
             return
         with tls:
             self.owner.track(tls)
+            self.owner.handshakes.append(tls.session_reused)
             self.RequestHandlerClass(tls, client_address, self)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
@@ -165,6 +166,8 @@ class Upstream:
             self.tls_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             cert.configure_cert(self.tls_context)
         self.seen: list[Seen] = []
+        self.handshakes: list[bool] = []
+        """One entry per TLS connection accepted: whether it resumed an earlier session."""
         self.release = threading.Event()
         self._lock = threading.Lock()
         self._sockets: list[socket.socket] = []
@@ -1324,3 +1327,32 @@ async def test_a_failing_connection_is_recorded_and_the_proxy_keeps_serving(
     assert records[0]["path"] == "/api/first" and records[0]["decision"] == "error"
     assert "the proxy failed" in records[0]["reason"]
     assert harness.upstream.paths() == ["/api/second"]
+
+
+async def test_a_run_reuses_its_upstream_connections_and_resumes_their_tls_sessions(
+    harness: Harness,
+) -> None:
+    port = harness.upstream.port
+
+    async def get(wire: Wire, path: str) -> None:
+        await wire.send(request_head("GET", path, f"localhost:{port}"))
+        assert (await wire.reply()).status == 200
+
+    async with harness.run() as run:
+        async with await tunnel(run, "localhost", port) as first:
+            await get(first, "/api/one")
+            await get(first, "/api/two")  # kept alive: the same upstream connection
+        # The first tunnel's upstream is idle now: one later tunnel takes it, and one
+        # opened at the same time dials again, resuming the session of the first.
+        async with await tunnel(run, "localhost", port) as second:
+            await get(second, "/api/three")
+            async with await tunnel(run, "localhost", port) as third:
+                await get(third, "/api/four")
+        await settled(run, 4, tunnels=3)
+    assert harness.upstream.handshakes == [False, True]
+    # Another run starts afresh: nothing of this run's connections or sessions is reused.
+    async with harness.run() as other:
+        async with await tunnel(other, "localhost", port) as wire:
+            await get(wire, "/api/five")
+        await settled(other, 1, tunnels=1)
+    assert harness.upstream.handshakes == [False, True, False]
