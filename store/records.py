@@ -107,11 +107,12 @@ EgressVerdict = Literal["allow", "deny", "error"]
 
 
 class EgressRecord(BaseModel):
-    """One egress decision: a request, or a connection refused before any request.
+    """One egress decision: a request, a connection refused before any request, or a
+    tunnel (method CONNECT, path "-"), recorded when it ends with how it ended.
 
     Header values and query values are never part of a record; `path` keeps query
     keys with their values removed. `bytes_out` is what the sandbox sent upstream,
-    `bytes_in` what came back.
+    `bytes_in` what came back, heads and bodies (a tunnel's: all its bytes).
     """
 
     model_config = ConfigDict(frozen=True)
