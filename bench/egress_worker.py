@@ -8,6 +8,10 @@ server's: on a real deployment the client is the sandbox and the upstream is els
         Serves HTTPS on 127.0.0.1 (a free port, printed as the first stdout line) until
         stdin closes: /small is 100 bytes, /big/N is N bytes streamed in 256 KiB writes.
 
+    python bench/egress_worker.py flood JSON
+        Opens connection after connection to a run's proxy with a denied CONNECT, until
+        killed, printing a running count every 100 connections.
+
     python bench/egress_worker.py client JSON
         Runs GETs alternately direct and through the proxy and prints per-request times.
         With "keepalive" false, each request opens a new connection (TCP or unix socket
@@ -204,11 +208,36 @@ def client(config: dict[str, Any]) -> None:
     sys.stdout.write(json.dumps(times) + "\n")
 
 
+def flood(config: dict[str, Any]) -> None:
+    """A run gone wild: connection after connection with a CONNECT the proxy denies."""
+    auth = base64.b64encode(f"airlock:{config['token']}".encode()).decode()
+    request = (
+        "CONNECT denied.example.org:443 HTTP/1.1\r\nHost: denied.example.org:443\r\n"
+        f"Proxy-Authorization: Basic {auth}\r\n\r\n"
+    ).encode()
+    sent = 0
+    while True:
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                sock.settimeout(10)
+                sock.connect(config["socket"])
+                sock.sendall(request)
+                sock.recv(4096)
+        except OSError:
+            continue
+        sent += 1
+        if sent % 100 == 0:
+            sys.stdout.write(f"{sent}\n")
+            sys.stdout.flush()
+
+
 def main() -> None:
     if sys.argv[1] == "upstream":
         upstream(sys.argv[2], sys.argv[3])
     elif sys.argv[1] == "client":
         client(json.loads(sys.argv[2]))
+    elif sys.argv[1] == "flood":
+        flood(json.loads(sys.argv[2]))
     else:
         raise SystemExit(f"unknown mode {sys.argv[1]!r}")
 

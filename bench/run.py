@@ -53,7 +53,9 @@ ratio of two things measured in the same run, interleaved:
   upstream; proxied: unix socket + CONNECT + TLS to the run's leaf, then an upstream
   connection the proxy kept from an earlier tunnel of the run, or its own TCP + TLS), then
   every request on one kept-alive connection per path. Added latency = p50(proxied) -
-  p50(direct) of /small (100 bytes), for a first request and on a kept-alive tunnel;
+  p50(direct) of /small (100 bytes), for a first request and on a kept-alive tunnel, and
+  the kept-alive one again while another run (limit 50 requests) floods its own proxy
+  with denied CONNECTs from a third process;
   throughput = body bytes / time of /big (50 MB), one fresh run per transfer (the per-run
   response cap is 100 MiB), median over the repeats, with the secret injected (so the
   proxy scrubs the answer for it) and again under a grant without a secret. The upstream
@@ -838,6 +840,31 @@ async def section_egress(b: Bench) -> dict[str, Any]:
         small = await client("/small", n, warmup=10)
         progress(f"egress: {n} small GETs each way on one kept-alive connection")
         kept = await client("/small", n, warmup=10, keepalive=True)
+        progress(f"egress: {n} kept-alive GETs each way while another run floods its proxy")
+        flooding = egress.open(
+            tenant="bench",
+            session_id="ses_flood",
+            run_id="run_flood",
+            grants=[plain],
+            deadline=time.time() + 600,
+            settings=EgressSettings.model_validate(
+                {"upstream_ca_file": str(ca_file), "limits": {"max_requests": 50}}
+            ),
+        )
+        async with flooding as flood_run:
+            flood_config = {
+                "socket": str(flood_run.plan.socket_dir / SOCKET_NAME),
+                "token": flood_run.plan.token.reveal(),
+            }
+            async with await anyio.open_process(
+                [sys.executable, str(WORKER), "flood", json.dumps(flood_config)], stderr=None
+            ) as flooder:
+                assert flooder.stdout is not None
+                with anyio.fail_after(30):
+                    await flooder.stdout.receive()  # 100 connections in: the flood is on
+                during = await client("/small", n, warmup=10, keepalive=True)
+                flooder.kill()
+        flood_records = len(flood_run.records)
         size = b.counts.egress_big_bytes
         big: dict[str, list[float]] = {"direct": [], "proxy": []}
         progress(f"egress: {b.counts.egress_big_repeats} x {size / 1e6:.0f} MB each way")
@@ -858,6 +885,8 @@ async def section_egress(b: Bench) -> dict[str, Any]:
     paired = statistics.median(p - d for p, d in zip(small["proxy"], small["direct"], strict=True))
     kept_direct, kept_proxy = summary(kept["direct"]), summary(kept["proxy"])
     kept_added = kept_proxy["p50"] - kept_direct["p50"]
+    during_direct, during_proxy = summary(during["direct"]), summary(during["proxy"])
+    during_added = during_proxy["p50"] - during_direct["p50"]
     mbps = {k: statistics.median(size / t / 1e6 for t in v) for k, v in big.items()}
     ratio = mbps["proxy"] / mbps["direct"]
     bare_mbps = {k: statistics.median(size / t / 1e6 for t in v) for k, v in bare.items()}
@@ -881,6 +910,12 @@ async def section_egress(b: Bench) -> dict[str, Any]:
         "<= 2 ms",
         kept_added <= 0.002,
     )
+    b.row(
+        section,
+        "same, while another run floods (p50 / max)",
+        f"{ms(during_added)} / {ms(during_proxy['max'])}",
+    )
+    b.row(section, "records of the flooding run (limit 50)", str(flood_records))
     b.row(
         section,
         f"{size / 1e6:.0f} MB GET direct / proxied",
@@ -909,6 +944,9 @@ async def section_egress(b: Bench) -> dict[str, Any]:
         "kept_direct": kept_direct,
         "kept_proxy": kept_proxy,
         "kept_added_p50_s": kept_added,
+        "during_flood_s": during,
+        "during_flood_added_p50_s": during_added,
+        "flood_records": flood_records,
         "big_bytes": size,
         "big_s": big,
         "big_mb_per_s": mbps,
