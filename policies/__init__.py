@@ -5,7 +5,8 @@ policy shipped with the package, and the pure helpers that enforcing rooms share
 with it: host canonicalization and matching (`policies.hosts`) and capability
 scopes, path patterns and durations (`policies.capabilities`), and the globs of
 paths a hatch patch holds back (`policies.globs`). It imports nothing
-of Airlock's but `airlock.errors`; the rooms that enforce a policy import it from here.
+of Airlock's but the shared `airlock` leaf; the rooms that enforce a policy import it
+from here.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from policies.globs import (
 from policies.hosts import canonical_host, canonical_host_pattern, host_matches, parse_ip_literal
 from policies.load import (
     default_policy_toml,
-    describe_problem,
     load_policy,
     policy_json_schema,
 )
@@ -76,7 +76,6 @@ __all__ = [
     "canonical_host",
     "canonical_host_pattern",
     "default_policy_toml",
-    "describe_problem",
     "format_duration",
     "glob_matches",
     "host_matches",

@@ -21,8 +21,8 @@ from pathlib import Path
 import tomli_w
 from pydantic import ValidationError
 
+from airlock.config_files import describe_problem
 from airlock.errors import AuthConfigInvalid, InvalidRequest
-from policies import describe_problem
 
 from .auth import ApiKeyEntry, generate_api_key, load_auth_config
 

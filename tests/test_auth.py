@@ -37,6 +37,7 @@ from server.auth import (
     AirlockTokenVerifier,
     ApiKeyEntry,
     AuthConfig,
+    JwtSettings,
     current_tenant,
     generate_api_key,
     hash_api_key,
@@ -766,10 +767,22 @@ def test_programmatic_config_runs_the_same_cross_entry_checks() -> None:
         AuthConfig()
 
 
-def test_verifier_refuses_a_jwks_file_that_became_unreadable(
-    config_path: Path,
+@pytest.mark.anyio
+async def test_jwks_file_is_read_once_when_the_config_loads(
+    config_path: Path, ed_key: OKPKey
 ) -> None:
     config = load_auth_config(config_path)
     (config_path.parent / "jwks.json").unlink()
-    with pytest.raises(AuthConfigInvalid, match="cannot read"):
-        AirlockTokenVerifier(config)
+    verifier = AirlockTokenVerifier(config, clock=lambda: NOW)
+    token = await verifier.verify_token(sign(ed_key, "Ed25519", claims()))
+    assert isinstance(token, AirlockAccessToken) and token.tenant == "acme"
+
+
+def test_programmatic_jwt_settings_refuse_an_unreadable_jwks_file(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="jwks_file: cannot read"):
+        JwtSettings(
+            issuer=ISSUER,
+            audience=AUDIENCE,
+            jwks_file=tmp_path / "missing.json",
+            algorithms=("Ed25519",),
+        )
