@@ -99,13 +99,19 @@ class Merged:
 
     head: dict[str, WorkspaceFile]
     conflicts: list[WorkspaceConflict] = field(default_factory=list)
+    touched: set[str] = field(default_factory=set)
+    """Every path the merge may have changed; the others are `old`'s, untouched."""
 
     def changes(
         self, old: Mapping[str, WorkspaceFile]
     ) -> tuple[list[WorkspaceFile], list[WorkspaceFile]]:
         """(entries to write, entries to delete) turning `old` into this head."""
-        written = [e for p, e in sorted(self.head.items()) if old.get(p) != e]
-        deleted = [e for p, e in sorted(old.items()) if p not in self.head]
+        written = [
+            self.head[p]
+            for p in sorted(self.touched)
+            if p in self.head and old.get(p) != self.head[p]
+        ]
+        deleted = [old[p] for p in sorted(self.touched) if p in old and p not in self.head]
         return written, deleted
 
 
@@ -245,8 +251,9 @@ def merge(
                 "inside it; it is a directory again",
             )
 
-    # Rule 3: a directory this run deleted stays if another run filled it meanwhile.
-    for path in sorted(new, key=_depth):
+    # Rule 3: a directory this run deleted stays if another run filled it meanwhile. The
+    # full pass runs only when some entry lacks its parent (one cheap scan finds out).
+    for path in sorted(new, key=_depth) if _orphans(new) else ():
         for parent in ancestors(path):
             if parent in new:
                 continue
@@ -269,7 +276,7 @@ def merge(
             )
 
     # Rule 4: nothing can live under a path this run turned into a file.
-    for path in sorted(new, key=_depth):
+    for path in sorted(new, key=_depth) if _orphans(new, files_too=True) else ():
         if path not in new:
             continue
         blocker = next((p for p in ancestors(path) if new[p].kind != "dir"), None)
@@ -285,7 +292,21 @@ def merge(
             f"this run made {blocker!r} a file, so this entry of another run could not stay; "
             "it is still an artifact of that run",
         )
-    return Merged(head=new, conflicts=[conflicts[p] for p in sorted(conflicts)])
+    touched = set(ours) | set(conflicts)
+    touched.update(p for p in new.keys() ^ head.keys())
+    return Merged(head=new, conflicts=[conflicts[p] for p in sorted(conflicts)], touched=touched)
+
+
+def _orphans(entries: Mapping[str, WorkspaceFile], *, files_too: bool = False) -> bool:
+    """Whether an entry's parent is missing (or, with `files_too`, is not a directory)."""
+    for path in entries:
+        parent = path.rpartition("/")[0]
+        if not parent:
+            continue
+        holder = entries.get(parent)
+        if holder is None or (files_too and holder.kind != "dir"):
+            return True
+    return False
 
 
 def _same(mine: WorkspaceFile | None, theirs: WorkspaceFile | None) -> bool:
