@@ -22,7 +22,8 @@ from sandbox.image import (
 )
 from sandbox.pylock import parse_lock
 
-# The first Docker test may bootstrap the offline base: about a minute, more on a slow mirror.
+# The first Docker test may build the image: the Debian base takes minutes (7.5 on a busy
+# 2-core machine), the layer 1 to 4 more.
 pytestmark = pytest.mark.timeout(900)
 
 ENTRYPOINT = ["/usr/bin/python3", "-I", "/opt/airlock/runner.py"]
