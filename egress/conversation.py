@@ -31,7 +31,15 @@ from policies.hosts import host_matches
 from store import EgressRecord, EgressVerdict
 
 from .addresses import check_addresses
-from .decision import Decision, RequestFacts, Rule, decide
+from .decision import (
+    Decision,
+    RequestFacts,
+    Rule,
+    decide,
+    deny_address,
+    deny_missing_secret,
+    deny_secret_host,
+)
 from .heads import (
     MAX_HEAD_BYTES,
     PROXY_NAME,
@@ -77,6 +85,8 @@ from .steps import (
 )
 from .targets import TargetRejected, normalize_path, origin_form, parse_authority, path_for_log
 
+_EVERYWHERE = ("0.0.0.0/0", "::/0")
+
 
 @dataclass(frozen=True)
 class RunContext:
@@ -103,6 +113,7 @@ class _Leg:
     started: float
     past_limit: bool
     scheme: Literal["http", "https"] = "https"
+    facts: RequestFacts | None = None
     decision: Decision | None = None
     status: int = 0
     bytes_in: int = 0
@@ -287,6 +298,7 @@ class Conversation:
         if framing is not None:
             return self._refuse(400, framing)
         decision = self._decide(
+            leg,
             before,
             stage="request",
             scheme=leg.scheme,
@@ -298,9 +310,8 @@ class Conversation:
             sni=self._sni,
             upgrade=header(request, b"upgrade") is not None,
         )
-        leg.decision = decision
         if not decision.allow:
-            return self._refuse(decision.status, decision.reason)
+            return self._deny(decision)
         leg.bodyless = header(request, b"content-length") in (None, "0") and (
             header(request, b"transfer-encoding") is None
         )
@@ -316,6 +327,7 @@ class Conversation:
             return self._refuse(400, exc.reason)
         self._token = proxy_token(request)
         decision = self._decide(
+            leg,
             before,
             stage="connect",
             scheme="https",
@@ -327,9 +339,8 @@ class Conversation:
             sni=None,
             upgrade=False,
         )
-        leg.decision = decision
         if not decision.allow:
-            return self._refuse(decision.status, decision.reason)
+            return self._deny(decision)
         leg.status = 200
         self.need = "wait"
         if decision.passthrough:
@@ -341,20 +352,20 @@ class Conversation:
         leftover = bytes(self._client.trailing_data[0])
         return [SendClient(opened or b""), StartTLS(leg.host, leftover)]
 
-    def _decide(self, before: int, **facts: object) -> Decision:
+    def _decide(self, leg: _Leg, before: int, **facts: object) -> Decision:
         claims = self._run.authorize(self._token) if self._token else None
-        return decide(
-            RequestFacts(
-                run_live=self._run.live(),
-                token_valid=claims is not None,
-                token_reason=TOKEN_REFUSED,
-                requests_so_far=before,
-                max_requests=self._ledger.limits.max_requests,
-                **facts,  # type: ignore[arg-type]
-            ),
-            self._run.rules(claims) if claims is not None else (),
-            self._run.offers,
+        leg.facts = RequestFacts(
+            run_live=self._run.live(),
+            token_valid=claims is not None,
+            token_reason=TOKEN_REFUSED,
+            requests_so_far=before,
+            max_requests=self._ledger.limits.max_requests,
+            **facts,  # type: ignore[arg-type]
         )
+        leg.decision = decide(
+            leg.facts, self._run.rules(claims) if claims is not None else (), self._run.offers
+        )
+        return leg.decision
 
     def _tls_started(self, sni: str | None) -> list[Action]:
         self._sni = sni
@@ -367,12 +378,10 @@ class Conversation:
         assert leg is not None and leg.decision is not None and leg.decision.inject is not None
         header, template, name = leg.decision.inject
         if found.value is None:
-            return self._refuse(
-                403, f"the secret {name!r} of this capability is not in the vault; ask the operator"
-            )
+            return self._deny(deny_missing_secret(leg.decision.rule_id, name))
         # The vault's own host binding holds even if a capability is too broad.
         if not any(host_matches(pattern, leg.host) for pattern in found.hosts):
-            return self._refuse(403, f"the secret {name!r} may not be sent to {leg.host}")
+            return self._deny(deny_secret_host(leg.decision.rule_id, name, leg.host))
         value = found.value.reveal()
         leg.header = (header, template.replace("{secret}", value))
         leg.injected = (name,)
@@ -395,12 +404,24 @@ class Conversation:
 
     def _resolved(self, addresses: tuple[IPAddress, ...]) -> list[Action]:
         leg = self._exchange
-        assert leg is not None and leg.decision is not None
-        chosen, reason = check_addresses(
-            list(addresses), leg.decision.allow_private, self._run.own_addresses
-        )
+        assert leg is not None and leg.decision is not None and leg.facts is not None
+        own = self._run.own_addresses
+        chosen, reason = check_addresses(list(addresses), leg.decision.allow_private, own)
         if chosen is None:
-            return self._refuse(403, reason or f"{leg.host} resolves to a forbidden address")
+            return self._deny(
+                deny_address(
+                    leg.facts,
+                    reason or f"{leg.host} resolves to a forbidden address",
+                    leg.decision.rule_id,
+                    # Whether any operator CIDR could permit these addresses at all.
+                    liftable=check_addresses(list(addresses), _EVERYWHERE, own)[0] is not None,
+                    lifting_offers=[
+                        offer
+                        for offer in self._run.offers
+                        if check_addresses(list(addresses), offer.allow_private, own)[0] is not None
+                    ],
+                )
+            )
         return [
             Dial(str(chosen), leg.host, leg.port, tls=leg.scheme == "https" and not self._splicing)
         ]
@@ -682,6 +703,10 @@ class Conversation:
             ),
             past_limit=leg.past_limit,
         )
+
+    def _deny(self, decision: Decision) -> list[Action]:
+        """Refuse with a denial made in `egress.decision`, which names the capability."""
+        return self._refuse(decision.status, decision.reason)
 
     def _refuse(
         self,

@@ -6,7 +6,11 @@ the matching of host patterns, ports, methods and path globs, and `decide`. Does
 belong here: sockets, TLS, DNS, the SSRF address check (`egress.addresses`, run by the
 caller after an allow, with `Decision.allow_private`), canonicalizing raw input
 (`egress.targets`), checking tokens with the broker (the caller does that and passes
-the outcome in as `token_valid`), logging, or reading the clock.
+the outcome in as `token_valid`), logging, or reading the clock. The denials the
+caller makes after an allow (the address guard, the vault's answer) are worded here
+too (`deny_address`, `deny_missing_secret`, `deny_secret_host`), so every 403 reason
+comes from this module and says which capability of the tenant's own policy would allow
+the request, or that none would and why.
 
 Matching uses the same functions policy validation is written against:
 `policies.hosts.host_matches` and `policies.capabilities.path_matches`. A partial-segment
@@ -25,7 +29,7 @@ from egress.targets import TargetRejected, canonical_target_host
 from policies.capabilities import path_matches
 from policies.hosts import host_matches
 
-_INTERNAL_ERROR = "internal error; request denied"
+_INTERNAL_ERROR = "internal error, so no capability would allow the request; it is denied"
 _PORT_SUFFIX = re.compile(r"[0-9]*")
 
 
@@ -106,6 +110,8 @@ class Decision:
 
 
 def _deny(reason: str, rule_id: str | None = None, status: int = 403) -> Decision:
+    # Every 403 reason says which capability would allow the request or that none would
+    # (finding 7); the table tests in tests/test_egress_decision.py check each branch.
     return Decision(allow=False, reason=reason, rule_id=rule_id, status=status)
 
 
@@ -185,17 +191,66 @@ def _same_host(received: str | None, expected: str, parse: bool) -> bool:
     return host == expected
 
 
+def _offer_allows(offer: Rule, facts: RequestFacts) -> bool:
+    if not _matches_target(offer, facts.host, facts.port):
+        return False
+    if facts.method is None or facts.path is None:
+        return True
+    return _matches_request(offer, facts.method, facts.path)
+
+
 def _offer_hint(offers: Sequence[Rule], facts: RequestFacts) -> str:
     # Only the offers of the tenant's own policy are passed in, so a hint never names
     # another tenant's capability.
     for offer in offers:
-        if not _matches_target(offer, facts.host, facts.port):
-            continue
-        if facts.method is None or facts.path is None:
-            return f'request_capability "{offer.id}" would allow it'
-        if _matches_request(offer, facts.method, facts.path):
+        if _offer_allows(offer, facts):
             return f'request_capability "{offer.id}" would allow it'
     return "no capability of this tenant's policy would allow it, so ask the operator"
+
+
+def deny_missing_secret(rule_id: str | None, name: str) -> Decision:
+    """The vault holds no value for the secret the allowing rule injects."""
+    return _deny(
+        f"the secret {name!r} is not in the vault, so no capability would allow this "
+        "request until the operator stores it",
+        rule_id,
+    )
+
+
+def deny_secret_host(rule_id: str | None, name: str, host: str) -> Decision:
+    """The vault binds the secret to hosts other than `host`; that binding outranks rules."""
+    return _deny(
+        f"the vault binds the secret {name!r} to other hosts, so no capability would allow "
+        f"sending it to {host} until the operator adds {host} to that secret's hosts",
+        rule_id,
+    )
+
+
+def deny_address(
+    facts: RequestFacts,
+    reason: str,
+    rule_id: str | None,
+    *,
+    liftable: bool,
+    lifting_offers: Sequence[Rule],
+) -> Decision:
+    """The address guard refused what `facts` resolved to, for `reason`.
+
+    `liftable` says whether an operator CIDR could permit the addresses at all (the
+    proxy's own address, or a name without addresses, never is); `lifting_offers` are
+    the tenant's offers whose `allow_private` would permit them, of which the first that
+    matches the request is named.
+    """
+    if not liftable:
+        return _deny(f"{reason}, so no capability would allow it", rule_id)
+    for offer in lifting_offers:
+        if _offer_allows(offer, facts):
+            return _deny(f'{reason}; request_capability "{offer.id}" would allow it', rule_id)
+    return _deny(
+        f"{reason}; no capability allows such addresses unless the operator lists the range "
+        "in a capability's allow_private",
+        rule_id,
+    )
 
 
 def _decide_connect(facts: RequestFacts, rules: Sequence[Rule], offers: Sequence[Rule]) -> Decision:
@@ -218,7 +273,7 @@ def _decide_connect(facts: RequestFacts, rules: Sequence[Rule], offers: Sequence
         # connect without the credential the rule promises.
         return _deny(
             f"{_describe(chosen)} pairs a secret with an opaque (passthrough) tunnel to "
-            f"{target}, which is refused; ask the operator to fix the rule",
+            f"{target}, so no capability would allow it until the operator fixes that rule",
             chosen.id,
         )
     return _allow(
@@ -228,7 +283,10 @@ def _decide_connect(facts: RequestFacts, rules: Sequence[Rule], offers: Sequence
 
 def _decide_request(facts: RequestFacts, rules: Sequence[Rule], offers: Sequence[Rule]) -> Decision:
     if facts.method is None or facts.path is None:
-        return _deny("the request has no method or path, so it cannot be checked; it is denied")
+        return _deny(
+            "the request has no method or path, so it cannot be checked and no capability "
+            "would allow it"
+        )
     consistent = _same_host(facts.host_header, facts.host, parse=True) and _same_host(
         facts.sni, facts.host, parse=False
     )
@@ -237,17 +295,17 @@ def _decide_request(facts: RequestFacts, rules: Sequence[Rule], offers: Sequence
         # SNI is domain fronting, whatever the rules would say about either name.
         return _deny(
             "the Host header/SNI does not match the CONNECT target "
-            f"{_authority(facts.host, facts.port)}; send requests only for the host "
-            "you connected to"
+            f"{_authority(facts.host, facts.port)} and no capability allows that; send "
+            "requests only for the host you connected to"
         )
     if not consistent:
         return _deny(
-            f"the Host header does not match the URL's host {facts.host}; "
-            "send the request with a matching Host header"
+            f"the Host header does not match the URL's host {facts.host} and no capability "
+            "allows that; send the request with a matching Host header"
         )
     if facts.upgrade:
         return _deny(
-            "WebSocket upgrades are not allowed through the proxy; use plain HTTP requests"
+            "no capability allows WebSocket upgrades through the proxy; use plain HTTP requests"
         )
     target = f"{facts.method} {_authority(facts.host, facts.port)}{facts.path}"
     at_target = [r for r in rules if _matches_target(r, facts.host, facts.port)]
@@ -263,21 +321,22 @@ def _decide_request(facts: RequestFacts, rules: Sequence[Rule], offers: Sequence
         return _allow(f"{_describe(chosen)} permits {target}", chosen)
     if facts.scheme != "https":
         return _deny(
-            f"this host's secret is only sent over TLS; use https://{facts.host} instead",
+            f"{_describe(chosen)} allows this only over TLS, since it sends a secret; use "
+            f"https://{facts.host} instead",
             chosen.id,
         )
     if chosen.tls == "passthrough":
         return _deny(
-            f"{_describe(chosen)} pairs a secret with a passthrough tunnel, which is refused; "
-            "ask the operator to fix the rule",
+            f"{_describe(chosen)} pairs a secret with a passthrough tunnel, so no capability "
+            "would allow it until the operator fixes that rule",
             chosen.id,
         )
     if not chosen.inject_header or not chosen.inject_format:
         # Fail closed: a rule promising a credential that cannot be injected must not
         # silently send the request without it.
         return _deny(
-            f"{_describe(chosen)} names a secret but no header to inject it into, so the "
-            "request is refused; ask the operator to fix the rule",
+            f"{_describe(chosen)} names a secret but no header to inject it into, so no "
+            "capability would allow it until the operator fixes that rule",
             chosen.id,
         )
     return _allow(
@@ -289,7 +348,7 @@ def _decide_request(facts: RequestFacts, rules: Sequence[Rule], offers: Sequence
 
 def _decide(facts: RequestFacts, rules: Sequence[Rule], offers: Sequence[Rule]) -> Decision:
     if not facts.run_live:
-        return _deny("this run has ended, so its network access is closed; do not retry")
+        return _deny("this run has ended, so no capability would allow it any more; do not retry")
     if not facts.token_valid:
         return _deny(
             facts.token_reason or "the proxy token is missing or not valid for this run",

@@ -602,7 +602,7 @@ async def test_plaintext_http_to_the_host_whose_secret_needs_tls_is_refused_403(
     assert report(result)["plain"]["status"] == 403
     record = only(result["egress"], path="/api/x")
     assert record["status"] == 403
-    assert "only sent over TLS" in record["reason"]
+    assert "allows this only over TLS, since it sends a secret" in record["reason"]
     assert upstream.seen == []
 
 
@@ -620,7 +620,10 @@ async def test_name_resolving_to_loopback_without_allow_private_is_refused_403(
     assert report(result)["local"]["status"] == 403
     record = only(result["egress"], path="/api/x")
     assert record["status"] == 403
-    assert "127.0.0.1 is a loopback address (127.0.0.0/8)" in record["reason"]
+    assert record["reason"].endswith(
+        "127.0.0.1 is a loopback address (127.0.0.0/8); no capability allows such addresses "
+        "unless the operator lists the range in a capability's allow_private"
+    ), record["reason"]
     assert upstream.seen == []
 
 

@@ -9,9 +9,10 @@ the seam `RunContext` defines.
 from __future__ import annotations
 
 import base64
+import re
 import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from ipaddress import IPv4Address
 from typing import Any
 
@@ -477,3 +478,117 @@ def test_scrubbing_holds_back_only_an_end_that_could_begin_the_secret() -> None:
     assert scrubber.feed(b"data: " + SECRET[:5].encode()) == b"data: "
     assert scrubber.feed(SECRET[5:].encode() + b"\n\n") == b"*" * len(SECRET) + b"\n\n"
     assert scrubber.flush() == b""
+
+
+# ---- every 403 names what would allow the request (finding 7) ---------------------------
+
+ACTIONABLE = re.compile(
+    r'request_capability "[^"]+" would allow it'
+    r"|no capability (of this tenant's policy )?(would allow|allows)"
+    r"|capability \S+ allows this only over TLS"
+)
+SECRET_FOUND = SecretFound(Secret(SECRET), ("api.example.com",))
+
+
+def _in_tunnel(*events: Event | bytes) -> list[Event]:
+    return [
+        ClientData(connect()),
+        TLSStarted("api.example.com"),
+        *(ClientData(e) if isinstance(e, bytes) else e for e in events),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("rules", "events", "fragment"),
+    [
+        pytest.param(
+            [API, PINNED],
+            [ClientData(connect("api.github.com"))],
+            'request_capability "github" would allow it',
+            id="no-rule-an-offer-would",
+        ),
+        pytest.param(
+            [API, PINNED],
+            [ClientData(connect("evil.example.org"))],
+            "no capability of this tenant's policy would allow it, so ask the operator",
+            id="no-rule-no-offer",
+        ),
+        pytest.param(
+            [API],
+            _in_tunnel(get("/api/x", "pinned.example.com")),
+            "no capability allows that; send requests only for the host you connected to",
+            id="host-header-fronting",
+        ),
+        pytest.param(
+            [API],
+            _in_tunnel(
+                get("/api/x", "api.example.com", "Upgrade: websocket", "Connection: upgrade")
+            ),
+            "no capability allows WebSocket upgrades through the proxy; use plain HTTP requests",
+            id="websocket-upgrade",
+        ),
+        pytest.param(
+            [API],
+            _in_tunnel(get("/api/x"), SecretFound(None)),
+            "is not in the vault, so no capability would allow this request until the "
+            "operator stores it",
+            id="secret-not-in-vault",
+        ),
+        pytest.param(
+            [API],
+            _in_tunnel(get("/api/x"), SecretFound(Secret(SECRET), ("other.example.com",))),
+            "so no capability would allow sending it to api.example.com until the operator "
+            "adds api.example.com to that secret's hosts",
+            id="vault-host-binding",
+        ),
+        pytest.param(
+            [API],
+            _in_tunnel(get("/api/x"), SECRET_FOUND, Resolved((IPv4Address("10.0.0.1"),))),
+            "10.0.0.1 is a private address (10.0.0.0/8); no capability allows such addresses "
+            "unless the operator lists the range in a capability's allow_private",
+            id="address-guard-private",
+        ),
+        pytest.param(
+            [API],
+            _in_tunnel(get("/api/x"), SECRET_FOUND, Resolved(())),
+            "the name resolved to no addresses, so no capability would allow it",
+            id="address-guard-no-address",
+        ),
+        pytest.param(
+            [replace(API, ports=(80, 443))],
+            [
+                ClientData(
+                    get(
+                        "http://api.example.com/api/x",
+                        "api.example.com",
+                        f"Proxy-Authorization: {AUTH}",
+                    )
+                )
+            ],
+            "capability grant_api allows this only over TLS, since it sends a secret; use "
+            "https://api.example.com instead",
+            id="plaintext-to-a-secrets-host",
+        ),
+        pytest.param(
+            [replace(PINNED, secret="pin_token")],
+            [ClientData(connect("pinned.example.com"))],
+            "so no capability would allow it until the operator fixes that rule",
+            id="passthrough-with-injection",
+        ),
+    ],
+)
+def test_every_403_says_which_capability_would_allow_it_in_reply_and_record(
+    rules: list[Rule], events: list[Event], fragment: str
+) -> None:
+    run = Run(rules=rules)
+    talk = run.talk()
+    reply = sent_to_client(talk.feed(*events))
+    assert b"HTTP/1.1 403 " in reply, reply[:200]
+    denial = [r for r in run.records if r.status == 403]
+    assert len(denial) == 1
+    reason = denial[0].reason
+    # The agent reads the same one sentence in the 403 body and in the run's egress list.
+    assert reason.endswith(fragment), reason
+    assert ACTIONABLE.search(reason)
+    assert ". " not in reason and "\n" not in reason
+    assert f"Airlock egress proxy: {reason}\n".encode() in reply

@@ -6,12 +6,21 @@ row are a plain allowed request changed in the fields that matter to it.
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from typing import Any
 
 import pytest
 
-from egress.decision import Decision, RequestFacts, Rule, decide
+from egress.decision import (
+    Decision,
+    RequestFacts,
+    Rule,
+    decide,
+    deny_address,
+    deny_missing_secret,
+    deny_secret_host,
+)
 
 API = Rule(
     id="cap_api",
@@ -282,7 +291,7 @@ ROWS: list[Row] = [
         facts(upgrade=True),
         (API,),
         False,
-        "WebSocket upgrades are not allowed",
+        "no capability allows WebSocket upgrades",
     ),
     # 5c: method and path.
     (
@@ -420,7 +429,8 @@ ROWS: list[Row] = [
         facts(scheme="http", port=80, sni=None),
         (replace(API, ports=(80,)),),
         False,
-        "this host's secret is only sent over TLS; use https://api.example.com",
+        "capability cap_api allows this only over TLS, since it sends a secret; use "
+        "https://api.example.com",
     ),
     (
         "denies_passthrough_rule_with_secret_at_request_stage",
@@ -449,7 +459,7 @@ ROWS: list[Row] = [
         REQUEST,
         (replace(API, ports=None),),
         False,
-        "internal error; request denied",
+        "internal error, so no capability would allow the request",
     ),
     ("denies_request_without_path", facts(path=None), (API,), False, "no method or path"),
     (
@@ -457,7 +467,7 @@ ROWS: list[Row] = [
         facts(stage="handshake"),
         (API,),
         False,
-        "internal error; request denied",
+        "internal error, so no capability would allow the request",
     ),
 ]
 
@@ -588,3 +598,93 @@ def test_offers_never_allow_a_request() -> None:
     # An offer is a hint, not a grant.
     assert not decide(facts(method="POST", path="/repos/acme/issues/7"), (), (OFFER_ISSUES,)).allow
     assert not decide(facts(CONNECT, host="pinned.example.net"), (), (OFFER_PINNED,)).allow
+
+
+# Finding 7: every 403 says which capability would allow the request, or that none would.
+ACTIONABLE = re.compile(
+    r'request_capability "[^"]+" would allow it'
+    r"|no capability (of this tenant's policy )?(would allow|allows)"
+    r"|capability \S+ allows this only over TLS"
+)
+
+
+@pytest.mark.parametrize("row", [pytest.param(row, id=row[0]) for row in ROWS])
+def test_every_403_of_decide_names_a_capability_or_says_none_would(row: Row) -> None:
+    _, facts_, rules, _, _ = row
+    for offers in ((), (OFFER_ISSUES, OFFER_PINNED)):
+        decision = decide(facts_, rules, offers)
+        if decision.status == 403:
+            assert ACTIONABLE.search(decision.reason), decision.reason
+            assert ". " not in decision.reason and "\n" not in decision.reason
+
+
+PRIVATE = "10.0.0.1 is a private address (10.0.0.0/8)"
+OFFER_INTRANET = replace(OFFER_ISSUES, id="intranet-issues", allow_private=("10.0.0.0/8",))
+
+
+@pytest.mark.parametrize(
+    ("decision", "fragment"),
+    [
+        pytest.param(
+            deny_address(REQUEST, PRIVATE, "cap_api", liftable=True, lifting_offers=()),
+            f"{PRIVATE}; no capability allows such addresses unless the operator lists the "
+            "range in a capability's allow_private",
+            id="address-no-offer-lifts-it",
+        ),
+        pytest.param(
+            deny_address(
+                facts(method="POST", path="/repos/acme/issues/7"),
+                PRIVATE,
+                "cap_api",
+                liftable=True,
+                lifting_offers=(OFFER_INTRANET,),
+            ),
+            f'{PRIVATE}; request_capability "intranet-issues" would allow it',
+            id="address-an-offer-lifts-it",
+        ),
+        pytest.param(
+            # The offer's range would permit the address, but not this method and path.
+            deny_address(
+                facts(method="DELETE", path="/repos/acme/issues/7"),
+                PRIVATE,
+                "cap_api",
+                liftable=True,
+                lifting_offers=(OFFER_INTRANET,),
+            ),
+            "unless the operator lists the range in a capability's allow_private",
+            id="address-lifting-offer-for-another-request",
+        ),
+        pytest.param(
+            deny_address(
+                REQUEST,
+                "10.0.0.9 is the proxy's own address and is never dialed",
+                "cap_api",
+                liftable=False,
+                lifting_offers=(OFFER_INTRANET,),
+            ),
+            "10.0.0.9 is the proxy's own address and is never dialed, so no capability "
+            "would allow it",
+            id="address-never-liftable",
+        ),
+        pytest.param(
+            deny_missing_secret("cap_api", "api_token"),
+            "the secret 'api_token' is not in the vault, so no capability would allow this "
+            "request until the operator stores it",
+            id="secret-not-in-vault",
+        ),
+        pytest.param(
+            deny_secret_host("cap_api", "api_token", "evil.example.org"),
+            "the vault binds the secret 'api_token' to other hosts, so no capability would "
+            "allow sending it to evil.example.org until the operator adds evil.example.org "
+            "to that secret's hosts",
+            id="secret-bound-to-other-hosts",
+        ),
+    ],
+)
+def test_guard_denials_after_the_decision_say_what_would_allow_it(
+    decision: Decision, fragment: str
+) -> None:
+    assert (decision.allow, decision.status, decision.rule_id) == (False, 403, "cap_api")
+    assert decision.reason.endswith(fragment), decision.reason
+    assert ACTIONABLE.search(decision.reason)
+    assert ". " not in decision.reason and "\n" not in decision.reason

@@ -702,8 +702,14 @@ async def test_granted_host_resolving_to_a_guarded_address_is_refused_403(
         async with await tunnel(run, host, port) as wire:
             authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
             await wire.send(request_head("GET", f"/api/x?k={QUERY_VALUE}", authority))
-            assert_refusal(await wire.reply(), 403, fragment)
+            reason = assert_refusal(await wire.reply(), 403, fragment)
         records = await settled(run, 1, tunnels=1)
+    # What would allow it, in the reply and in the run's egress list alike (finding 7).
+    assert reason.endswith(
+        "; no capability allows such addresses unless the operator lists the range "
+        "in a capability's allow_private"
+    ), reason
+    assert records[0]["reason"] == reason
     assert records[0]["path"] == "/api/x?k="
     assert harness.upstream.seen == []
 
@@ -771,7 +777,7 @@ async def test_websocket_upgrade_is_refused_403(harness: Harness) -> None:
                     "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==",
                 )
             )
-            assert_refusal(await wire.reply(), 403, "WebSocket")
+            assert_refusal(await wire.reply(), 403, "no capability allows WebSocket upgrades")
         await settled(run, 1, tunnels=1)
     assert harness.upstream.seen == []
 
@@ -1025,7 +1031,7 @@ async def test_plaintext_http_to_a_host_whose_secret_requires_tls_is_refused_403
                     f"Proxy-Authorization: {proxy_auth(token_of(run))}",
                 )
             )
-            assert_refusal(await wire.reply(), 403, "only sent over TLS")
+            assert_refusal(await wire.reply(), 403, "allows this only over TLS")
         await settled(run, 1)
     assert harness.upstream.seen == []
 
