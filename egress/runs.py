@@ -1,11 +1,12 @@
 """Opening and closing one run's egress: token, CA, socket directory, proxy task.
 
 `Egress.open` is an async context manager around the run: on entry it mints the
-run token, creates the run's CA and socket directory and starts the proxy; on
-exit (however the run ends) it stops the proxy, revokes the token and deletes
-the directory. The rules a request is decided against are read from the broker
-on every request, and open connections are re-checked while data flows, so a
-revocation or an expiry takes effect at once.
+run token, creates the run's CA and socket directory (or binds in the directory
+the sandbox was created with) and starts the proxy; on exit (however the run
+ends) it stops the proxy, revokes the token and deletes what it created. The
+rules a request is decided against are read from the broker on every request,
+and open connections are re-checked while data flows, so a revocation or an
+expiry takes effect at once.
 """
 
 from __future__ import annotations
@@ -157,11 +158,15 @@ class Egress:
         deadline: float,
         settings: EgressSettings | None = None,
         capabilities: Mapping[str, Capability] | None = None,
+        socket_dir: Path | None = None,
     ) -> AsyncIterator[RunEgress]:
         """The run's egress under `settings` (the tenant's policy; default: the server's).
 
         `capabilities` are those of the policy that applies to this run's tenant (never
         another's): a denial names the one that would allow the request.
+        `socket_dir`: an existing, empty directory to listen in (the sandbox's egress
+        directory, owned by the backend; only the socket is removed from it at the end).
+        Missing: a directory of the run's own, removed at the end.
         """
         settings = settings or self._settings
         policy_rules = _policy_rules(settings)
@@ -180,17 +185,19 @@ class Egress:
         if self._root is not None:
             self._root.mkdir(mode=0o700, parents=True, exist_ok=True)
         run_dir = Path(tempfile.mkdtemp(prefix="airlock-", dir=self._root))
-        socket_dir = run_dir / SOCKET_DIR
+        given = socket_dir is not None
+        socket_dir = socket_dir or run_dir / SOCKET_DIR
         try:
             if len(str(socket_dir / SOCKET_NAME)) > MAX_SOCKET_PATH:
                 raise EgressUnavailable(
-                    f"the egress socket path under {run_dir.parent} is too long for a unix "
+                    f"the egress socket path under {socket_dir.parent} is too long for a unix "
                     "socket; set TMPDIR to a short directory"
                 )
-            # Only this directory is mounted into the sandbox; its user must be able to
-            # enter it (the umask may have taken bits from mkdir's mode).
-            socket_dir.mkdir()
-            socket_dir.chmod(0o755)
+            if not given:
+                # Only this directory is mounted into the sandbox; its user must be able
+                # to enter it (the umask may have taken bits from mkdir's mode).
+                socket_dir.mkdir()
+                socket_dir.chmod(0o755)
             ca = RunCA(run_id, run_dir / PRIVATE_DIR)
             egress = RunEgress(
                 plan=EgressPlan(socket_dir=socket_dir, ca_pem=ca.pem.decode(), token=token)
@@ -226,6 +233,8 @@ class Egress:
         finally:
             self._tokens.revoke_run(run_id)
             shutil.rmtree(run_dir, ignore_errors=True)
+            if given:
+                (socket_dir / SOCKET_NAME).unlink(missing_ok=True)
 
     def _upstream_context(self, ca_file: str | None) -> ssl.SSLContext:
         context = self._contexts.get(ca_file)

@@ -78,8 +78,10 @@ class SandboxSettings(_Section):
     """Container image for sandboxes. Missing means the image Airlock builds itself;
     an empty string is rejected."""
 
-    runtime: Literal["runc", "runsc"] = "runc"
-    """OCI runtime: "runc" (Docker's default) or "runsc" (gVisor, where installed)."""
+    runtime: Literal["auto", "runc", "runsc"] = "auto"
+    """OCI runtime. "auto" (missing means this): gVisor ("runsc") when the Docker engine
+    has it registered, else runc with a warning. "runsc" insists on gVisor (a run fails
+    with the fix when it is not registered); "runc" opts out of gVisor."""
 
 
 class Limits(_Section):
@@ -190,8 +192,9 @@ class SessionSettings(_Section):
 class PoolSettings(_Section):
     """The warm pool of started, never-used containers (used once the pool exists)."""
 
-    size: int = Field(default=0, ge=0, le=64)
-    """Warm containers kept per image; 0 disables the pool; at most 64."""
+    size: int = Field(default=4, ge=0, le=64)
+    """Started, never-used containers kept ready per kind of container (image, runtime,
+    limits, with or without egress); missing means 4, 0 disables the pool; at most 64."""
 
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")

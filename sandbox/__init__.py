@@ -4,7 +4,7 @@ Tools hand a backend a platform-neutral `JobSpec` and get a `JobOutcome`; nothin
 above this room talks to Docker.
 """
 
-from .backend import Backend
+from .backend import Backend, Ready, Sandbox
 from .docker import EXCHANGE_GRACE_S, DockerBackend, connect
 from .hatch import RESERVED_PREFIX, safe_relative_path
 from .spec import (
@@ -35,6 +35,8 @@ __all__ = [
     "JobOutcome",
     "JobSpec",
     "OutputFile",
+    "Ready",
+    "Sandbox",
     "StreamCapture",
     "Usage",
     "WorkspaceEntry",

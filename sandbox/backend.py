@@ -1,15 +1,42 @@
-"""What every sandbox backend offers the tools; Docker is the first of them."""
+"""What every sandbox backend offers the tools; Docker is the first of them.
+
+A run takes one sandbox (`Backend.sandbox`), binds the run's egress proxy into the
+sandbox's egress directory when it has egress, and hands the sandbox its one job.
+docs/backends.md describes the contract every backend passes (tests/test_backend_contract.py).
+"""
 
 from __future__ import annotations
 
-from typing import Protocol
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from typing import NamedTuple, Protocol
 
 from .spec import JobOutcome, JobSpec
 
 
-class Backend(Protocol):
+class Sandbox(Protocol):
+    """One never-used sandbox, taken for one job."""
+
+    @property
+    def egress_dir(self) -> Path | None:
+        """Host directory the sandbox sees read-only as its way out: the run's proxy
+        listens here. None for a sandbox taken without egress."""
+        ...
+
+    @property
+    def runtime(self) -> str:
+        """The OCI runtime the sandbox runs under (runc, runsc)."""
+        ...
+
     async def run(self, job: JobSpec) -> JobOutcome:
-        """Run one job in a fresh sandbox and remove the sandbox, whatever happens."""
+        """Run the sandbox's one job; a second call is a `SandboxError`."""
+        ...
+
+
+class Backend(Protocol):
+    def sandbox(self, job: JobSpec, *, egress: bool) -> AbstractAsyncContextManager[Sandbox]:
+        """A fresh sandbox for `job`'s image, runtime and limits (with an egress directory
+        when `egress`), removed when the block ends, whatever happens."""
         ...
 
     def output_bytes(self, run_id: str) -> int:
@@ -27,3 +54,11 @@ class Backend(Protocol):
     async def reap(self, now: float) -> int:
         """Remove sandboxes of dead instances and those past their deadline."""
         ...
+
+
+class Ready(NamedTuple):
+    """What a run needs from the engine side: the backend, the image and the runtime."""
+
+    backend: Backend
+    image: str
+    runtime: str

@@ -6,6 +6,11 @@ removal sits in a shielded `finally`, so cancellation, timeouts and engine error
 all end with the container gone. Also finds and removes containers by label for
 session teardown and for reaping what a dead server left behind.
 
+A container for a run with egress is created with its own empty egress directory
+bind-mounted read-only (so pooled ones can be made before the run exists); the
+run's proxy binds its socket there once the container is taken, and the directory
+goes with the container.
+
 Blocking Docker SDK calls run in worker threads; the attach stream is read
 asynchronously.
 """
@@ -16,9 +21,12 @@ import contextlib
 import hashlib
 import logging
 import os
+import shutil
+import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
@@ -29,6 +37,7 @@ import requests
 from docker.types import LogConfig, Mount, Ulimit
 
 from airlock.errors import (
+    EgressUnavailable,
     EngineUnavailable,
     ImageUnavailable,
     RunnerFailed,
@@ -42,6 +51,8 @@ from .instance import LABEL_INSTANCE, Instance
 from .pool import MAX_AGE_S as POOL_MAX_AGE_S
 from .pool import Profile, WarmPool
 from .runner import encode_job
+from .runtime import GVISOR
+from .seccomp import gvisor_security_opt
 from .spec import JobOutcome, JobSpec, OutputFile, Status, StreamCapture, Usage, WorkspaceEntry
 from .usage import read_usage
 
@@ -61,6 +72,13 @@ EGRESS_SOCKET = "proxy.sock"
 EXCHANGE_GRACE_S = 15.0
 RECEIVE_CHUNK = 65536
 ENGINE_CONCURRENCY = 16
+# Under gVisor the host's pids cgroup counts the Sentry's and gofer's own threads
+# (and the ptrace platform's stub processes) besides the code's tasks: without room
+# the Sentry fails to start a thread and the whole sandbox dies. The code's own limit
+# is then RLIMIT_NPROC, which gVisor's kernel enforces per user inside the sandbox.
+RUNSC_PIDS_HEADROOM = 256
+# A unix socket path holds at most 107 bytes.
+MAX_SOCKET_PATH = 107
 
 T = TypeVar("T")
 
@@ -114,11 +132,19 @@ def connect() -> docker.DockerClient:
     return client
 
 
+def registered_runtimes(client: docker.DockerClient) -> frozenset[str]:
+    """The OCI runtimes the engine has registered (`docker info`), by name."""
+    with engine_errors("asking the engine for its runtimes"):
+        info: dict[str, Any] = client.info()
+    return frozenset(info.get("Runtimes") or {})
+
+
 def container_options(
     profile: Profile, *, labels: dict[str, str], egress_dir: str | None = None
 ) -> dict[str, Any]:
     """Every option of a sandbox container. The hardening lives here and only here."""
     limits = profile.limits
+    gvisor = profile.runtime == GVISOR
     memory = f"{limits.memory_mb}m"
     # The engine ignores `mode=` on these mounts; ownership is what lets the
     # sandbox user write.
@@ -136,17 +162,19 @@ def container_options(
         "network_disabled": True,
         "cap_drop": ["ALL"],
         "cap_add": RUNNER_CAPABILITIES,
-        "security_opt": ["no-new-privileges:true"],
+        "security_opt": ["no-new-privileges:true"] + ([gvisor_security_opt()] if gvisor else []),
         "read_only": True,
         "tmpfs": {
             "/workspace": f"rw,exec,nosuid,nodev,size={limits.workspace_mb}m,{owner}",
             "/tmp": f"rw,noexec,nosuid,nodev,size={limits.tmp_mb}m,{owner}",
         },
-        "pids_limit": limits.pids,
+        "pids_limit": limits.pids + (RUNSC_PIDS_HEADROOM if gvisor else 0),
         "mem_limit": memory,
         "memswap_limit": memory,
         "nano_cpus": int(limits.cpus * 1e9),
-        "ulimits": [Ulimit(name="core", soft=0, hard=0)],
+        "ulimits": [Ulimit(name="core", soft=0, hard=0)]
+        # gVisor's kernel counts its tasks per user itself; the host cgroup above can't.
+        + ([Ulimit(name="nproc", soft=limits.pids, hard=limits.pids)] if gvisor else []),
         "init": True,
         "ipc_mode": "private",
         "privileged": False,
@@ -163,8 +191,23 @@ def container_options(
     }
 
 
-def profile_of(job: JobSpec) -> Profile:
-    return Profile(image=job.image, runtime=job.runtime, limits=job.limits)
+def profile_of(job: JobSpec, *, egress: bool = False) -> Profile:
+    return Profile(image=job.image, runtime=job.runtime, limits=job.limits, egress=egress)
+
+
+def new_egress_dir() -> Path:
+    """An empty directory for one container's proxy socket, in a short place (the
+    system's temporary directory), unguessable, enterable by the sandbox user."""
+    path = Path(tempfile.mkdtemp(prefix="airlock-"))
+    if len(str(path / EGRESS_SOCKET)) > MAX_SOCKET_PATH:
+        path.rmdir()
+        raise EgressUnavailable(
+            f"the egress socket path under {path.parent} is too long for a unix socket; "
+            "set TMPDIR to a short directory"
+        )
+    # The umask may have taken bits from mkdtemp's 0700; the sandbox user must enter it.
+    path.chmod(0o755)
+    return path
 
 
 class DockerBackend:
@@ -190,6 +233,8 @@ class DockerBackend:
         self._active: dict[str, set[str]] = {}
         # Output received so far, by run in progress (for progress notifications).
         self._received: dict[str, int] = {}
+        # Each egress directory goes when its container goes.
+        self._egress_dirs: dict[str, Path] = {}
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
@@ -210,11 +255,14 @@ class DockerBackend:
                 with anyio.CancelScope(shield=True):
                     await self._remove_many(self.pool.drain())
 
-    async def run(self, job: JobSpec) -> JobOutcome:
-        pooled = None if job.egress else self.pool.take(profile_of(job))
+    @asynccontextmanager
+    async def sandbox(self, job: JobSpec, *, egress: bool) -> AsyncIterator[DockerSandbox]:
+        """A never-used container for `job`: a pooled one if ready, else a new one.
+        Removed when the block ends (after the reply, when `running()`)."""
+        pooled = self.pool.take(profile_of(job, egress=egress))
         if pooled is None:
             try:
-                container_id = await self._create(job)
+                container_id = await self._create(job, egress=egress)
             except BaseException:
                 # The engine may have created it before the call failed; find it by label.
                 with anyio.CancelScope(shield=True), contextlib.suppress(SandboxError):
@@ -224,8 +272,15 @@ class DockerBackend:
         else:
             container_id = pooled
         self._active.setdefault(job.session_id, set()).add(container_id)
+        box = DockerSandbox(
+            self,
+            container_id,
+            runtime=job.runtime,
+            egress_dir=self._egress_dirs.get(container_id),
+            started=pooled is not None,
+        )
         try:
-            outcome = await self._exchange(container_id, job, start=pooled is None)
+            yield box
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await self._retire(job.session_id, container_id)
@@ -234,9 +289,8 @@ class DockerBackend:
             self._background.start_soon(self._retire, job.session_id, container_id)
         else:
             await self._retire(job.session_id, container_id)
-        return outcome
 
-    async def _create(self, job: JobSpec) -> str:
+    async def _create(self, job: JobSpec, *, egress: bool) -> str:
         labels = {
             **self.instance.labels(),
             LABEL_SESSION: job.session_id,
@@ -244,15 +298,9 @@ class DockerBackend:
             LABEL_TENANT: job.tenant,
             LABEL_DEADLINE: str(int(time.time() + job.timeout_s + EXCHANGE_GRACE_S)),
         }
-        options = container_options(
-            profile_of(job),
-            labels=labels,
-            egress_dir=job.egress.socket_dir if job.egress else None,
+        return await self._create_container(
+            profile_of(job, egress=egress), labels, "creating the container"
         )
-        container = await self._call(
-            "creating the container", lambda: self.client.containers.create(**options)
-        )
-        return str(container.id)
 
     async def _start_pooled(self, profile: Profile) -> str:
         labels = {
@@ -264,17 +312,32 @@ class DockerBackend:
             # the reaper also skips containers that are in use.
             LABEL_DEADLINE: str(int(time.time() + POOL_MAX_AGE_S + 3600)),
         }
-        options = container_options(profile, labels=labels)
-        container = await self._call(
-            "creating a pooled container", lambda: self.client.containers.create(**options)
-        )
+        container_id = await self._create_container(profile, labels, "creating a pooled container")
         try:
-            await self._call("starting a pooled container", container.start)
+            await self._call(
+                "starting a pooled container", lambda: self.client.api.start(container_id)
+            )
         except BaseException:
             with anyio.CancelScope(shield=True):
-                await self._remove(str(container.id))
+                await self._remove(container_id)
             raise
-        return str(container.id)
+        return container_id
+
+    async def _create_container(self, profile: Profile, labels: dict[str, str], action: str) -> str:
+        egress_dir = new_egress_dir() if profile.egress else None
+        options = container_options(
+            profile, labels=labels, egress_dir=str(egress_dir) if egress_dir else None
+        )
+        try:
+            container = await self._call(action, lambda: self.client.containers.create(**options))
+        except BaseException:
+            if egress_dir is not None:
+                shutil.rmtree(egress_dir, ignore_errors=True)
+            raise
+        container_id = str(container.id)
+        if egress_dir is not None:
+            self._egress_dirs[container_id] = egress_dir
+        return container_id
 
     async def _retire(self, session_id: str, container_id: str) -> None:
         with anyio.CancelScope(shield=True):
@@ -398,6 +461,14 @@ class DockerBackend:
 
     async def _remove(self, container_id: str) -> None:
         try:
+            await self._remove_container(container_id)
+        finally:
+            egress_dir = self._egress_dirs.pop(container_id, None)
+            if egress_dir is not None:
+                shutil.rmtree(egress_dir, ignore_errors=True)
+
+    async def _remove_container(self, container_id: str) -> None:
+        try:
             await anyio.to_thread.run_sync(
                 lambda: self.client.api.remove_container(container_id, force=True, v=True),
                 limiter=self._engine_calls,
@@ -417,6 +488,42 @@ class DockerBackend:
                 return fn()
 
         return await anyio.to_thread.run_sync(guarded, limiter=self._engine_calls)
+
+
+class DockerSandbox:
+    """One container taken for one job (see `Backend.sandbox`)."""
+
+    def __init__(
+        self,
+        backend: DockerBackend,
+        container_id: str,
+        *,
+        runtime: str,
+        egress_dir: Path | None,
+        started: bool,
+    ) -> None:
+        self._backend = backend
+        self.container_id = container_id
+        self._runtime = runtime
+        self._egress_dir = egress_dir
+        self._started = started
+        self._used = False
+
+    @property
+    def egress_dir(self) -> Path | None:
+        return self._egress_dir
+
+    @property
+    def runtime(self) -> str:
+        return self._runtime
+
+    async def run(self, job: JobSpec) -> JobOutcome:
+        if self._used:
+            raise SandboxError("a sandbox takes exactly one job; take a new one")
+        if job.egress is not None and self._egress_dir is None:
+            raise SandboxError("this job has egress but its sandbox was taken without it")
+        self._used = True
+        return await self._backend._exchange(self.container_id, job, start=not self._started)
 
 
 def _attach(client: docker.DockerClient, container_id: str) -> int:

@@ -4,6 +4,11 @@ A pooled container runs the same runner as any other and blocks reading its
 job, so taking one skips only create and start. It is handed out once, is
 removed after its call like every other container, and carries the same
 instance labels, so a crashed server's pool is reaped like the rest.
+
+Each taken container is replaced at once, and the missing ones of a profile are
+started concurrently, so calls arriving faster than one container start find the
+pool refilling in parallel rather than one at a time. The counters (`hits`,
+`misses`, `started`, `failures`, `ready_count`) are for metrics.
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ class Profile:
     image: str
     runtime: str
     limits: ContainerLimits
+    egress: bool = False
+    """Created with an (empty) egress directory mounted, for a run's proxy to bind in."""
 
 
 class WarmPool:
@@ -47,7 +54,20 @@ class WarmPool:
         self._start = start
         self._remove = remove
         self._ready: dict[Profile, deque[tuple[str, float]]] = {}
+        self._starting: dict[Profile, int] = {}
         self._wake = anyio.Event()
+        self.hits = 0
+        """Calls that got a ready container."""
+        self.misses = 0
+        """Calls that found none ready (the backend then creates one)."""
+        self.started = 0
+        """Containers started for the pool."""
+        self.failures = 0
+        """Pool starts the engine refused."""
+
+    def ready_count(self) -> int:
+        """Ready containers across all profiles."""
+        return sum(len(ready) for ready in self._ready.values())
 
     def want(self, profile: Profile) -> None:
         """Keep `size` containers of this profile ready from now on."""
@@ -64,10 +84,13 @@ class WarmPool:
             container_id, born = ready.popleft()
             self._wake.set()
             if now - born < MAX_AGE_S:
+                self.hits += 1
                 return container_id
             # Too old to hand out; the refill loop replaces it.
             ready.appendleft((container_id, born))
             break
+        if self.size > 0:
+            self.misses += 1
         return None
 
     def drain(self) -> list[str]:
@@ -78,21 +101,34 @@ class WarmPool:
         return ids
 
     async def refill_forever(self) -> None:
-        """Top every wanted profile up to `size`, replacing old containers, until cancelled."""
-        while True:
-            self._wake = anyio.Event()
-            for profile, ready in list(self._ready.items()):
-                await self._retire_old(ready)
-                while len(ready) < self.size:
-                    try:
-                        container_id = await self._start(profile)
-                    except SandboxError as exc:
-                        log.warning("warm pool: cannot start a container: %s", exc)
-                        await anyio.sleep(RETRY_AFTER_FAILURE_S)
-                        break
-                    ready.append((container_id, time.monotonic()))
-            with anyio.move_on_after(MAX_AGE_S / 4):
-                await self._wake.wait()
+        """Top every wanted profile up to `size`, replacing old containers, until cancelled.
+
+        Missing containers are started concurrently, each in its own task."""
+        async with anyio.create_task_group() as tg:
+            while True:
+                self._wake = anyio.Event()
+                for profile, ready in list(self._ready.items()):
+                    await self._retire_old(ready)
+                    starting = self._starting.get(profile, 0)
+                    for _ in range(self.size - len(ready) - starting):
+                        self._starting[profile] = self._starting.get(profile, 0) + 1
+                        tg.start_soon(self._start_one, profile)
+                with anyio.move_on_after(MAX_AGE_S / 4):
+                    await self._wake.wait()
+
+    async def _start_one(self, profile: Profile) -> None:
+        try:
+            container_id = await self._start(profile)
+        except SandboxError as exc:
+            self.failures += 1
+            log.warning("warm pool: cannot start a container: %s", exc)
+            await anyio.sleep(RETRY_AFTER_FAILURE_S)
+        else:
+            self.started += 1
+            self._ready[profile].append((container_id, time.monotonic()))
+        finally:
+            self._starting[profile] -= 1
+            self._wake.set()
 
     async def _retire_old(self, ready: deque[tuple[str, float]]) -> None:
         now = time.monotonic()

@@ -76,11 +76,11 @@ class InputDir(BaseModel):
 
 
 class EgressMount(BaseModel):
-    """The run's way out: a host directory holding only the proxy socket, and the CA to trust."""
+    """The run's way out: the CA to trust. The proxy listens in the sandbox's egress
+    directory (`Sandbox.egress_dir`), which the backend prepared when it created it."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    socket_dir: str
     ca_pem: str
 
 

@@ -128,6 +128,7 @@ async def run_detail(db: Database, blobs: BlobStore, run_id: str) -> str:
         f"started    {iso_time(run.created_at)}",
         f"finished   {iso_time(run.finished_at) if run.finished_at else '-'}",
         f"language   {run.language}   code sha256 {run.code_sha256}",
+        f"runtime    {run.runtime or '-'}",
         f"status     {run.status}   exit {run.exit_code if run.exit_code is not None else '-'}",
         f"duration   {_duration(run)} (timeout {run.timeout_s}s)",
         f"usage      cpu {_cpu(run)}, peak memory {_memory(run)}",

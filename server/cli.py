@@ -415,10 +415,11 @@ def _create_key(args: argparse.Namespace) -> int:
 def _doctor(config: Config) -> int:
     failed = 0
     for check in run_checks(config):
-        mark = "ok " if check.ok else "MISSING"
+        mark = "MISSING" if not check.ok else "WARN" if check.warning else "ok "
         _out(f"[{mark}] {check.name}: {check.detail}")
         if not check.ok:
             failed += 1
+        if check.fix and (not check.ok or check.warning):
             _out(f"        fix: {check.fix}")
     _out("all good" if not failed else f"{failed} problem(s) found")
     return 0 if not failed else 1

@@ -9,10 +9,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import docker
+
 from airlock.errors import AirlockError
 from policies import Policy, load_policy
 from sandbox import connect
+from sandbox.docker import registered_runtimes
 from sandbox.image import ImageInputs, base_exists, image_exists, image_inputs, image_tag
+from sandbox.runtime import AUTO, GVISOR, REGISTER_GVISOR, choose_runtime
 
 from .config import Config
 from .secret_check import missing_secrets
@@ -24,6 +28,8 @@ class Check:
     ok: bool
     detail: str
     fix: str = ""
+    warning: bool = False
+    """Works, but not as well as it could: `fix` says how; not counted as a problem."""
 
 
 def run_checks(config: Config) -> Iterator[Check]:
@@ -42,6 +48,7 @@ def run_checks(config: Config) -> Iterator[Check]:
         yield _engine_unreachable(exc, os.environ.get("DOCKER_HOST"))
         return
     yield Check("docker", True, f"engine {client.version().get('Version', '?')} reachable")
+    yield _runtime(policy.sandbox.runtime if policy is not None else AUTO, client)
     configured = policy.sandbox.image if policy is not None else None
     try:
         inputs = image_inputs(policy.image) if policy is not None else ImageInputs()
@@ -114,6 +121,18 @@ def _secrets(policy: Policy, config: Config) -> Iterator[Check]:
         return
     for gap in missing:
         yield Check("secret", False, str(gap), f"{gap.command}  (value on stdin)")
+
+
+def _runtime(wanted: str, client: docker.DockerClient) -> Check:
+    try:
+        choice = choose_runtime(wanted, registered_runtimes(client))
+    except AirlockError as exc:
+        return Check("runtime", False, str(exc), REGISTER_GVISOR)
+    if choice.warning:
+        return Check("runtime", True, choice.warning, REGISTER_GVISOR, warning=True)
+    if choice.runtime == GVISOR:
+        return Check("runtime", True, "gVisor (runsc) is registered; sandboxes run under it")
+    return Check("runtime", True, f'{choice.runtime} (the policy sets runtime = "{wanted}")')
 
 
 def _data_dir(path: Path) -> Check:

@@ -18,7 +18,8 @@ import anyio.abc
 
 from airlock.errors import AirlockError, ImageBuilding, ImageUnavailable
 from policies import ImageSettings, Policy
-from sandbox import Backend, DockerBackend, connect, limits_of
+from sandbox import DockerBackend, Ready, connect, limits_of
+from sandbox.docker import registered_runtimes
 from sandbox.image import (
     ImageInputs,
     base_exists,
@@ -30,6 +31,7 @@ from sandbox.image import (
 from sandbox.image import image_tag as sandbox_image_tag
 from sandbox.instance import Instance
 from sandbox.pool import Profile
+from sandbox.runtime import choose_runtime
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +71,7 @@ class Engine:
         self._lock = anyio.Lock()
         self._backend: DockerBackend | None = None
         self._images: dict[ImageSettings, str] = {}
+        self._runtime = ""
         self._connected = anyio.Event()
         self._builds: dict[ImageSettings, _Build] = {}
         self._task_group: anyio.abc.TaskGroup | None = None
@@ -76,8 +79,8 @@ class Engine:
         # after that tries again.
         self._failures: dict[ImageSettings, AirlockError] = {}
 
-    async def ready(self, image: ImageSettings | None = None) -> tuple[Backend, str]:
-        """The backend and the image for these [image] settings (missing: the server
+    async def ready(self, image: ImageSettings | None = None) -> Ready:
+        """The backend, the runtime and the image for these [image] settings (missing: the server
         policy's). While that image is being built this raises `ImageBuilding` at once; if it
         must be built and nobody is building it, the build starts in the background and the
         caller hears the same."""
@@ -90,13 +93,13 @@ class Engine:
             raise failure
         return await self._get_ready(key, wait=False)
 
-    async def _get_ready(self, key: ImageSettings, *, wait: bool) -> tuple[Backend, str]:
+    async def _get_ready(self, key: ImageSettings, *, wait: bool) -> Ready:
         """Connect and find the image under the lock; build outside it, so that callers
         meanwhile hear `ImageBuilding` instead of queueing behind the build."""
         async with self._lock:
             backend = await self._connect()
             if key in self._images:
-                return backend, self._images[key]
+                return Ready(backend, self._images[key], self._runtime)
             # [sandbox] image is the server's alone (tenant policies may not set it).
             image = self._policy.sandbox.image
             inputs = image_inputs(key)
@@ -117,18 +120,29 @@ class Engine:
             if key not in self._images:
                 self._images[key] = image
                 backend.pool.want(
+                    # With an allow rule every run has egress: keep those containers ready.
                     Profile(
                         image=image,
-                        runtime=self._policy.sandbox.runtime,
+                        runtime=self._runtime,
                         limits=limits_of(self._policy),
+                        egress=bool(self._policy.egress.allow),
                     )
                 )
                 self._connected.set()
-            return backend, self._images[key]
+            return Ready(backend, self._images[key], self._runtime)
 
     async def _connect(self) -> DockerBackend:
         if self._backend is None:
             client = await anyio.to_thread.run_sync(connect)
+            try:
+                registered = await anyio.to_thread.run_sync(registered_runtimes, client)
+                choice = choose_runtime(self._policy.sandbox.runtime, registered)
+            except BaseException:
+                client.close()
+                raise
+            if choice.warning:
+                log.warning("%s", choice.warning)
+            self._runtime = choice.runtime
             backend = DockerBackend(client, self._instance, pool_size=self._policy.pool.size)
             reaped = await backend.reap(time.time())
             if reaped:
@@ -178,13 +192,13 @@ class Engine:
         """Get ready; a failure is only logged, the next caller hears it."""
         key = self._policy.image if key is None else key
         try:
-            _, image = await self._get_ready(key, wait=True)
+            ready = await self._get_ready(key, wait=True)
         except Exception as exc:
             log.error("sandbox engine not ready: %s", exc)
             if isinstance(exc, AirlockError):
                 self._failures[key] = exc
             return
-        log.info("sandbox engine ready (image %s)", image)
+        log.info("sandbox engine ready (image %s, runtime %s)", ready.image, ready.runtime)
 
     def _build_image(self, backend: DockerBackend, inputs: ImageInputs) -> str:
         return build_image(backend.client, lambda line: log.info("image: %s", line), inputs)

@@ -38,9 +38,10 @@ from .workspace import Change, WorkspaceCommit, WorkspaceDelta, WorkspaceHead, m
 
 _T = TypeVar("_T")
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """1: the first schema. 2: workspace entries keep kind, mode, mtime, writer and version;
-workspace versions and their changes are recorded (columns and tables added on open)."""
+workspace versions and their changes are recorded (columns and tables added on open).
+3: runs record their container runtime."""
 
 # A second process (e.g. `airlock gc`) may hold the write lock briefly; wait rather than fail.
 _BUSY_TIMEOUT_MS = 5000
@@ -77,7 +78,8 @@ _SCHEMA = (
         stdout_sha256 TEXT,
         stderr_bytes INTEGER NOT NULL DEFAULT 0,
         stderr_sha256 TEXT,
-        error TEXT
+        error TEXT,
+        runtime TEXT NOT NULL DEFAULT ''
     )""",
     # created_at trails the filter column so "newest first" of one session or tenant is
     # read straight off the index.
@@ -240,6 +242,7 @@ _ADDED_COLUMNS = (
     ("workspace_files", "mtime", "INTEGER NOT NULL DEFAULT 0"),
     ("workspace_files", "written_by", "TEXT"),
     ("workspace_files", "version", "INTEGER NOT NULL DEFAULT 0"),
+    ("runs", "runtime", "TEXT NOT NULL DEFAULT ''"),
 )
 
 _SESSION_COLUMNS = (
@@ -248,7 +251,7 @@ _SESSION_COLUMNS = (
 _RUN_COLUMNS = (
     "id, session_id, tenant, language, status, created_at, timeout_s, limits_json, code_sha256,"
     " finished_at, duration_ms, exit_code, cpu_seconds, peak_memory_bytes,"
-    " stdout_bytes, stdout_sha256, stderr_bytes, stderr_sha256, error"
+    " stdout_bytes, stdout_sha256, stderr_bytes, stderr_sha256, error, runtime"
 )
 _ARTIFACT_COLUMNS = "run_id, path, size, sha256, mime_type, tenant, created_at"
 _EGRESS_COLUMNS = (

@@ -43,6 +43,9 @@ class RunRecord(BaseModel):
     timeout_s: int
     limits: dict[str, Any]
     code_sha256: str
+    runtime: str = ""
+    """OCI runtime of the run's sandbox (runsc, runc); empty for runs recorded before
+    Airlock recorded it."""
     finished_at: float | None = None
     duration_ms: int | None = None
     exit_code: int | None = None

@@ -1,7 +1,12 @@
 """Shared fixtures: the real Docker engine, the real sandbox image, servers under test.
 
 Tests marked `docker` need the engine. Locally they skip when it is missing; with
-AIRLOCK_REQUIRE_DOCKER=1 (set by .ci/run) a missing engine fails them instead.
+AIRLOCK_REQUIRE_DOCKER=1 (set by .ci/run) a missing engine fails them instead, and so
+does an engine without gVisor (`runsc`) registered.
+
+The sandbox suites in `BOTH_RUNTIMES` run every test once under gVisor and once
+under runc (the `sandbox_runtime` parameter); the rest run under the default
+runtime ("auto"), as a new user gets it.
 """
 
 from __future__ import annotations
@@ -19,11 +24,20 @@ from mcp.server.mcpserver import MCPServer
 from airlock.errors import AirlockError
 from policies import Policy
 from sandbox import connect
+from sandbox.docker import registered_runtimes
 from sandbox.image import ensure_image
+from sandbox.runtime import AUTO, GVISOR, REGISTER_GVISOR, RUNC
 from server import Config, build_server
 
 REQUIRE_DOCKER = os.environ.get("AIRLOCK_REQUIRE_DOCKER") == "1"
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
+# Hardening, attacks, limits, egress, teardown, and the backend contract.
+BOTH_RUNTIMES = ("test_attacks", "test_egress", "test_teardown", "test_backend_contract")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "sandbox_runtime" in metafunc.fixturenames and metafunc.module.__name__ in BOTH_RUNTIMES:
+        metafunc.parametrize("sandbox_runtime", [GVISOR, RUNC])
 
 
 @pytest.fixture(scope="session")
@@ -56,10 +70,40 @@ def sandbox_image(docker_client: docker.DockerClient) -> str:
     return ensure_image(docker_client, lambda line: sys.stderr.write(f"image: {line}\n"))
 
 
+@pytest.fixture(scope="session")
+def engine_runtimes(docker_client: docker.DockerClient) -> frozenset[str]:
+    return registered_runtimes(docker_client)
+
+
+@pytest.fixture
+def sandbox_runtime(engine_runtimes: frozenset[str]) -> str:
+    """The policy's `[sandbox] runtime` for this test: "auto" unless parametrized."""
+    return AUTO
+
+
+@pytest.fixture(autouse=True)
+def _runtime_registered(request: pytest.FixtureRequest) -> None:
+    """A test asking for gVisor fails in CI when the engine lacks it, and skips locally."""
+    if "sandbox_runtime" not in request.fixturenames:
+        return
+    runtime = request.getfixturevalue("sandbox_runtime")
+    registered = request.getfixturevalue("engine_runtimes")
+    if runtime == GVISOR and GVISOR not in registered:
+        message = f"gVisor (runsc) is not registered with the Docker engine; {REGISTER_GVISOR}"
+        if REQUIRE_DOCKER:
+            pytest.fail(f"{message} (required: AIRLOCK_REQUIRE_DOCKER=1)")
+        pytest.skip(message)
+
+
 @pytest.fixture(autouse=True)
 def _docker_marker(request: pytest.FixtureRequest) -> None:
     if request.node.get_closest_marker("docker") is not None:
         request.getfixturevalue("sandbox_image")
+        if REQUIRE_DOCKER and GVISOR not in request.getfixturevalue("engine_runtimes"):
+            pytest.fail(
+                "CI runs sandboxes under gVisor too, but runsc is not registered with the "
+                f"Docker engine; {REGISTER_GVISOR}"
+            )
 
 
 @pytest.fixture
@@ -68,11 +112,16 @@ def data_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def make_server(data_dir: Path, sandbox_image: str) -> Callable[..., MCPServer]:
+def make_server(
+    data_dir: Path, sandbox_image: str, sandbox_runtime: str
+) -> Callable[..., MCPServer]:
     """Build a server on this test's data dir: `make_server()` for the default policy,
-    `make_server({"limits": {"memory_mb": 128}})` for a policy with those sections."""
+    `make_server({"limits": {"memory_mb": 128}})` for a policy with those sections.
+    The runtime is the test's `sandbox_runtime` unless the policy names one."""
 
     def make(policy: dict[str, Any] | None = None) -> MCPServer:
-        return build_server(Config(data_dir=data_dir), Policy.model_validate(policy or {}))
+        policy = dict(policy or {})
+        policy["sandbox"] = {"runtime": sandbox_runtime, **policy.get("sandbox", {})}
+        return build_server(Config(data_dir=data_dir), Policy.model_validate(policy))
 
     return make

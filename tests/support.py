@@ -5,11 +5,17 @@ from __future__ import annotations
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import anyio
 
 T = TypeVar("T")
+
+# Tests that watch a session's containers by their `airlock.session` label run without
+# the warm pool: pooled containers are created before any session and carry no session
+# label. tests/test_backend_contract.py covers pooled containers' teardown.
+NO_POOL: dict[str, Any] = {"pool": {"size": 0}}
+NO_POOL_TOML = "[pool]\nsize = 0\n"
 
 
 async def wait_until(check: Callable[[], T], *, within: float = 30, interval: float = 0.05) -> T:

@@ -33,7 +33,7 @@ import pytest
 from mcp import MCPError
 from mcp.client import Client
 from mcp.types import CallToolResult
-from support import wait_until
+from support import NO_POOL, wait_until
 
 from server import Config
 
@@ -457,7 +457,7 @@ print(f"forked {children} children", flush=True)
 async def test_python_fork_bomb_is_stopped_by_the_pids_limit(
     make_server: Any, docker_client: docker.DockerClient, mode: str
 ) -> None:
-    async with Client(make_server(SMALL), mode=mode) as c:
+    async with Client(make_server({**SMALL, **NO_POOL}), mode=mode) as c:
         started = time.monotonic()
         result = await run(c, FORK_BOMB_PY, timeout_s=20)
         assert time.monotonic() - started < 30
@@ -491,7 +491,7 @@ async def test_bash_fork_bomb_is_contained_and_leaves_no_container(
     make_server: Any, docker_client: docker.DockerClient, variant: str, mode: str
 ) -> None:
     code, expected_status = BASH_BOMBS[variant]
-    async with Client(make_server(SMALL), mode=mode) as c:
+    async with Client(make_server({**SMALL, **NO_POOL}), mode=mode) as c:
         started = time.monotonic()
         result = await run(c, code, language="bash", timeout_s=5)
         elapsed = time.monotonic() - started

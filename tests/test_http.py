@@ -21,7 +21,7 @@ from anyio.abc import Process
 from mcp import MCPError
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
-from support import make_wheel, wait_until
+from support import NO_POOL_TOML, make_wheel, wait_until
 
 from server.auth import generate_api_key
 
@@ -49,8 +49,12 @@ class HttpServer:
 
 @asynccontextmanager
 async def http_server(
-    tmp_path: Path, *extra: str, tenant_policies: dict[str, str] | None = None
+    tmp_path: Path,
+    *extra: str,
+    tenant_policies: dict[str, str] | None = None,
+    pool: bool = True,
 ) -> AsyncIterator[HttpServer]:
+    """`pool=False`: the server runs without the warm pool (see support.NO_POOL)."""
     keys: dict[str, str] = {}
     lines = []
     for tenant in ("acme", "globex"):
@@ -68,6 +72,10 @@ async def http_server(
     data_dir = tmp_path / "data"
     command = [AIRLOCK, "serve", "--http", "--port", str(port), "--auth", str(auth)]
     command += ["--data-dir", str(data_dir), *extra]
+    if not pool:
+        policy = tmp_path / "no-pool.toml"
+        policy.write_text(NO_POOL_TOML)
+        command += ["--policy", str(policy)]
     process = await anyio.open_process(command, stdin=None, stdout=None, stderr=None)
     base = f"http://127.0.0.1:{port}"
     try:
@@ -203,7 +211,7 @@ async def test_sigterm_ends_every_lease_and_removes_containers(
     tmp_path: Path, mode: str, docker_client: docker.DockerClient
 ) -> None:
     session = ""
-    async with http_server(tmp_path) as server:
+    async with http_server(tmp_path, pool=False) as server:
         # The client loses its server mid-call; only what the server did matters here.
         with contextlib.suppress(Exception):
             async with client(server, "acme", mode) as acme:
@@ -282,7 +290,7 @@ async def test_each_tenant_gets_the_policy_of_its_key(tmp_path: Path) -> None:
 async def test_a_client_that_disconnects_mid_call_gets_its_container_removed(
     tmp_path: Path, mode: str, docker_client: docker.DockerClient
 ) -> None:
-    async with http_server(tmp_path) as server:
+    async with http_server(tmp_path, pool=False) as server:
         async with client(server, "acme", mode) as acme:
             first = await acme.call_tool("run_code", {"code": "print(1)"})
             assert first.structured_content is not None
@@ -316,7 +324,7 @@ async def test_a_sigkilled_http_server_leaves_nothing_after_the_next_start(
     session = ""
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
-    async with http_server(tmp_path / "a") as first:
+    async with http_server(tmp_path / "a", pool=False) as first:
         with contextlib.suppress(Exception):
             async with client(first, "acme", "auto") as acme:
                 started = await acme.call_tool("run_code", {"code": "print(1)"})
@@ -348,7 +356,7 @@ async def test_a_sigkilled_http_server_leaves_nothing_after_the_next_start(
     )
     try:
         assert survivors, "a SIGKILLed server cannot clean up; its container must still be there"
-        async with http_server(tmp_path / "b"), httpx.AsyncClient():
+        async with http_server(tmp_path / "b", pool=False), httpx.AsyncClient():
             await wait_until(
                 lambda: (
                     not docker_client.containers.list(

@@ -75,7 +75,7 @@ def test_custom_file_overrides_only_the_keys_it_sets(tmp_path: Path) -> None:
         cpus = 2
 
         [pool]
-        size = 4
+        size = 2
         """,
     )
 
@@ -84,7 +84,7 @@ def test_custom_file_overrides_only_the_keys_it_sets(tmp_path: Path) -> None:
     assert policy == Policy(
         sandbox=SandboxSettings(image="example/sandbox:1", runtime="runsc"),
         limits=Limits(timeout_s=60, cpus=2.0),
-        pool=PoolSettings(size=4),
+        pool=PoolSettings(size=2),
     )
     assert policy.output == OutputLimits()
     assert policy.files == FileLimits()
@@ -268,7 +268,7 @@ def test_rejects_value_out_of_range_naming_the_key(
         ('[limits]\ntimeout_s = "30"', "limits.timeout_s: must be a whole number"),
         ("[limits]\ntimeout_s = true", "limits.timeout_s: must be a whole number"),
         ("[limits]\ntimeout_s = 1.5", "limits.timeout_s: must be a whole number"),
-        ('[sandbox]\nruntime = "kata"', "sandbox.runtime: must be 'runc' or 'runsc'"),
+        ('[sandbox]\nruntime = "kata"', "sandbox.runtime: must be 'auto', 'runc' or 'runsc'"),
         ('[sandbox]\nimage = ""', "sandbox.image: must not be empty"),
         ("version = 2", "version: must be 1"),
         ("limits = 5", "limits: must be a table with timeout_s, max_timeout_s, memory_mb"),

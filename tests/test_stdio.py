@@ -34,6 +34,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 from mcp.types import CallToolResult, TextContent
+from support import NO_POOL_TOML
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
 
@@ -82,7 +83,10 @@ def server_env(tmp_path: Path) -> dict[str, str]:
 
 
 def serve_args(data_dir: Path) -> list[str]:
-    return ["serve", "--data-dir", str(data_dir)]
+    # These tests watch a session's containers by label, so no warm pool (support.NO_POOL).
+    policy = data_dir.parent / "no-pool.toml"
+    policy.write_text(NO_POOL_TOML)
+    return ["serve", "--data-dir", str(data_dir), "--policy", str(policy)]
 
 
 @asynccontextmanager

@@ -15,6 +15,7 @@ import pytest
 from docker.models.containers import Container
 from mcp.client import Client
 from mcp.types import CallToolResult, TextContent
+from support import NO_POOL
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
 
@@ -77,7 +78,7 @@ async def start_session(client: Client, docker_client: docker.DockerClient) -> s
 async def test_cancelled_call_has_its_container_removed_and_server_keeps_serving(
     make_server: Callable[..., Any], docker_client: docker.DockerClient, mode: str
 ) -> None:
-    async with Client(make_server(), mode=mode) as client:
+    async with Client(make_server(NO_POOL), mode=mode) as client:
         session_id = await start_session(client, docker_client)
         label = f"airlock.session={session_id}"
         async with anyio.create_task_group() as tg:
@@ -95,7 +96,7 @@ async def test_cancelled_call_has_its_container_removed_and_server_keeps_serving
 async def test_end_session_removes_every_container_and_fails_the_pending_calls(
     make_server: Callable[..., Any], docker_client: docker.DockerClient
 ) -> None:
-    async with Client(make_server(), mode="auto") as client:
+    async with Client(make_server(NO_POOL), mode="auto") as client:
         session_id = await start_session(client, docker_client)
         label = f"airlock.session={session_id}"
         pending: list[CallToolResult] = []
@@ -188,7 +189,7 @@ async def test_server_shutdown_during_a_call_leaves_no_container_of_its_instance
     with anyio.fail_after(APPEAR_S + 2 * VANISH_S):
         async with (
             anyio.create_task_group() as tg,
-            Client(make_server(), mode=mode) as client,
+            Client(make_server(NO_POOL), mode=mode) as client,
         ):
             session_id = await start_session(client, docker_client)
             tg.start_soon(long_call, client)

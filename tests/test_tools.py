@@ -16,7 +16,7 @@ import pytest
 from mcp.client import Client
 from mcp.server.mcpserver import MCPServer
 from mcp.types import BlobResourceContents, EmbeddedResource, ResourceLink, TextContent
-from support import wait_until
+from support import NO_POOL, wait_until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
 
@@ -39,7 +39,7 @@ def text_of(result: Any) -> str:
 
 @MODES
 async def test_run_code_returns_the_contract_fields_and_an_envelope(
-    make_server: MakeServer, mode: str
+    make_server: MakeServer, mode: str, engine_runtimes: frozenset[str]
 ) -> None:
     async with Client(make_server(), mode=mode) as client:
         result = await client.call_tool("run_code", {"code": "print('hello')"})
@@ -48,6 +48,8 @@ async def test_run_code_returns_the_contract_fields_and_an_envelope(
     assert re.fullmatch(r"run_[a-z2-7]{26}", data["run_id"])
     assert re.fullmatch(r"ses_[a-z2-7]{26}", data["session_id"])
     assert data["session_expires_at"].endswith("Z")
+    # The default runtime "auto" picks gVisor wherever the engine has it.
+    assert data["runtime"] == ("runsc" if "runsc" in engine_runtimes else "runc")
     assert data["status"] == "ok"
     assert data["exit_code"] == 0
     assert data["stdout"] == {
@@ -231,7 +233,7 @@ async def test_unknown_session_is_a_tool_error(make_server: MakeServer) -> None:
 async def test_live_container_is_hardened(
     make_server: MakeServer, docker_client: docker.DockerClient
 ) -> None:
-    async with Client(make_server()) as client:
+    async with Client(make_server(NO_POOL)) as client:
         warm = await run(client, "print(1)")
         session = warm["session_id"]
         async with anyio.create_task_group() as tg:
@@ -296,12 +298,13 @@ async def test_records_survive_restart_and_audit_shows_them(
     ).stdout.decode()
     assert "audited output" in detail
     assert "peak memory" in detail
+    assert f"runtime    {data['runtime']}\n" in detail
 
 
 async def test_a_tenant_over_its_concurrent_run_limit_is_refused(
     make_server: MakeServer, docker_client: docker.DockerClient
 ) -> None:
-    async with Client(make_server({"tenants": {"max_concurrent_runs": 1}})) as client:
+    async with Client(make_server({"tenants": {"max_concurrent_runs": 1}, **NO_POOL})) as client:
         first = await run(client, "print(1)")
         session = first["session_id"]
         async with anyio.create_task_group() as tg:
@@ -325,7 +328,7 @@ async def test_a_tenant_over_its_concurrent_run_limit_is_refused(
 async def test_a_lease_past_its_lifetime_ends_without_any_call(
     make_server: MakeServer, docker_client: docker.DockerClient
 ) -> None:
-    policy = {"sessions": {"idle_ttl_s": 2, "max_lifetime_s": 2}}
+    policy = {"sessions": {"idle_ttl_s": 2, "max_lifetime_s": 2}, **NO_POOL}
     async with Client(make_server(policy)) as client:
         result = await client.call_tool("run_code", {"code": "import time; time.sleep(60)"})
         assert result.is_error

@@ -15,7 +15,7 @@ from typing import Protocol
 from broker import Grants, RunTokens, Vault
 from egress import Egress
 from policies import ImageSettings, Policy
-from sandbox import Backend
+from sandbox import Backend, Ready
 from store import BlobStore, Database
 
 from .events import Events
@@ -37,9 +37,9 @@ class Session:
 class SandboxProvider(Protocol):
     """The engine side, which may still be starting (connecting, building the image)."""
 
-    async def ready(self, image: ImageSettings | None = None) -> tuple[Backend, str]:
-        """The backend and the image built with these [image] settings (missing: the
-        server's), once both are available; raises what blocks them."""
+    async def ready(self, image: ImageSettings | None = None) -> Ready:
+        """The backend, the image built with these [image] settings (missing: the
+        server's) and the runtime, once available; raises what blocks them."""
         ...
 
     def connected(self) -> Backend | None:

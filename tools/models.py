@@ -95,6 +95,9 @@ class RunResult(BaseModel):
     run_id: str
     session_id: str
     session_expires_at: str = Field(description="ISO 8601 UTC time the session ends if left idle.")
+    runtime: str = Field(
+        description="Container runtime that ran the code: runsc (gVisor) or runc (host kernel)."
+    )
     status: Literal["ok", "error", "timeout", "oom", "killed"] = Field(
         description="ok: exit 0; error: non-zero exit; timeout, oom, killed: stopped by Airlock."
     )

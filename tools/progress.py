@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 
 import anyio
 
-from sandbox import Backend, JobOutcome, JobSpec
+from sandbox import Backend, JobOutcome, JobSpec, Sandbox
 
 log = logging.getLogger(__name__)
 
@@ -23,10 +23,13 @@ Progress = Callable[[float, str], Awaitable[None]]
 """Reports (seconds elapsed, message) to the caller."""
 
 
-async def run_reporting(backend: Backend, job: JobSpec, progress: Progress | None) -> JobOutcome:
-    """`backend.run(job)`, reporting progress each second after the first."""
+async def run_reporting(
+    backend: Backend, box: Sandbox, job: JobSpec, progress: Progress | None
+) -> JobOutcome:
+    """`box.run(job)` (a sandbox of `backend`), reporting progress each second after the
+    first."""
     if progress is None:
-        return await backend.run(job)
+        return await box.run(job)
     started = time.monotonic()
 
     async def tick() -> None:
@@ -50,7 +53,7 @@ async def run_reporting(backend: Backend, job: JobSpec, progress: Progress | Non
         # Kept out of the task group, which would wrap it in an ExceptionGroup that
         # tool_errors cannot map (a runner fault became "Error executing tool").
         try:
-            outcome = await backend.run(job)
+            outcome = await box.run(job)
         except Exception as exc:
             failure = exc
         tg.cancel_scope.cancel()

@@ -106,7 +106,7 @@ async def run_code(
         )
     call_files = _decode_files(files, policy, mtime=int(services.clock()))
     grants = live_grants(services, session, list(capabilities))
-    backend, image = await services.sandbox.ready(policy.image)
+    backend, image, runtime = await services.sandbox.ready(policy.image)
     head, inputs, dirs = await _workspace_inputs(services, session, call_files)
     run_id = new_run_id()
     record = RunRecord(
@@ -119,6 +119,7 @@ async def run_code(
         timeout_s=timeout,
         limits=policy.limits.model_dump(),
         code_sha256=await services.blobs.put(code.encode()),
+        runtime=runtime,
     )
     await services.db.create_run(record)
     await _keep_inputs(services, run_id, inputs, call_files)
@@ -127,7 +128,7 @@ async def run_code(
         session_id=session.id,
         tenant=session.tenant,
         image=image,
-        runtime=policy.sandbox.runtime,
+        runtime=runtime,
         language=language,  # type: ignore[arg-type]  # checked by the tool's schema
         code=code,
         env=sandbox_environment(),
@@ -144,28 +145,31 @@ async def run_code(
         ),
     )
     egress_log: list[EgressRecord] = []
+    needs_egress = services.egress.needed(grants, policy.egress)
     try:
-        if services.egress.needed(grants, policy.egress):
-            async with services.egress.open(
-                settings=policy.egress,
-                capabilities=policy.capabilities,
-                tenant=session.tenant,
-                session_id=session.id,
-                run_id=run_id,
-                grants=grants,
-                deadline=services.clock() + timeout + EXCHANGE_GRACE_S,
-            ) as run_egress:
-                egress_log = run_egress.records
-                plan = run_egress.plan
-                job = job.model_copy(
-                    update={
-                        "env": sandbox_environment(proxy_token=plan.token.reveal()),
-                        "egress": EgressMount(socket_dir=str(plan.socket_dir), ca_pem=plan.ca_pem),
-                    }
-                )
-                outcome = await run_reporting(backend, job, progress)
-        else:
-            outcome = await run_reporting(backend, job, progress)
+        async with backend.sandbox(job, egress=needs_egress) as box:
+            if box.egress_dir is not None:
+                async with services.egress.open(
+                    settings=policy.egress,
+                    capabilities=policy.capabilities,
+                    tenant=session.tenant,
+                    session_id=session.id,
+                    run_id=run_id,
+                    grants=grants,
+                    deadline=services.clock() + timeout + EXCHANGE_GRACE_S,
+                    socket_dir=box.egress_dir,
+                ) as run_egress:
+                    egress_log = run_egress.records
+                    plan = run_egress.plan
+                    job = job.model_copy(
+                        update={
+                            "env": sandbox_environment(proxy_token=plan.token.reveal()),
+                            "egress": EgressMount(ca_pem=plan.ca_pem),
+                        }
+                    )
+                    outcome = await run_reporting(backend, box, job, progress)
+            else:
+                outcome = await run_reporting(backend, box, job, progress)
     except BaseException as exc:
         with anyio.CancelScope(shield=True):
             await services.db.add_egress(egress_log)
@@ -208,7 +212,7 @@ async def run_code(
             raise
         await services.db.finish_run(finished)
         services.events.emit(RunFinished(finished, job.runtime, tuple(egress_log)))
-    return _result(policy, timeout, session, run_id, outcome, kept, stream_uris, egress_log)
+    return _result(policy, timeout, session, record, outcome, kept, stream_uris, egress_log)
 
 
 def _timeout(timeout_s: int | None, policy: Policy) -> int:
@@ -422,7 +426,7 @@ def _result(
     policy: Policy,
     timeout: int,
     session: Session,
-    run_id: str,
+    record: RunRecord,
     outcome: JobOutcome,
     kept: _Kept,
     stream_uris: dict[str, str],
@@ -444,7 +448,8 @@ def _result(
         for name, capture in (("stdout", outcome.stdout), ("stderr", outcome.stderr))
     }
     result = RunResult(
-        run_id=run_id,
+        run_id=record.id,
+        runtime=record.runtime,
         session_id=session.id,
         session_expires_at=session.expires_at_iso,
         status=outcome.status,
@@ -587,7 +592,7 @@ def _summary_text(result: RunResult, limit_hit: str) -> str:
     counts = result.changes.counts
     lines = [
         f"run {result.run_id} finished: status {result.status}, {exit_part}, "
-        f"{result.duration_ms} ms; session {result.session_id} "
+        f"{result.duration_ms} ms under {result.runtime}; session {result.session_id} "
         f"(expires {result.session_expires_at} if idle); {len(result.artifacts)} artifact(s); "
         f"workspace version {result.base_version} -> {result.workspace_version}: "
         f"{counts['added']} added, {counts['modified']} modified, {counts['deleted']} deleted, "

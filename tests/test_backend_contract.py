@@ -1,0 +1,327 @@
+"""The contract every sandbox backend passes, written against `sandbox.Backend`.
+
+Each test takes a `Harness`: a backend factory plus the two facts only the platform can
+answer (does the sandbox named N still exist; kill switch for "this server died"). Docker
+with runc and Docker with gVisor run it today (conftest parametrizes `sandbox_runtime`);
+a Kubernetes backend would add a harness and pass the same tests (docs/backends.md).
+Each behaviour is checked on a pooled sandbox and on a freshly created one.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import docker
+import pytest
+import trustme
+from support import wait_until
+
+from airlock.errors import SandboxError
+from sandbox import (
+    ArtifactCaps,
+    ContainerLimits,
+    DockerBackend,
+    EgressMount,
+    InputFile,
+    JobOutcome,
+    JobSpec,
+)
+from sandbox.docker import EGRESS_SOCKET
+from sandbox.environment import sandbox_environment
+from sandbox.instance import Instance
+from sandbox.pool import Profile
+
+pytestmark = [pytest.mark.anyio, pytest.mark.docker]
+
+LIMITS = ContainerLimits(memory_mb=256, cpus=1.0, pids=128, workspace_mb=16, tmp_mb=16)
+CAPS = ArtifactCaps(max_files=16, max_file_bytes=1 << 20, max_total_bytes=4 << 20)
+POOLED = pytest.mark.parametrize("pool_size", [0, 2], ids=["fresh", "pooled"])
+
+
+@dataclass
+class Harness:
+    image: str
+    runtime: str
+    engine: docker.DockerClient
+
+    @asynccontextmanager
+    async def backend(
+        self, pool_size: int = 0, instance: Instance | None = None
+    ) -> AsyncIterator[DockerBackend]:
+        """A running backend; with a pool, once the pool is full."""
+        backend = DockerBackend(self.engine, instance or Instance.current(), pool_size=pool_size)
+        async with backend.running():
+            if pool_size:
+                backend.pool.want(self.profile())
+                await wait_until(lambda: backend.pool.ready_count() == pool_size, within=60)
+            try:
+                yield backend
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await backend.remove_all()
+
+    def profile(self) -> Profile:
+        return Profile(image=self.image, runtime=self.runtime, limits=LIMITS)
+
+    @staticmethod
+    def taken(backend: DockerBackend) -> int:
+        """How many sandboxes have a job right now."""
+        return sum(map(len, backend._active.values()))
+
+    def job(self, code: str, **fields: Any) -> JobSpec:
+        return JobSpec(
+            **{
+                "run_id": "run_" + os.urandom(8).hex(),
+                "session_id": "ses_contract",
+                "tenant": "contract",
+                "image": self.image,
+                "runtime": self.runtime,
+                "language": "python",
+                "code": code,
+                "env": sandbox_environment(),
+                "timeout_s": 20,
+                "limits": LIMITS,
+                "stream_cap_bytes": 1 << 20,
+                "artifact_caps": CAPS,
+                **fields,
+            }
+        )
+
+    def exists(self, hostname: str) -> bool:
+        """Whether the sandbox whose hostname is `hostname` (its id, on Docker) exists."""
+        found = self.engine.api.containers(all=True, filters={"id": hostname})
+        return bool(found)
+
+
+@pytest.fixture
+def harness(
+    docker_client: docker.DockerClient, sandbox_image: str, sandbox_runtime: str
+) -> Harness:
+    return Harness(image=sandbox_image, runtime=sandbox_runtime, engine=docker_client)
+
+
+async def run_one(backend: DockerBackend, job: JobSpec) -> JobOutcome:
+    async with backend.sandbox(job, egress=False) as box:
+        return await box.run(job)
+
+
+def report(outcome: JobOutcome) -> Any:
+    assert outcome.status == "ok", (outcome, outcome.stderr.data)
+    return json.loads(outcome.stdout.data)
+
+
+PROBE = r"""
+import json, os, socket
+facts = {"hostname": socket.gethostname(), "env": dict(os.environ), "uid": os.getuid()}
+facts["seen_before"] = sorted(os.listdir("/workspace")) + sorted(os.listdir("/tmp"))
+open("/workspace/mark", "w").write("x")
+open("/tmp/mark", "w").write("x")
+facts["interfaces"] = sorted(name for _, name in socket.if_nameindex())
+def attempt(fn):
+    try:
+        fn()
+        return "reached"
+    except OSError as exc:
+        return type(exc).__name__
+facts["tcp"] = attempt(lambda: socket.create_connection(("1.1.1.1", 53), timeout=3))
+facts["dns"] = attempt(lambda: socket.getaddrinfo("example.com", 443))
+print(json.dumps(facts))
+"""
+
+
+@POOLED
+async def test_each_job_gets_a_fresh_sandbox_with_no_network_and_only_its_environment(
+    harness: Harness, pool_size: int
+) -> None:
+    async with harness.backend(pool_size) as backend:
+        first = report(await run_one(backend, harness.job(PROBE)))
+        second = report(await run_one(backend, harness.job(PROBE)))
+    assert first["hostname"] != second["hostname"]
+    # What one job left in /workspace and /tmp never reaches the next.
+    assert "mark" not in second["seen_before"]
+    assert first["seen_before"] == second["seen_before"]
+    assert first["env"] == second["env"] == sandbox_environment()
+    assert first["uid"] != 0
+    assert first["interfaces"] == ["lo"]
+    assert first["tcp"] != "reached"
+    assert first["dns"] != "reached"
+
+
+@POOLED
+async def test_files_go_in_and_changed_files_come_out_with_streams_and_exit_code(
+    harness: Harness, pool_size: int
+) -> None:
+    code = (
+        "import sys\n"
+        "data = open('in/data.txt').read()\n"
+        "open('out.txt', 'w').write(data.upper())\n"
+        "print('to stdout'); print('to stderr', file=sys.stderr); sys.exit(3)\n"
+    )
+    job = harness.job(code, files=(InputFile(path="in/data.txt", data=b"hello"),))
+    async with harness.backend(pool_size) as backend:
+        outcome = await run_one(backend, job)
+    assert outcome.status == "error"
+    assert outcome.exit_code == 3
+    assert outcome.stdout.data == b"to stdout\n"
+    assert outcome.stderr.data == b"to stderr\n"
+    assert {f.path: f.data for f in outcome.files} == {"out.txt": b"HELLO"}
+    assert outcome.workspace is not None
+    assert {e.path for e in outcome.workspace} == {"in/data.txt", "out.txt"}
+
+
+@POOLED
+async def test_limits_hold_memory_pids_and_time(harness: Harness, pool_size: int) -> None:
+    memory = "hoard = [b'x' * (16 << 20) for _ in range(32)]\nprint('survived')"
+    forks = (
+        "import os, errno\n"
+        "n = 0\n"
+        "try:\n"
+        "    while True:\n"
+        "        if os.fork() == 0:\n"
+        "            import time; time.sleep(30)\n"
+        "        n += 1\n"
+        "except OSError as e:\n"
+        "    print(n, e.errno)\n"
+    )
+    # Enough memory that the task limit, not memory, stops the forks: under gVisor's
+    # ptrace platform every task costs a few MiB of the container's memory.
+    few_tasks = ContainerLimits(memory_mb=1024, cpus=1.0, pids=32, workspace_mb=16, tmp_mb=16)
+    async with harness.backend(pool_size) as backend:
+        oom = await run_one(backend, harness.job(memory))
+        pids = await run_one(backend, harness.job(forks, limits=few_tasks))
+        slow = await run_one(backend, harness.job("import time; time.sleep(60)", timeout_s=2))
+    assert oom.status == "oom", oom
+    assert b"survived" not in oom.stdout.data
+    count, code = pids.stdout.data.split()
+    assert 16 < int(count) < few_tasks.pids
+    assert int(code) == errno.EAGAIN
+    assert slow.status == "timeout"
+
+
+@POOLED
+async def test_the_proxy_path_is_the_only_way_out_and_it_is_read_only(
+    harness: Harness, pool_size: int, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    code = r"""
+import json, os, socket, urllib.request
+facts = {"mount": sorted(os.listdir("/airlock/egress"))}
+try:
+    open("/airlock/egress/planted", "w")
+    facts["write"] = "written"
+except OSError as exc:
+    facts["write"] = type(exc).__name__
+relay = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+relay.sendall(b"ping")
+facts["reply"] = relay.recv(16).decode()
+print(json.dumps(facts))
+"""
+    ca = trustme.CA()
+    async with harness.backend(pool_size) as backend:
+        job = harness.job(code)
+        async with backend.sandbox(job, egress=True) as box:
+            assert box.runtime == harness.runtime
+            assert box.egress_dir is not None
+            # Nothing listens yet: the directory was made when the sandbox was created.
+            assert list(box.egress_dir.iterdir()) == []
+            listener = await anyio.create_unix_listener(box.egress_dir / EGRESS_SOCKET)
+            # As the proxy does: the sandbox user (another uid) must be able to connect.
+            (box.egress_dir / EGRESS_SOCKET).chmod(0o666)
+
+            async def answer(stream: anyio.abc.SocketStream) -> None:
+                async with stream:
+                    if await stream.receive(4) == b"ping":
+                        await stream.send(b"pong")
+
+            async with listener, anyio.create_task_group() as tg:
+                tg.start_soon(listener.serve, answer)
+                egress_job = job.model_copy(
+                    update={"egress": EgressMount(ca_pem=ca.cert_pem.bytes().decode())}
+                )
+                outcome = await box.run(egress_job)
+                tg.cancel_scope.cancel()
+            egress_dir = box.egress_dir
+        await wait_until(lambda: not egress_dir.exists(), within=30)
+    facts = report(outcome)
+    assert facts["mount"] == [EGRESS_SOCKET]
+    assert facts["write"] != "written"
+    assert facts["reply"] == "pong"
+
+
+async def test_a_sandbox_takes_exactly_one_job(harness: Harness) -> None:
+    async with harness.backend(1) as backend:
+        job = harness.job("print(1)")
+        async with backend.sandbox(job, egress=False) as box:
+            assert (await box.run(job)).status == "ok"
+            with pytest.raises(SandboxError, match="exactly one job"):
+                await box.run(job)
+
+
+@POOLED
+async def test_a_sandbox_is_gone_once_its_block_ends(harness: Harness, pool_size: int) -> None:
+    async with harness.backend(pool_size) as backend:
+        facts = report(await run_one(backend, harness.job(PROBE)))
+        await wait_until(lambda: not harness.exists(facts["hostname"]), within=30)
+
+
+@POOLED
+async def test_ending_a_session_kills_its_running_sandboxes(
+    harness: Harness, pool_size: int
+) -> None:
+    async with harness.backend(pool_size) as backend:
+        outcomes: list[JobOutcome] = []
+
+        async def long_job() -> None:
+            job = harness.job(
+                "import socket; print(socket.gethostname(), flush=True)\n"
+                "import time; time.sleep(60)",
+                session_id="ses_doomed",
+            )
+            outcomes.append(await run_one(backend, job))
+
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(long_job)
+                tg.start_soon(long_job)
+                await wait_until(lambda: harness.taken(backend) == 2)
+                assert await backend.remove_session("ses_doomed") == 2
+        assert [o.status for o in outcomes] == ["killed", "killed"]
+        for outcome in outcomes:
+            hostname = outcome.stdout.data.decode().strip()
+            assert hostname
+            assert not harness.exists(hostname)
+
+
+@POOLED
+async def test_sandboxes_of_a_dead_server_are_reaped_by_the_next(
+    harness: Harness, pool_size: int
+) -> None:
+    # A pid that no longer runs on this host, as a killed server leaves behind.
+    dead = Instance(
+        id="dead" + os.urandom(6).hex(), host=socket.gethostname(), pid=2**22 + 1, pid_start="1"
+    )
+    outcomes: list[JobOutcome] = []
+    async with harness.backend(pool_size, instance=dead) as orphaned:
+
+        async def long_job() -> None:
+            job = harness.job(
+                "import socket; print(socket.gethostname(), flush=True)\n"
+                "import time; time.sleep(60)"
+            )
+            outcomes.append(await run_one(orphaned, job))
+
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(long_job)
+                await wait_until(lambda: harness.taken(orphaned) == 1)
+                async with harness.backend() as survivor:
+                    assert await survivor.reap(now=0) >= 1
+    assert [o.status for o in outcomes] == ["killed"]
+    assert not harness.exists(outcomes[0].stdout.data.decode().strip())
