@@ -29,7 +29,11 @@ ratio of two things measured in the same run, interleaved:
   'print(1)'` with Airlock's own sandbox image (`sandbox.image.image_tag()`), run with the
   Docker CLI, timed around the process. Note that its time includes the container's
   removal (`--rm` waits for it), while Airlock removes a container after replying.
-* warm (pool size 4) and cold (pool size 0): one Airlock call and one baseline run per
+* Runtimes side by side: warm, cold, concurrency and egress-run are measured once per
+  runtime (`--runtimes`, default runc and runsc, i.e. gVisor), each server's policy naming
+  it with `[sandbox] runtime`; everything else is the shipped default, warm pool included
+  (`[pool] size` is set only where a section needs the pool off).
+* warm (the default pool) and cold (pool size 0): one Airlock call and one baseline run per
   iteration, in ABBA order (A,B then B,A) so drift in load hits both alike. Before *each*
   timed operation the benchmark waits, untimed, until the engine is quiet: the server's
   pool is back to full (that many running, never-used containers carrying its
@@ -39,7 +43,11 @@ ratio of two things measured in the same run, interleaved:
   call). Then, on the same server, the same number of calls back to back with no pause
   (`unpaced`), where the pool of 4 drains and calls fall back to creating containers:
   shown, not judged against a target.
-* concurrency (pool 4): N calls issued at once through one client session; wall time from
+* egress-run (the default pool): warm calls of a server whose policy has an
+  `[[egress.allow]]` rule, so every run gets its proxy, CA and in-sandbox relay (the code
+  is `print(1)`; the proxy's own costs are the egress section's), interleaved with the
+  baseline like warm.
+* concurrency (the default pool): N calls issued at once through one client session; wall time from
   the first request to the last reply. Afterwards: time until no container of a call is
   left (the server removes them in the background after replying; more than 10 s means
   one was left behind), then the server is stopped and any container still carrying its
@@ -71,7 +79,7 @@ ratio of two things measured in the same run, interleaved:
   `duration_ms`, interpreter start included), the rest of the server's work for the run
   (attach, job in, report out, usage, the store; container creation on the cold path), and
   the reply back to the client.
-* rss (pool 4): VmRSS from /proc/<pid>/status of the server (found by its command line)
+* rss (the default pool): VmRSS from /proc/<pid>/status of the server (found by its command line)
   once idle (engine ready, pool full, no call yet), then after every block of calls, each
   reading taken once the engine is quiet. Calls are issued 8 at a time to keep the run
   short; the number judged is RSS after the last block against RSS after the first.
@@ -107,7 +115,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from broker import Grants, GrantScope, RunTokens, Vault, load_key, vault_path
 from egress import SOCKET_NAME, Egress
-from policies import EgressSettings
+from policies import EgressSettings, Policy
 from sandbox import connect
 from sandbox.image import ensure_image
 
@@ -115,14 +123,24 @@ ROOT = Path(__file__).resolve().parent.parent
 WORKER = Path(__file__).resolve().with_name("egress_worker.py")
 AIRLOCK = Path(sys.executable).with_name("airlock")
 DEFAULT_OUT = ROOT / "bench" / "results" / "latest.json"
-SECTIONS = ("warm", "cold", "concurrency", "egress", "teardown", "rss")
+SECTIONS = ("warm", "cold", "concurrency", "egress-run", "egress", "teardown", "rss")
+RUNTIMES = ("runc", "runsc")
+# Sections measured once per runtime; the others use the default runtime ("auto").
+PER_RUNTIME = ("warm", "cold", "concurrency", "egress-run")
 LABEL_PID = "airlock.pid"
 LABEL_SESSION = "airlock.session"
-WARM_POOL = 4
-POLICY = """version = 1
-
-[pool]
-size = {pool}
+DEFAULT_POOL = Policy().pool.size
+# Targets of DESIGN.md by runtime: warm p50 and p95 ratios, cold p50 ratio.
+WARM_TARGETS = {"runc": (0.25, 0.5), "runsc": (0.35, None)}
+COLD_TARGETS = {"runc": 1.3, "runsc": 2.0}
+EGRESS_RUN_TARGET = 0.35
+NO_POOL = "[pool]\nsize = 0\n"
+EGRESS_ALLOW = """
+[[egress.allow]]
+name = "bench"
+hosts = ["localhost"]
+methods = ["GET"]
+paths = ["/**"]
 """
 SETTLE_TIMEOUT_S = 60.0
 CALL_TIMEOUT_S = 120.0
@@ -322,9 +340,23 @@ BREAKDOWN = ("before_run_record", "code", "rest_of_run", "reply")
 class Server:
     """One `airlock serve` subprocess on a fresh data dir, with an MCP client on its stdio."""
 
-    def __init__(self, name: str, pool: int, engine: docker.DockerClient, temp: Path) -> None:
+    def __init__(
+        self,
+        name: str,
+        engine: docker.DockerClient,
+        temp: Path,
+        *,
+        pooled: bool = True,
+        runtime: str | None = None,
+        egress: bool = False,
+    ) -> None:
         self.name = name
-        self.pool = pool
+        self.pool = DEFAULT_POOL if pooled else 0
+        self.policy = "version = 1\n" + ("" if pooled else NO_POOL)
+        if runtime is not None:
+            self.policy += f'[sandbox]\nruntime = "{runtime}"\n'
+        if egress:
+            self.policy += EGRESS_ALLOW
         self.engine = engine
         self.dir = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=temp))
         self.pid = 0
@@ -341,7 +373,7 @@ class Server:
     async def __aenter__(self) -> Server:
         data = self.dir / "data"
         policy = self.dir / "policy.toml"
-        policy.write_text(POLICY.format(pool=self.pool), encoding="utf-8")
+        policy.write_text(self.policy, encoding="utf-8")
         params = StdioServerParameters(
             command=str(AIRLOCK),
             args=["serve", "--data-dir", str(data), "--policy", str(policy)],
@@ -461,10 +493,11 @@ class Bench:
     engine: docker.DockerClient
     image: str
     temp: Path
+    runtimes: tuple[str, ...] = RUNTIMES
     rows: list[Row] = field(default_factory=list)
 
-    def server(self, name: str, pool: int) -> Server:
-        return Server(name, pool, self.engine, self.temp)
+    def server(self, name: str, **options: Any) -> Server:
+        return Server(name, self.engine, self.temp, **options)
 
     def row(self, *args: Any, **kwargs: Any) -> None:
         self.rows.append(Row(*args, **kwargs))
@@ -508,9 +541,9 @@ async def interleaved(
     return out
 
 
-async def section_warm(b: Bench) -> dict[str, Any]:
+async def section_warm(b: Bench, runtime: str) -> dict[str, Any]:
     n = b.counts.warm
-    async with b.server("warm", WARM_POOL) as srv:
+    async with b.server(f"warm-{runtime}", runtime=runtime) as srv:
         for _ in range(3):
             await srv.run_print()
         await docker_run(b.image)
@@ -526,11 +559,12 @@ async def section_warm(b: Bench) -> dict[str, Any]:
     warm, base, unp = summary(raw.airlock), summary(raw.baseline), summary(unpaced)
     waits = summary(raw.waits)
     parts = srv.breakdown(raw.calls)
-    section = "1 warm"
+    section = f"1 warm {runtime}"
+    p50_target, p95_target = WARM_TARGETS.get(runtime, (None, None))
     b.row(section, f"run_code p50 / p95 / p99 (n={n})", _triple(warm))
     b.row(section, f"docker run p50 / p95 / p99 (n={n})", _triple(base))
-    b.ratio(section, "p50 ratio", warm["p50"] / base["p50"], 0.25)
-    b.ratio(section, "p95 ratio", warm["p95"] / base["p95"], 0.5)
+    b.ratio(section, "p50 ratio", warm["p50"] / base["p50"], p50_target)
+    b.ratio(section, "p95 ratio", warm["p95"] / base["p95"], p95_target)
     b.ratio(section, "p99 ratio", warm["p99"] / base["p99"])
     b.row(section, "p50 split: before / code / rest / reply", _split(parts))
     b.row(
@@ -540,7 +574,8 @@ async def section_warm(b: Bench) -> dict[str, Any]:
     b.ratio(section, "unpaced p50 ratio", unp["p50"] / base["p50"])
     b.ratio(section, "unpaced p95 ratio", unp["p95"] / base["p95"])
     return {
-        "pool_size": WARM_POOL,
+        "pool_size": srv.pool,
+        "runtime": runtime,
         "airlock_s": raw.airlock,
         "baseline_s": raw.baseline,
         "wait_before_call_s": raw.waits,
@@ -558,9 +593,9 @@ async def section_warm(b: Bench) -> dict[str, Any]:
     }
 
 
-async def section_cold(b: Bench) -> dict[str, Any]:
+async def section_cold(b: Bench, runtime: str) -> dict[str, Any]:
     n = b.counts.cold
-    async with b.server("cold", 0) as srv:
+    async with b.server(f"cold-{runtime}", pooled=False, runtime=runtime) as srv:
         for _ in range(2):
             await srv.run_print()
         await docker_run(b.image)
@@ -568,14 +603,15 @@ async def section_cold(b: Bench) -> dict[str, Any]:
         raw = await interleaved(n, srv.settle, srv.run_print, b.image)
     cold, base = summary(raw.airlock), summary(raw.baseline)
     parts = srv.breakdown(raw.calls)
-    section = "2 cold"
+    section = f"2 cold {runtime}"
     b.row(section, f"run_code p50 / p95 (n={n})", f"{ms(cold['p50'])} / {ms(cold['p95'])}")
     b.row(section, f"docker run p50 / p95 (n={n})", f"{ms(base['p50'])} / {ms(base['p95'])}")
-    b.ratio(section, "p50 ratio", cold["p50"] / base["p50"], 1.3)
+    b.ratio(section, "p50 ratio", cold["p50"] / base["p50"], COLD_TARGETS.get(runtime))
     b.ratio(section, "p95 ratio", cold["p95"] / base["p95"])
     b.row(section, "p50 split: before / code / rest / reply", _split(parts))
     return {
         "pool_size": 0,
+        "runtime": runtime,
         "airlock_s": raw.airlock,
         "baseline_s": raw.baseline,
         "airlock": cold,
@@ -588,11 +624,11 @@ async def section_cold(b: Bench) -> dict[str, Any]:
     }
 
 
-async def section_concurrency(b: Bench) -> dict[str, Any]:
+async def section_concurrency(b: Bench, runtime: str) -> dict[str, Any]:
     n = b.counts.concurrent
     latencies: list[float] = []
     failures: list[str] = []
-    async with b.server("concurrency", WARM_POOL) as srv:
+    async with b.server(f"concurrency-{runtime}", runtime=runtime) as srv:
         for _ in range(2):
             await srv.run_print()
         await srv.settle()
@@ -614,7 +650,7 @@ async def section_concurrency(b: Bench) -> dict[str, Any]:
         await srv.settle()
         cleanup = time.perf_counter() - cleanup_started
         quiet = srv.settle_timeouts == 0 and cleanup <= CLEANUP_LIMIT_S
-    section = "3 concurrency"
+    section = f"3 concurrency {runtime}"
     lat = summary(latencies)
     b.row(
         section,
@@ -629,6 +665,7 @@ async def section_concurrency(b: Bench) -> dict[str, Any]:
     b.row(section, "orphan containers after server exit", str(srv.orphans), "0", srv.orphans == 0)
     return {
         "n": n,
+        "runtime": runtime,
         "succeeded": len(latencies),
         "failures": failures,
         "wall_s": wall,
@@ -645,7 +682,7 @@ async def section_concurrency(b: Bench) -> dict[str, Any]:
 async def section_teardown(b: Bench) -> dict[str, Any]:
     n = b.counts.teardown
     outcomes: list[str] = []
-    async with b.server("teardown", 0) as srv:
+    async with b.server("teardown", pooled=False) as srv:
         _, first = await srv.call("run_code", {"code": "print(1)"})
         session = first.structured_content["session_id"]
         await srv.settle()
@@ -699,7 +736,7 @@ async def section_teardown(b: Bench) -> dict[str, Any]:
 async def section_rss(b: Bench) -> dict[str, Any]:
     blocks = b.counts.rss_blocks
     readings: list[dict[str, Any]] = []
-    async with b.server("rss", WARM_POOL) as srv:
+    async with b.server("rss") as srv:
         await srv.settle(limit_s=180)
         await anyio.sleep(1)
         readings.append({"calls": 0, **srv.rss()})
@@ -958,10 +995,57 @@ async def section_egress(b: Bench) -> dict[str, Any]:
     }
 
 
+async def section_egress_run(b: Bench, runtime: str) -> dict[str, Any]:
+    n = b.counts.warm
+    async with b.server(f"egress-run-{runtime}", runtime=runtime, egress=True) as srv:
+        for _ in range(3):
+            await srv.run_print()
+        await docker_run(b.image)
+        progress(f"egress-run {runtime}: {n} paced calls with egress, interleaved")
+        raw = await interleaved(n, srv.settle, srv.run_print, b.image)
+    warm, base = summary(raw.airlock), summary(raw.baseline)
+    parts = srv.breakdown(raw.calls)
+    section = f"4 egress run {runtime}"
+    b.row(
+        section, f"run_code with egress p50 / p95 (n={n})", f"{ms(warm['p50'])} / {ms(warm['p95'])}"
+    )
+    b.row(section, f"docker run p50 / p95 (n={n})", f"{ms(base['p50'])} / {ms(base['p95'])}")
+    b.ratio(section, "p50 ratio", warm["p50"] / base["p50"], EGRESS_RUN_TARGET)
+    b.row(section, "p50 split: before / code / rest / reply", _split(parts))
+    return {
+        "pool_size": srv.pool,
+        "runtime": runtime,
+        "airlock_s": raw.airlock,
+        "baseline_s": raw.baseline,
+        "airlock": warm,
+        "baseline": base,
+        "breakdown": parts,
+        "ratio_p50": warm["p50"] / base["p50"],
+        "settle_timeouts": srv.settle_timeouts,
+        "orphans": srv.orphans,
+    }
+
+
+def per_runtime(
+    measure: Callable[[Bench, str], Awaitable[dict[str, Any]]],
+) -> Callable[[Bench], Awaitable[dict[str, Any]]]:
+    """The section once per runtime, results keyed by runtime."""
+
+    async def each(b: Bench) -> dict[str, Any]:
+        results: dict[str, Any] = {}
+        for runtime in b.runtimes:
+            progress(f"  runtime {runtime}")
+            results[runtime] = await measure(b, runtime)
+        return results
+
+    return each
+
+
 SECTION_FUNCS: dict[str, Callable[[Bench], Awaitable[dict[str, Any]]]] = {
-    "warm": section_warm,
-    "cold": section_cold,
-    "concurrency": section_concurrency,
+    "warm": per_runtime(section_warm),
+    "cold": per_runtime(section_cold),
+    "concurrency": per_runtime(section_concurrency),
+    "egress-run": per_runtime(section_egress_run),
     "egress": section_egress,
     "teardown": section_teardown,
     "rss": section_rss,
@@ -1013,7 +1097,13 @@ async def run_sections(args: argparse.Namespace) -> tuple[dict[str, Any], list[R
     image = await anyio.to_thread.run_sync(
         ensure_image, engine, lambda line: progress(f"image: {line}")
     )
-    bench = Bench(counts, engine, image, Path(tempfile.mkdtemp(prefix="airlock-bench-")))
+    bench = Bench(
+        counts,
+        engine,
+        image,
+        Path(tempfile.mkdtemp(prefix="airlock-bench-")),
+        runtimes=tuple(args.runtimes),
+    )
     report: dict[str, Any] = {
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "mode": "quick" if args.quick else "full",
@@ -1057,6 +1147,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--keep-temp", action="store_true", help="keep the servers' data dirs and logs"
     )
     parser.add_argument(
+        "--runtimes",
+        default=",".join(RUNTIMES),
+        help=f"comma-separated runtimes for {', '.join(PER_RUNTIME)} (default: "
+        f"{','.join(RUNTIMES)})",
+    )
+    parser.add_argument(
         "--sections",
         default=",".join(SECTIONS),
         help=f"comma-separated subset of {','.join(SECTIONS)} (default: all, in that order)",
@@ -1067,6 +1163,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if unknown or not chosen:
         parser.error(f"unknown sections {unknown}; choose from {', '.join(SECTIONS)}")
     args.sections = chosen
+    args.runtimes = [r.strip() for r in args.runtimes.split(",") if r.strip()]
+    if not args.runtimes:
+        parser.error("name at least one runtime")
     return args
 
 

@@ -72,11 +72,13 @@ EGRESS_SOCKET = "proxy.sock"
 EXCHANGE_GRACE_S = 15.0
 RECEIVE_CHUNK = 65536
 ENGINE_CONCURRENCY = 16
-# Under gVisor the host's pids cgroup counts the Sentry's and gofer's own threads
-# (and the ptrace platform's stub processes) besides the code's tasks: without room
-# the Sentry fails to start a thread and the whole sandbox dies. The code's own limit
-# is then RLIMIT_NPROC, which gVisor's kernel enforces per user inside the sandbox.
-RUNSC_PIDS_HEADROOM = 256
+# Under gVisor the host's pids cgroup counts the Sentry's and gofer's threads, not the
+# code's tasks: on the ptrace platform each task costs a Sentry thread plus a stub
+# process and its threads (measured: 64 tasks need more than 320 host pids, 640 hold).
+# Without that room the Sentry fails to start a thread and the whole sandbox dies. The
+# code's own limit is RLIMIT_NPROC, which gVisor's kernel enforces inside the sandbox.
+RUNSC_HOST_PIDS_PER_TASK = 10
+RUNSC_HOST_PIDS = 128
 # A unix socket path holds at most 107 bytes.
 MAX_SOCKET_PATH = 107
 
@@ -168,7 +170,9 @@ def container_options(
             "/workspace": f"rw,exec,nosuid,nodev,size={limits.workspace_mb}m,{owner}",
             "/tmp": f"rw,noexec,nosuid,nodev,size={limits.tmp_mb}m,{owner}",
         },
-        "pids_limit": limits.pids + (RUNSC_PIDS_HEADROOM if gvisor else 0),
+        "pids_limit": limits.pids * RUNSC_HOST_PIDS_PER_TASK + RUNSC_HOST_PIDS
+        if gvisor
+        else limits.pids,
         "mem_limit": memory,
         "memswap_limit": memory,
         "nano_cpus": int(limits.cpus * 1e9),

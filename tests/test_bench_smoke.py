@@ -35,7 +35,8 @@ def test_quick_bench_of_warm_calls_and_teardown_writes_a_complete_report(tmp_pat
         timeout=240,
     )
     assert done.returncode == 0, done.stderr[-4000:]
-    assert "section" in done.stdout and "1 warm" in done.stdout and "5 teardown" in done.stdout
+    assert "section" in done.stdout and "5 teardown" in done.stdout
+    assert "1 warm runc" in done.stdout and "1 warm runsc" in done.stdout
 
     report = json.loads(out.read_text(encoding="utf-8"))
     assert {"machine", "counts", "sections", "table", "loadavg_before", "loadavg_after"} <= set(
@@ -46,7 +47,8 @@ def test_quick_bench_of_warm_calls_and_teardown_writes_a_complete_report(tmp_pat
     assert set(report["sections"]) == {"warm", "teardown"}
 
     counts = report["counts"]
-    warm = report["sections"]["warm"]
+    assert set(report["sections"]["warm"]) == {"runc", "runsc"}
+    warm = report["sections"]["warm"]["runc"]
     assert {"airlock", "baseline", "unpaced", "breakdown", "ratio_p50", "ratio_p95"} <= set(warm)
     assert len(warm["airlock_s"]) == len(warm["baseline_s"]) == counts["warm"]
     assert len(warm["unpaced_s"]) == counts["unpaced"]
