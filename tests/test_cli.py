@@ -93,6 +93,8 @@ def test_doctor_reports_engine_image_and_data_dir(tmp_path: Path) -> None:
     result = airlock("doctor", "--data-dir", str(tmp_path / "d"))
     assert result.returncode == 0, result.stdout
     assert "[ok ] docker" in result.stdout
+    # CI registers gVisor (the conftest fails every Docker test there otherwise).
+    assert "[ok ] runtime: gVisor (runsc) is registered" in result.stdout
     assert "[ok ] image" in result.stdout
     assert "[ok ] data dir" in result.stdout
 

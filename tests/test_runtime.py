@@ -1,0 +1,101 @@
+"""Choosing the runtime (pure), the gVisor seccomp profile, and the warm pool's refill."""
+
+from __future__ import annotations
+
+import json
+
+import anyio
+import pytest
+
+from airlock.errors import SandboxError
+from sandbox import ContainerLimits
+from sandbox.pool import Profile, WarmPool
+from sandbox.runtime import REGISTER_GVISOR, choose_runtime
+from sandbox.seccomp import gvisor_profile, gvisor_security_opt
+
+WITH_GVISOR = {"runc", "io.containerd.runc.v2", "runsc"}
+WITHOUT = {"runc", "io.containerd.runc.v2"}
+
+
+@pytest.mark.parametrize(
+    ("wanted", "registered", "runtime", "warns"),
+    [
+        ("auto", WITH_GVISOR, "runsc", False),
+        ("auto", WITHOUT, "runc", True),
+        ("runc", WITH_GVISOR, "runc", False),
+        ("runsc", WITH_GVISOR, "runsc", False),
+    ],
+)
+def test_choose_runtime(wanted: str, registered: set[str], runtime: str, warns: bool) -> None:
+    choice = choose_runtime(wanted, registered)
+    assert choice.runtime == runtime
+    if warns:
+        assert choice.warning is not None
+        assert REGISTER_GVISOR in choice.warning
+        assert 'runtime = "runc"' in choice.warning
+        assert "\n" not in choice.warning
+    else:
+        assert choice.warning is None
+
+
+def test_runsc_asked_for_but_missing_names_the_registration_fix() -> None:
+    with pytest.raises(SandboxError) as caught:
+        choose_runtime("runsc", WITHOUT)
+    message = str(caught.value)
+    assert "apt-get install runsc" in message
+    assert "/etc/docker/daemon.json" in message
+    assert '"--network=none", "--host-uds=open", "--oci-seccomp"' in message
+    assert "kill -HUP" in message
+
+
+def test_gvisor_profile_refuses_escapes_and_lets_clone3_reach_the_sentry() -> None:
+    profile = gvisor_profile()
+    refused = {name for rule in profile["syscalls"] for name in rule["names"]}
+    assert {"unshare", "setns", "mount", "ptrace", "bpf", "keyctl", "clone"} <= refused
+    assert "clone3" not in refused
+    assert json.loads(gvisor_security_opt().removeprefix("seccomp=")) == profile
+
+
+LIMITS = ContainerLimits(memory_mb=128, cpus=1.0, pids=64, workspace_mb=16, tmp_mb=16)
+
+
+@pytest.mark.anyio
+async def test_pool_starts_missing_containers_in_parallel_and_counts() -> None:
+    in_flight = 0
+    most = 0
+    release = anyio.Event()
+    started: list[str] = []
+
+    async def start(profile: Profile) -> str:
+        nonlocal in_flight, most
+        in_flight += 1
+        most = max(most, in_flight)
+        await release.wait()
+        in_flight -= 1
+        started.append(f"c{len(started)}")
+        return started[-1]
+
+    async def remove(container_id: str) -> None:
+        raise AssertionError("nothing is old enough to remove")
+
+    pool = WarmPool(4, start, remove)
+    profile = Profile(image="img", runtime="runsc", limits=LIMITS)
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(pool.refill_forever)
+            assert pool.take(profile) is None
+            while most < 4:
+                await anyio.sleep(0.01)
+            release.set()
+            while pool.ready_count() < 4:
+                await anyio.sleep(0.01)
+            taken = {pool.take(profile), pool.take(profile)}
+            # Each taken container is replaced at once; none is handed out twice.
+            while pool.started < 6:
+                await anyio.sleep(0.01)
+            rest = {pool.take(profile) for _ in range(4)}
+            tg.cancel_scope.cancel()
+    assert most == 4
+    assert None not in taken | rest
+    assert not taken & rest
+    assert (pool.hits, pool.misses, pool.started, pool.failures) == (6, 1, 6, 0)
