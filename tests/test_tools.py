@@ -258,7 +258,17 @@ async def test_live_container_is_hardened(
     assert not host.get("Binds")
     assert not attrs.get("Mounts")
     assert not host.get("Devices")
-    assert host["PidsLimit"] == 128
+    if host["Runtime"] == "runsc":
+        # gVisor: the code's task limit is RLIMIT_NPROC (its kernel enforces it); the host
+        # cgroup leaves room for the Sentry's own threads; Airlock's seccomp filter applies.
+        assert {"Name": "nproc", "Soft": 128, "Hard": 128} in host["Ulimits"]
+        assert host["PidsLimit"] == 128 * 10 + 128
+        assert any(opt.startswith("seccomp=") for opt in host["SecurityOpt"])
+    else:
+        assert host["Runtime"] == "runc"
+        assert host["PidsLimit"] == 128
+        # Docker's default seccomp profile: no override.
+        assert not any(opt.startswith("seccomp=") for opt in host["SecurityOpt"])
     assert host["Memory"] == host["MemorySwap"] == 512 * 1024 * 1024
     assert host["NanoCpus"] == 1_000_000_000
     assert host["Init"] is True
