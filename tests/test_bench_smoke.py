@@ -47,7 +47,7 @@ def test_quick_bench_of_warm_calls_and_teardown_writes_a_complete_report(tmp_pat
     assert set(report["sections"]) == {"warm", "teardown"}
 
     counts = report["counts"]
-    assert set(report["sections"]["warm"]) == {"runc", "runsc"}
+    assert {"runc", "runsc"} <= set(report["sections"]["warm"])
     warm = report["sections"]["warm"]["runc"]
     assert {"airlock", "baseline", "unpaced", "breakdown", "ratio_p50", "ratio_p95"} <= set(warm)
     assert len(warm["airlock_s"]) == len(warm["baseline_s"]) == counts["warm"]

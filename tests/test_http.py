@@ -103,7 +103,9 @@ async def http_server(
 @asynccontextmanager
 async def client(server: HttpServer, tenant: str, mode: str) -> AsyncIterator[Client]:
     headers = {"Authorization": f"Bearer {server.keys[tenant]}"}
-    async with httpx2.AsyncClient(headers=headers) as http:
+    # A first call may wait for the engine and a cold gVisor start on a loaded machine:
+    # more than httpx's default 5 s.
+    async with httpx2.AsyncClient(headers=headers, timeout=60) as http:
         transport = streamable_http_client(server.url, http_client=http)
         async with Client(transport, mode=mode) as connected:  # type: ignore[arg-type]
             yield connected

@@ -6,6 +6,7 @@ import json
 
 import anyio
 import pytest
+from support import wait_until
 
 from airlock.errors import SandboxError
 from sandbox import ContainerLimits
@@ -84,15 +85,12 @@ async def test_pool_starts_missing_containers_in_parallel_and_counts() -> None:
         async with anyio.create_task_group() as tg:
             tg.start_soon(pool.refill_forever)
             assert pool.take(profile) is None
-            while most < 4:
-                await anyio.sleep(0.01)
+            await wait_until(lambda: most == 4, within=5)
             release.set()
-            while pool.ready_count() < 4:
-                await anyio.sleep(0.01)
+            await wait_until(lambda: pool.ready_count() == 4, within=5)
             taken = {pool.take(profile), pool.take(profile)}
             # Each taken container is replaced at once; none is handed out twice.
-            while pool.started < 6:
-                await anyio.sleep(0.01)
+            await wait_until(lambda: pool.started == 6, within=5)
             rest = {pool.take(profile) for _ in range(4)}
             tg.cancel_scope.cancel()
     assert most == 4
