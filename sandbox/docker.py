@@ -177,8 +177,9 @@ def container_options(
         "memswap_limit": memory,
         "nano_cpus": int(limits.cpus * 1e9),
         "ulimits": [Ulimit(name="core", soft=0, hard=0)]
-        # gVisor's kernel counts its tasks per user itself; the host cgroup above can't.
-        + ([Ulimit(name="nproc", soft=limits.pids, hard=limits.pids)] if gvisor else []),
+        # gVisor's kernel counts the code's tasks itself; the host cgroup above can't. It
+        # admits one task more than the limit (Linux refuses at the limit), hence - 1.
+        + ([Ulimit(name="nproc", soft=limits.pids - 1, hard=limits.pids - 1)] if gvisor else []),
         "init": True,
         "ipc_mode": "private",
         "privileged": False,
