@@ -36,7 +36,12 @@ BOTH_RUNTIMES = ("test_attacks", "test_egress", "test_teardown", "test_backend_c
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "sandbox_runtime" in metafunc.fixturenames and metafunc.module.__name__ in BOTH_RUNTIMES:
+    # A test that names its runtimes itself (a `runtime` parameter) is not doubled again.
+    if (
+        "sandbox_runtime" in metafunc.fixturenames
+        and "runtime" not in metafunc.fixturenames
+        and metafunc.module.__name__ in BOTH_RUNTIMES
+    ):
         metafunc.parametrize("sandbox_runtime", [GVISOR, RUNC])
 
 
