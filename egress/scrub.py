@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from functools import lru_cache
 from urllib.parse import quote, quote_plus
 
@@ -45,50 +46,95 @@ def spellings(secret: str) -> frozenset[bytes]:
     return frozenset(s for s in found if len(s) >= MIN_NEEDLE)
 
 
+# How common a byte is in ordinary text, most common first; a spelling is looked for
+# only when its least common byte is in the chunk. Bytes not listed rank rarest.
+_COMMON = b" etaoinsrhldcumfpgwybvkxjqz\"'=:,./-_0123456789ETAOINSRHLDCUMFPGWYBVKXJQZ%+"
+_RARITY = [_COMMON.find(byte) % (len(_COMMON) + 1) for byte in range(256)]
+
+
+@dataclass(frozen=True)
+class _Needles:
+    ordered: tuple[bytes, ...]
+    """Longest first, so a spelling containing another is masked whole."""
+    anchors: tuple[tuple[int, bytes], ...]
+    """Each spelling with its byte least likely in ordinary text."""
+    hold: int
+    prefixes: frozenset[bytes]
+    """The proper prefixes of every spelling: what a chunk's end may hold back."""
+    firsts: tuple[int, ...]
+
+
+@lru_cache(maxsize=64)
+def _needles(secrets: tuple[str, ...]) -> _Needles:
+    # Built once per set of secrets, not once per response.
+    found: set[bytes] = set()
+    for secret in secrets:
+        found |= spellings(secret)
+    ordered = tuple(sorted(found, key=len, reverse=True))
+    return _Needles(
+        ordered=ordered,
+        anchors=tuple((max(n, key=_RARITY.__getitem__), n) for n in ordered),
+        hold=max((len(n) for n in ordered), default=1) - 1,
+        prefixes=frozenset(n[:i] for n in ordered for i in range(1, len(n))),
+        firsts=tuple(sorted({n[0] for n in ordered})),
+    )
+
+
 class Scrubber:
     """Masks every spelling of the given secrets in a stream fed chunk by chunk.
 
     `feed` returns what is safe to pass on now and holds back only a last few bytes that
     begin a spelling (it may be cut by the chunk boundary); `flush` returns the rest at the
     end of the stream. The output always has exactly as many bytes as the input.
+
+    Cost: per chunk, one memchr for each spelling's rarest byte, and a full search only
+    for the spellings whose byte is there. A search on its own is slow on short chunks of
+    repetitive text (CPython's short-haystack search steps one byte at a time when every
+    byte looks like part of the needle), which the byte check avoids: a chunk without the
+    byte cannot hold the spelling, so nothing is weakened.
     """
 
     def __init__(self, secrets: Iterable[str]) -> None:
-        needles: set[bytes] = set()
-        for secret in secrets:
-            needles |= spellings(secret)
-        # Longest first, so a spelling containing another is masked whole.
-        self._needles = sorted(needles, key=len, reverse=True)
-        self._hold = max((len(n) for n in self._needles), default=1) - 1
+        self._needles = _needles(tuple(sorted(set(secrets))))
         self._tail = b""
 
     @property
     def active(self) -> bool:
-        return bool(self._needles)
+        return bool(self._needles.ordered)
 
     def mask(self, data: bytes) -> bytes:
         """`data` with every whole spelling masked (no state: for header values)."""
-        for needle in self._needles:
-            if needle in data:
+        for anchor, needle in self._needles.anchors:
+            if anchor in data and needle in data:
                 data = data.replace(needle, b"*" * len(needle))
         return data
 
     def feed(self, data: bytes) -> bytes:
-        if not self._needles:
+        if not self._needles.ordered:
             return data
         joined = self.mask(self._tail + data) if self._tail else self.mask(data)
-        cut = len(joined) - self._partial(joined)
-        self._tail = joined[cut:]
-        return joined[:cut]
+        held = self._partial(joined)
+        if not held:
+            self._tail = b""
+            return joined
+        self._tail = joined[-held:]
+        return joined[:-held]
 
     def _partial(self, data: bytes) -> int:
         # Only an end that could begin a spelling is held back, so a stream whose chunks
-        # end elsewhere (server-sent events, say) is not delayed by the scrubbing.
-        for start in range(max(0, len(data) - self._hold), len(data)):
-            end = data[start:]
-            if any(needle.startswith(end) for needle in self._needles):
-                return len(data) - start
-        return 0
+        # end elsewhere (server-sent events, say) is not delayed by the scrubbing. The
+        # longest such end wins; it starts at one of the spellings' first bytes.
+        needles = self._needles
+        start = max(0, len(data) - needles.hold)
+        longest = 0
+        for first in needles.firsts:
+            at = data.find(first, start)
+            while at >= 0 and len(data) - at > longest:
+                if data[at:] in needles.prefixes:
+                    longest = len(data) - at
+                    break
+                at = data.find(first, at + 1)
+        return longest
 
     def flush(self) -> bytes:
         tail, self._tail = self._tail, b""
