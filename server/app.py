@@ -164,7 +164,7 @@ def build_server(
         )
         leases = Leases(services)
         services.events.subscribe(meter.observe)
-        meter.watch(lambda: _live_state(live, policy))
+        meter.watch(lambda: _live_state(live, policy, engine))
         live.services, live.leases = services, leases
         try:
             async with anyio.create_task_group() as tg:
@@ -661,9 +661,11 @@ def _approval(answer: object) -> tools.Approval:
     return "declined"
 
 
-def _live_state(live: _Live, policy: Policy) -> LiveState | None:
+def _live_state(live: _Live, policy: Policy, engine: Engine) -> LiveState | None:
     if live.services is None or live.leases is None:
         return None
+    backend = engine.connected()
+    pool = backend.pool if backend is not None else None
     now = live.services.clock()
     grants: dict[str, int] = {}
     for grant in live.services.grants.all():
@@ -674,6 +676,9 @@ def _live_state(live: _Live, policy: Policy) -> LiveState | None:
         runs_in_progress=live.leases.running_by_tenant(),
         live_grants=grants,
         pool_size=policy.pool.size,
+        pool_ready=pool.ready_count() if pool is not None else 0,
+        pool_hits=pool.hits if pool is not None else 0,
+        pool_misses=pool.misses if pool is not None else 0,
     )
 
 

@@ -21,7 +21,7 @@ from prometheus_client import (
     generate_latest,
     start_http_server,
 )
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from airlock.errors import InvalidRequest
@@ -41,6 +41,12 @@ class LiveState:
     runs_in_progress: dict[str, int]
     live_grants: dict[str, int]
     pool_size: int
+    pool_ready: int = 0
+    """Started, never-used containers waiting in the warm pool."""
+    pool_hits: int = 0
+    """Runs that got a ready container, since the server started."""
+    pool_misses: int = 0
+    """Runs that found none ready and had one created."""
 
 
 class _LiveCollector(Collector):
@@ -68,6 +74,20 @@ class _LiveCollector(Collector):
         yield grants
         yield GaugeMetricFamily(
             "airlock_pool_size", "Warm containers the pool keeps per profile.", state.pool_size
+        )
+        yield GaugeMetricFamily(
+            "airlock_pool_ready", "Warm containers ready now.", state.pool_ready
+        )
+        yield CounterMetricFamily(
+            "airlock_pool_hits", "Runs that got a warm container.", state.pool_hits
+        )
+        yield CounterMetricFamily(
+            "airlock_pool_misses", "Runs that found no warm container.", state.pool_misses
+        )
+        yield GaugeMetricFamily(
+            "airlock_live_containers",
+            "Containers of this server: one per run in progress plus the warm ones.",
+            sum(state.runs_in_progress.values()) + state.pool_ready,
         )
 
 

@@ -77,12 +77,16 @@ def test_events_become_counters_histograms_and_live_gauges() -> None:
     assert found[("airlock_capability_decisions_total", outcome)] == 1
     assert ("airlock_live_sessions", ()) not in found  # nothing live to read yet
 
-    metrics.watch(lambda: LiveState(3, {"acme": 2}, {"acme": 1}, 4))
+    metrics.watch(lambda: LiveState(3, {"acme": 2}, {"acme": 1}, 4, 3, 10, 2))
     found = samples(metrics.render().decode())
     assert found[("airlock_live_sessions", ())] == 3
     assert found[("airlock_runs_in_progress", (("tenant", "acme"),))] == 2
     assert found[("airlock_live_grants", (("tenant", "acme"),))] == 1
     assert found[("airlock_pool_size", ())] == 4
+    assert found[("airlock_pool_ready", ())] == 3
+    assert found[("airlock_pool_hits_total", ())] == 10
+    assert found[("airlock_pool_misses_total", ())] == 2
+    assert found[("airlock_live_containers", ())] == 5
 
 
 @pytest.mark.parametrize("bad", ["9464", "127.0.0.1", "127.0.0.1:x", ":9464", "h:70000"])
@@ -120,6 +124,10 @@ async def test_metrics_need_a_token_over_http_and_count_a_tenants_run(tmp_path: 
     assert found[("airlock_runs_total", (("status", "ok"), ("tenant", "acme")))] == 1
     assert found[("airlock_run_duration_seconds_count", (("tenant", "acme"),))] == 1
     assert found[("airlock_live_sessions", ())] >= 1
+    # The default pool: the run took a warm container or counted a miss, and refills.
+    pool = found[("airlock_pool_hits_total", ())] + found[("airlock_pool_misses_total", ())]
+    assert pool == 1 and found[("airlock_pool_size", ())] == 4
+    assert found[("airlock_live_containers", ())] == found[("airlock_pool_ready", ())]
     assert separate.status_code == 200
     assert (
         samples(separate.text)[("airlock_runs_total", (("status", "ok"), ("tenant", "acme")))] == 1
