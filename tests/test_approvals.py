@@ -8,8 +8,6 @@ No sandbox runs here: a capability request never touches the engine.
 from __future__ import annotations
 
 import re
-import signal
-import socket
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -23,6 +21,7 @@ import pytest
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult, ElicitRequestParams, ElicitResult
+from support import serving_http
 
 from airlock.errors import InvalidRequest
 from policies import Policy
@@ -222,36 +221,15 @@ async def http_server(tmp_path: Path) -> AsyncIterator[tuple[str, dict[str, str]
         )
     (tmp_path / "auth.toml").write_text("\n".join(entries))
     (tmp_path / "policy.toml").write_text(POLICY_TOML)
-    port = free_port()
-    command = [AIRLOCK, "serve", "--http", "--port", str(port)]
-    command += ["--auth", str(tmp_path / "auth.toml"), "--policy", str(tmp_path / "policy.toml")]
-    command += ["--data-dir", str(tmp_path / "data")]
-    process = await anyio.open_process(command, stdin=None, stdout=None, stderr=None)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        async with httpx.AsyncClient() as probe:
-            with anyio.fail_after(60):
-                while True:
-                    assert process.returncode is None, "server exited during startup"
-                    try:
-                        if (await probe.get(f"{base}/healthz")).status_code == 200:
-                            break
-                    except httpx.TransportError:
-                        pass
-                    await anyio.sleep(0.1)
-        yield base, keys
-    finally:
-        process.send_signal(signal.SIGTERM)
-        with anyio.fail_after(60):
-            await process.wait()
-        await process.aclose()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+    async with serving_http(
+        "--auth",
+        str(tmp_path / "auth.toml"),
+        "--policy",
+        str(tmp_path / "policy.toml"),
+        "--data-dir",
+        str(tmp_path / "data"),
+    ) as serving:
+        yield serving.base, keys
 
 
 async def test_admin_keys_decide_their_own_tenants_approvals_over_http(tmp_path: Path) -> None:

@@ -18,8 +18,6 @@ import os
 import platform
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -29,8 +27,8 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import anyio
-import httpx
 import pytest
+from support import serving_http
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
 
@@ -46,7 +44,6 @@ NODE_PACKAGES = {  # platform.machine() -> npm package with a Node binary for it
 }
 CONFORMANCE_DIR = Path.home() / ".cache" / "airlock-tests" / "conformance"
 EXPECTED_FAILURES = Path(__file__).with_name("conformance-expected-failures.txt")
-AIRLOCK = Path(sys.executable).with_name("airlock")
 SUITE_S = 75  # the whole active suite; about 2 s here
 # Generic scenarios that must have run (and passed): guards the result parsing.
 ANSI = re.compile(r"\x1b\[[0-9;]*m")  # the CLI colours its log unconditionally
@@ -125,38 +122,11 @@ def expected_failures() -> list[str]:
     return [line for line in lines if line]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @asynccontextmanager
 async def airlock_http(data_dir: Path) -> AsyncIterator[str]:
     """`airlock serve --http` on loopback without auth; yields the MCP endpoint URL."""
-    port = free_port()
-    command = [str(AIRLOCK), "serve", "--http", "--port", str(port), "--data-dir", str(data_dir)]
-    process = await anyio.open_process(command, stdin=None, stdout=None, stderr=None)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        async with httpx.AsyncClient() as probe:
-            with anyio.fail_after(60):
-                while True:
-                    assert process.returncode is None, "server exited during startup"
-                    try:
-                        if (await probe.get(f"{base}/healthz")).status_code == 200:
-                            break
-                    except httpx.TransportError:
-                        pass
-                    await anyio.sleep(0.1)
-        yield f"{base}/mcp"
-    finally:
-        if process.returncode is None:
-            process.send_signal(signal.SIGTERM)
-            with anyio.fail_after(60):
-                await process.wait()
-        await process.aclose()
+    async with serving_http("--data-dir", str(data_dir)) as serving:
+        yield f"{serving.base}/mcp"
 
 
 def scenario_results(stdout: str) -> dict[str, list[dict[str, Any]]]:

@@ -25,8 +25,8 @@ import pytest
 import trustme
 from mcp.client import Client
 from mcp.server.mcpserver import MCPServer
-from mcp.types import CallToolResult, ElicitRequestParams, ElicitResult, TextContent
-from support import wait_until
+from mcp.types import CallToolResult, ElicitRequestParams, ElicitResult
+from support import text_of, wait_until
 from test_egress_proxy import Upstream, start_upstream
 
 from broker import Vault, load_key, vault_path
@@ -191,12 +191,6 @@ def egress_server(
 async def call(c: Client, tool: str, args: dict[str, Any]) -> CallToolResult:
     with anyio.fail_after(CALL_TIMEOUT_S):
         return await c.call_tool(tool, args)
-
-
-def text_of(result: CallToolResult) -> str:
-    block = result.content[0]
-    assert isinstance(block, TextContent)
-    return block.text
 
 
 def tool_error(result: CallToolResult) -> str:

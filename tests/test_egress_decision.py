@@ -512,12 +512,30 @@ def test_connect_decisions_never_inject() -> None:
     assert passthrough.rule_id == "policy:pinned"
 
 
+# Everything a rule says about its secret, spelled so that any echo of it in a reason shows.
+CANARY_SECRET = "canary_vault_name"
+CANARY_FORMAT = "Canary-Scheme {secret}"
+
+
+def with_canary(rule: Rule) -> Rule:
+    if rule.secret is None:
+        return rule
+    return replace(rule, secret=CANARY_SECRET, inject_format=rule.inject_format and CANARY_FORMAT)
+
+
 def test_denials_name_no_secret_and_carry_no_injection() -> None:
-    for row in ROWS:
-        decision = decide(row[1], row[2])
-        if not decision.allow:
-            assert decision.inject is None
-            assert "Bearer" not in decision.reason
+    denied = []
+    for name, facts_, rules, _, _ in ROWS:
+        canaried = tuple(with_canary(rule) for rule in rules)
+        decision = decide(facts_, canaried)
+        if decision.allow or not any(rule.secret for rule in canaried):
+            continue
+        denied.append(name)
+        assert decision.inject is None, name
+        assert CANARY_SECRET not in decision.reason, (name, decision.reason)
+        assert "Canary-Scheme" not in decision.reason, (name, decision.reason)
+    # The table denies many requests under rules that carry a secret; all were looked at.
+    assert len(denied) >= 10, denied
 
 
 @pytest.mark.parametrize(

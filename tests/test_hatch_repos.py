@@ -30,8 +30,8 @@ import pytest
 from mcp import MCPError
 from mcp.client import Client
 from mcp.server.mcpserver import MCPServer
-from mcp.types import CallToolResult, TextContent
-from support import wait_until
+from mcp.types import CallToolResult
+from support import text_of, wait_until
 from test_http import client, http_server
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
@@ -101,12 +101,6 @@ async def ok(c: Client, tool: str, args: dict[str, Any]) -> dict[str, Any]:
 def error_text(result: CallToolResult) -> str:
     assert result.is_error, f"expected a tool error, got {result.structured_content}"
     return " ".join(getattr(block, "text", "") for block in result.content)
-
-
-def text_of(result: CallToolResult) -> str:
-    block = result.content[0]
-    assert isinstance(block, TextContent)
-    return block.text
 
 
 async def run(c: Client, code: str, session_id: str, language: str = "bash") -> dict[str, Any]:

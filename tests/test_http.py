@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import signal
-import socket
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import anyio
 import docker
@@ -21,7 +19,7 @@ from anyio.abc import Process
 from mcp import MCPError
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
-from support import NO_POOL_TOML, make_wheel, wait_until
+from support import NO_POOL_TOML, free_port, make_wheel, serving_http, text_of, wait_until
 
 from server.auth import generate_api_key
 
@@ -29,13 +27,6 @@ pytestmark = [pytest.mark.anyio, pytest.mark.docker]
 
 AIRLOCK = str(Path(sys.executable).with_name("airlock"))
 MODES = pytest.mark.parametrize("mode", ["auto", "legacy"])
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @dataclass
@@ -68,36 +59,14 @@ async def http_server(
         lines.append(entry)
     auth = tmp_path / "auth.toml"
     auth.write_text("\n".join(lines))
-    port = free_port()
     data_dir = tmp_path / "data"
-    command = [AIRLOCK, "serve", "--http", "--port", str(port), "--auth", str(auth)]
-    command += ["--data-dir", str(data_dir), *extra]
+    args = ["--auth", str(auth), "--data-dir", str(data_dir), *extra]
     if not pool:
         policy = tmp_path / "no-pool.toml"
         policy.write_text(NO_POOL_TOML)
-        command += ["--policy", str(policy)]
-    process = await anyio.open_process(command, stdin=None, stdout=None, stderr=None)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        async with httpx.AsyncClient() as probe:
-
-            async def healthy() -> bool:
-                try:
-                    return (await probe.get(f"{base}/healthz")).status_code == 200
-                except httpx.TransportError:
-                    return False
-
-            with anyio.fail_after(60):
-                while not await healthy():
-                    assert process.returncode is None, "server exited during startup"
-                    await anyio.sleep(0.1)
-        yield HttpServer(f"{base}/mcp", base, keys, process, data_dir)
-    finally:
-        if process.returncode is None:
-            process.send_signal(signal.SIGTERM)
-            with anyio.fail_after(60):
-                await process.wait()
-        await process.aclose()
+        args += ["--policy", str(policy)]
+    async with serving_http(*args) as serving:
+        yield HttpServer(f"{serving.base}/mcp", serving.base, keys, serving.process, data_dir)
 
 
 @asynccontextmanager
@@ -109,10 +78,6 @@ async def client(server: HttpServer, tenant: str, mode: str) -> AsyncIterator[Cl
         transport = streamable_http_client(server.url, http_client=http)
         async with Client(transport, mode=mode) as connected:  # type: ignore[arg-type]
             yield connected
-
-
-def text(result: Any) -> str:
-    return str(result.content[0].text)
 
 
 async def test_requests_without_a_valid_token_get_401(tmp_path: Path) -> None:
@@ -195,15 +160,17 @@ async def test_tenants_cannot_see_each_others_runs_sessions_or_capabilities(
         )
     assert not own.is_error
     assert theirs.is_error
-    assert text(theirs).replace(run_id, "ID") == text(never).replace("run_" + "a" * 26, "ID")
-    assert reuse.is_error and "unknown session" in text(reuse)
-    assert end.is_error and "unknown session" in text(end)
+    assert text_of(theirs).replace(run_id, "ID") == text_of(never).replace("run_" + "a" * 26, "ID")
+    assert reuse.is_error and "unknown session" in text_of(reuse)
+    assert end.is_error and "unknown session" in text_of(end)
     assert revoke.is_error
     for foreign, unknown in peeks.values():
-        assert foreign.is_error and "acme" not in text(foreign)
-        assert text(foreign).replace(session, "ID") == text(unknown).replace(never_session, "ID")
+        assert foreign.is_error and "acme" not in text_of(foreign)
+        assert text_of(foreign).replace(session, "ID") == text_of(unknown).replace(
+            never_session, "ID"
+        )
     assert resource_errors[0] == resource_errors[1]
-    assert "acme" in text(own_file)
+    assert "acme" in text_of(own_file)
     assert still.structured_content is not None
     assert still.structured_content["stdout"]["text"] == "acme\n"
 
@@ -259,7 +226,7 @@ async def test_closing_a_handshake_era_connection_ends_its_leases(
         async with client(server, "acme", "auto") as again:
             reuse = await again.call_tool("run_code", {"code": "print(1)", "session_id": session})
     assert reuse.is_error
-    assert "unknown session" in text(reuse)
+    assert "unknown session" in text_of(reuse)
 
 
 async def test_modern_era_leases_outlive_each_request(tmp_path: Path) -> None:
@@ -285,7 +252,7 @@ async def test_each_tenant_gets_the_policy_of_its_key(tmp_path: Path) -> None:
         refused = await globex.call_tool("run_code", {"code": "print(1)", "timeout_s": 10})
     assert not allowed.is_error
     assert refused.is_error
-    assert "policy maximum of 5" in text(refused)
+    assert "policy maximum of 5" in text_of(refused)
 
 
 @MODES
@@ -399,14 +366,14 @@ async def test_a_tenant_policy_brings_its_own_lock_file(
         assert not allowed.is_error
         building = await globex.call_tool("run_code", {"code": "print(1)"})
         assert building.is_error
-        assert "the sandbox image is being built" in text(building)
+        assert "the sandbox image is being built" in text_of(building)
         with anyio.fail_after(120):
             refused = building
-            while "being built" in text(refused):
+            while "being built" in text_of(refused):
                 await anyio.sleep(0.2)
                 refused = await globex.call_tool("run_code", {"code": "print(1)"})
         assert refused.is_error
-        assert "airlock-probe==1.0" in text(refused)
+        assert "airlock-probe==1.0" in text_of(refused)
         assert not (await acme.call_tool("run_code", {"code": "print(2)"})).is_error
 
 

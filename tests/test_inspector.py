@@ -11,8 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -21,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx
 import pytest
+from support import serving_http
 
 from server.auth import generate_api_key
 
@@ -127,42 +125,14 @@ async def test_inspector_lists_the_tools_and_runs_code_over_stdio(
     assert "42" in result["content"][0]["text"]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @asynccontextmanager
 async def airlock_http_with_key(tmp_path: Path) -> AsyncIterator[tuple[str, str]]:
     """`airlock serve --http --auth FILE` with one API key; yields (MCP URL, key)."""
     key, digest = generate_api_key()
     auth = tmp_path / "auth.toml"
     auth.write_text(f'[[keys]]\nid = "acme-ci"\ntenant = "acme"\nhash = "{digest}"\n')
-    port = free_port()
-    command = [str(AIRLOCK), "serve", "--http", "--port", str(port), "--auth", str(auth)]
-    command += ["--data-dir", str(tmp_path / "data")]
-    process = await anyio.open_process(command, stdin=None, stdout=None, stderr=None)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        async with httpx.AsyncClient() as probe:
-            with anyio.fail_after(60):
-                while True:
-                    assert process.returncode is None, "server exited during startup"
-                    try:
-                        if (await probe.get(f"{base}/healthz")).status_code == 200:
-                            break
-                    except httpx.TransportError:
-                        pass
-                    await anyio.sleep(0.1)
-        yield f"{base}/mcp", key
-    finally:
-        if process.returncode is None:
-            process.send_signal(signal.SIGTERM)
-            with anyio.fail_after(60):
-                await process.wait()
-        await process.aclose()
+    async with serving_http("--auth", str(auth), "--data-dir", str(tmp_path / "data")) as serving:
+        yield f"{serving.base}/mcp", key
 
 
 async def run_inspector_http(

@@ -28,13 +28,19 @@ import pytest
 from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
-from docker.models.containers import Container
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
-from mcp.types import CallToolResult, TextContent
-from support import NO_POOL_TOML
+from support import (
+    NO_POOL_TOML,
+    containers,
+    none_left,
+    poll_containers,
+    running,
+    text_of,
+    wait_for_containers,
+)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
 
@@ -171,65 +177,12 @@ async def pipe_transport(
                 await write_stream.aclose()
 
 
-async def containers(client: docker.DockerClient, label: str) -> list[Container]:
-    return await anyio.to_thread.run_sync(
-        lambda: client.containers.list(all=True, filters={"label": label}, ignore_removed=True)
-    )
-
-
-async def poll_containers(
-    client: docker.DockerClient,
-    label: str,
-    done: Callable[[list[Container]], bool],
-    *,
-    within: float,
-) -> list[Container]:
-    """Poll the engine until the containers carrying `label` satisfy `done`, at most
-    `within` seconds; returns the last listing either way."""
-    found: list[Container] = []
-    with anyio.move_on_after(within):
-        while True:
-            found = await containers(client, label)
-            if done(found):
-                break
-            await anyio.sleep(0.1)
-    return found
-
-
-async def wait_for_containers(
-    client: docker.DockerClient,
-    label: str,
-    done: Callable[[list[Container]], bool],
-    *,
-    within: float,
-    log: Callable[[], str],
-) -> list[Container]:
-    """Like `poll_containers`, failing the test when `done` never holds."""
-    found = await poll_containers(client, label, done, within=within)
-    if not done(found):
-        states = [(c.short_id, c.status) for c in found]
-        pytest.fail(f"containers {label}: still {states} after {within}s\nserver log:\n{log()}")
-    return found
-
-
-def running(count: int) -> Callable[[list[Container]], bool]:
-    return lambda found: len(found) == count and all(c.status == "running" for c in found)
-
-
-def none_left(found: list[Container]) -> bool:
-    return not found
-
-
 async def wait_for_exit(served: Served) -> int:
     try:
         with anyio.fail_after(EXIT_S):
             return await served.process.wait()
     except TimeoutError:
         pytest.fail(f"the server did not exit within {EXIT_S}s\nserver log:\n{served.log()}")
-
-
-def text_of(result: CallToolResult) -> str:
-    return "".join(block.text for block in result.content if isinstance(block, TextContent))
 
 
 async def start_session(

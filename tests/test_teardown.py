@@ -12,10 +12,9 @@ from typing import Any
 import anyio
 import docker
 import pytest
-from docker.models.containers import Container
 from mcp.client import Client
-from mcp.types import CallToolResult, TextContent
-from support import NO_POOL
+from mcp.types import CallToolResult
+from support import NO_POOL, containers, none_left, running, text_of, wait_for_containers
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
 
@@ -24,41 +23,6 @@ LONG_RUN = "import time; print('x', flush=True); time.sleep(60)"
 # Container start is seconds; removal with force is about one.
 APPEAR_S = 60
 VANISH_S = 20
-
-
-async def containers(client: docker.DockerClient, label: str) -> list[Container]:
-    """The containers carrying `label` ("key=value"), stopped ones included."""
-    return await anyio.to_thread.run_sync(
-        lambda: client.containers.list(all=True, filters={"label": label}, ignore_removed=True)
-    )
-
-
-async def wait_for_containers(
-    client: docker.DockerClient,
-    label: str,
-    done: Callable[[list[Container]], bool],
-    *,
-    within: float,
-) -> list[Container]:
-    """Poll the engine until the containers carrying `label` satisfy `done`."""
-    with anyio.fail_after(within):
-        while True:
-            found = await containers(client, label)
-            if done(found):
-                return found
-            await anyio.sleep(0.1)
-
-
-def running(count: int) -> Callable[[list[Container]], bool]:
-    return lambda found: len(found) == count and all(c.status == "running" for c in found)
-
-
-def none_left(found: list[Container]) -> bool:
-    return not found
-
-
-def text_of(result: CallToolResult) -> str:
-    return "".join(block.text for block in result.content if isinstance(block, TextContent))
 
 
 async def start_session(client: Client, docker_client: docker.DockerClient) -> str:

@@ -15,8 +15,8 @@ import docker
 import pytest
 from mcp.client import Client
 from mcp.server.mcpserver import MCPServer
-from mcp.types import BlobResourceContents, EmbeddedResource, ResourceLink, TextContent
-from support import NO_POOL, wait_until
+from mcp.types import BlobResourceContents, EmbeddedResource, ResourceLink
+from support import NO_POOL, text_of, wait_until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
 
@@ -29,12 +29,6 @@ async def run(client: Client, code: str, **args: Any) -> dict[str, Any]:
     assert not result.is_error, result.content
     assert result.structured_content is not None
     return result.structured_content
-
-
-def text_of(result: Any) -> str:
-    block = result.content[0]
-    assert isinstance(block, TextContent)
-    return block.text
 
 
 @MODES
