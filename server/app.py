@@ -118,10 +118,12 @@ def build_server(
     tenant_policies: Mapping[str, Policy] | None = None,
     local_tenant: str = LOCAL_TENANT,
     metrics: Metrics | None = None,
+    clock: Callable[[], float] = time.time,
 ) -> MCPServer:
     """The Airlock MCP server. Over HTTP every call's tenant comes from its bearer token
     (the local user when serving loopback without auth), and a call without session_id
-    starts a fresh lease; over stdio there is one local user with one default session."""
+    starts a fresh lease; over stdio there is one local user with one default session.
+    `clock` (Unix seconds) is the tools' and the broker's now; tests pass one they move."""
     live = _Live()
     meter = metrics or Metrics()
     instance = Instance.current()
@@ -160,6 +162,7 @@ def build_server(
                 tokens=tokens,
                 vault=vault,
             ),
+            clock=clock,
             tenant_policies=dict(tenant_policies or {}),
         )
         leases = Leases(services)
@@ -689,12 +692,16 @@ def _sweep_interval(policy: Policy) -> float:
 
 
 async def _housekeeping(leases: Leases, engine: Engine, interval: float) -> None:
-    """End expired sessions, and reap containers past their deadline, until cancelled."""
+    """End expired sessions, forget ended grants and expired run tokens (their records
+    are in the store), and reap containers past their deadline, until cancelled."""
     last_reap = time.monotonic()
     while True:
         await anyio.sleep(interval)
         try:
             await leases.sweep()
+            now = leases.services.clock()
+            leases.services.grants.forget_ended(now)
+            leases.services.tokens.forget_expired(now)
             await expire_pending(leases.services)
             backend = engine.connected()
             if backend is not None and time.monotonic() - last_reap >= REAP_INTERVAL_S:

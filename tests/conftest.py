@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -124,9 +125,11 @@ def make_server(
     `make_server({"limits": {"memory_mb": 128}})` for a policy with those sections.
     The runtime is the test's `sandbox_runtime` unless the policy names one."""
 
-    def make(policy: dict[str, Any] | None = None) -> MCPServer:
+    def make(
+        policy: dict[str, Any] | None = None, clock: Callable[[], float] = time.time
+    ) -> MCPServer:
         policy = dict(policy or {})
         policy["sandbox"] = {"runtime": sandbox_runtime, **policy.get("sandbox", {})}
-        return build_server(Config(data_dir=data_dir), Policy.model_validate(policy))
+        return build_server(Config(data_dir=data_dir), Policy.model_validate(policy), clock=clock)
 
     return make
