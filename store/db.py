@@ -570,14 +570,6 @@ class Database:
             )
         )
 
-    async def list_live_sessions(self) -> list[SessionRecord]:
-        """Sessions not yet ended, oldest first."""
-        rows = await self._fetch(
-            f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE ended_at IS NULL"
-            " ORDER BY created_at, rowid"
-        )
-        return [SessionRecord.model_validate(dict(row)) for row in rows]
-
     # Runs
 
     async def create_run(self, rec: RunRecord) -> None:

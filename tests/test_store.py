@@ -122,14 +122,6 @@ async def test_ending_twice_keeps_the_first_end(db: Database) -> None:
     assert (got.ended_at, got.end_reason, got.containers_removed) == (120.0, "end_session", 2)
 
 
-async def test_live_sessions_leave_out_ended_ones_oldest_first(db: Database) -> None:
-    await db.create_session(session("late", created_at=110.0))
-    await db.create_session(session("ended", created_at=90.0))
-    await db.create_session(session("early", created_at=100.0))
-    await db.end_session("ended", ended_at=120.0, reason="idle", containers_removed=1)
-    assert [s.id for s in await db.list_live_sessions()] == ["early", "late"]
-
-
 async def test_duplicate_session_id_raises_store_error_from_sqlite(db: Database) -> None:
     await db.create_session(session())
     with pytest.raises(StoreError) as info:
