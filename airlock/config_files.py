@@ -15,13 +15,13 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-from airlock.errors import AirlockError
+from airlock.errors import ConfigFileInvalid
 from airlock.spelling import did_you_mean
 from airlock.validation import known_keys, predicate
 
 Model = TypeVar("Model", bound=BaseModel)
-Invalid = Callable[[str, list[str]], AirlockError]
-"""Builds the caller's error from the file's name and its problems (`PolicyInvalid`, ...)."""
+Invalid = type[ConfigFileInvalid]
+"""The caller's error for its kind of file (`PolicyInvalid`, `AuthConfigInvalid`)."""
 
 _UNKNOWN_KEY = "unknown key; remove it or check its spelling"
 

@@ -9,8 +9,9 @@
     ├── ApprovalPending       a capability request now waits for the operator's decision
     ├── NotFound              unknown id; also anything of another session or tenant
     ├── SessionEnded          the session ended while a call in it was running
-    ├── PolicyInvalid         a policy file with problems (all of them listed)
-    ├── AuthConfigInvalid     an auth config file with problems (all of them listed)
+    ├── ConfigFileInvalid     an operator's file with problems (all of them listed)
+    │   ├── PolicyInvalid     a policy file
+    │   └── AuthConfigInvalid the auth config file
     ├── AddressInUse          the port to serve on is taken (the CLI exits 2)
     ├── SandboxError          the engine side failed, not the user's code
     │   ├── EngineUnavailable Docker is not reachable
@@ -79,31 +80,35 @@ class SessionEnded(AirlockError):
     """The session ended (end_session, expiry, shutdown) while a call in it was running."""
 
 
-class PolicyInvalid(AirlockError):
-    """A policy file that does not validate; `problems` lists every one of them."""
+class ConfigFileInvalid(AirlockError):
+    """An operator's file that does not validate; `problems` lists every one of them.
+
+    The message names the file and lists the problems, never a key or a token.
+    """
+
+    what = "config file"
 
     def __init__(self, source: str, problems: list[str]) -> None:
         self.source = source
         self.problems = problems
         listing = "\n".join(f"  - {p}" for p in problems)
-        super().__init__(f"invalid policy {source}:\n{listing}")
+        super().__init__(f"invalid {self.what} {source}:\n{listing}")
+
+
+class PolicyInvalid(ConfigFileInvalid):
+    """A policy file that does not validate."""
+
+    what = "policy"
 
 
 class AddressInUse(AirlockError):
     """The address `airlock serve --http` should listen on is taken by another process."""
 
 
-class AuthConfigInvalid(AirlockError):
-    """An auth config file (API keys, JWT issuer, JWKS) that does not validate.
+class AuthConfigInvalid(ConfigFileInvalid):
+    """An auth config file (API keys, JWT issuer, JWKS) that does not validate."""
 
-    `problems` lists every one of them; the message never contains a key or a token.
-    """
-
-    def __init__(self, source: str, problems: list[str]) -> None:
-        self.source = source
-        self.problems = problems
-        listing = "\n".join(f"  - {p}" for p in problems)
-        super().__init__(f"invalid auth config {source}:\n{listing}")
+    what = "auth config"
 
 
 class SandboxError(AirlockError):
