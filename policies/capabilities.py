@@ -17,12 +17,9 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict
-
-if TYPE_CHECKING:
-    from policies.model import Capability
 
 PARAM_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 """What a param name looks like (also inside `{...}` in a path pattern)."""
@@ -177,7 +174,26 @@ def path_matches(pattern: str, path: str) -> bool:
     return len(segments) in reachable
 
 
-def resolve_scope(cap: Capability, params: Mapping[str, str]) -> Scope:
+class ScopeSource(Protocol):
+    """What `resolve_scope` reads of a capability (a `policies.model.Capability`).
+
+    A protocol, so that this module, which the model imports for its validators, does
+    not import the model back.
+    """
+
+    @property
+    def params(self) -> Mapping[str, str]: ...
+    @property
+    def hosts(self) -> tuple[str, ...]: ...
+    @property
+    def ports(self) -> tuple[int, ...]: ...
+    @property
+    def methods(self) -> tuple[str, ...]: ...
+    @property
+    def paths(self) -> tuple[str, ...]: ...
+
+
+def resolve_scope(cap: ScopeSource, params: Mapping[str, str]) -> Scope:
     """The scope of `cap` with `params` filled into its path patterns.
 
     Raises ValueError (one sentence an agent can act on) when a param is missing or
