@@ -16,7 +16,7 @@ synchronous (call it through `anyio.to_thread`).
 from __future__ import annotations
 
 from .grants import ApprovedBy, Grant, Grants, GrantScope, Tls, grant_prefix
-from .secrets import Secret
+from .secret import Secret
 from .tokens import RunClaims, RunTokens
 from .vault import KEY_FILE_ENV, SecretInfo, Vault, load_key, vault_path
 

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .secrets import Secret
+from .secret import Secret
 
 # token_urlsafe(32) is 43 characters; anything far longer is not ours and is not hashed.
 _MAX_TOKEN_CHARS = 256

@@ -39,7 +39,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from airlock.errors import InvalidRequest, VaultError
 
-from .secrets import Secret
+from .secret import Secret
 
 FORMAT_VERSION = 1
 KEY_BYTES = 32
