@@ -138,19 +138,28 @@ class EgressRecord(BaseModel):
     resolved_ip: str | None = None
     injected: tuple[str, ...] = ()
 
-    def summary(self) -> dict[str, str | int]:
+    def summary(self) -> EgressSummary:
         """What a run result shows the agent."""
-        return {
-            "method": self.method,
-            "host": self.host,
-            "port": self.port,
-            "path": self.path,
-            "status": self.status,
-            "decision": self.decision,
-            "reason": self.reason,
-            "bytes_in": self.bytes_in,
-            "bytes_out": self.bytes_out,
-        }
+        return EgressSummary.model_validate(self.model_dump(include=_SUMMARY_FIELDS))
+
+
+class EgressSummary(BaseModel):
+    """One egress record as a run result shows it to the agent (see `EgressRecord`)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    method: str
+    host: str
+    port: int
+    path: str
+    status: int
+    decision: EgressVerdict
+    reason: str
+    bytes_in: int
+    bytes_out: int
+
+
+_SUMMARY_FIELDS = set(EgressSummary.model_fields)
 
 
 class GrantRecord(BaseModel):

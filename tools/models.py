@@ -10,6 +10,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from store import EgressSummary
+
 Trust = Literal["untrusted"]
 
 
@@ -115,7 +117,7 @@ class RunResult(BaseModel):
     workspace_version: int = Field(
         description="The session workspace version after this run's changes were committed."
     )
-    egress: list[dict[str, str | int]] = Field(
+    egress: list[EgressSummary] = Field(
         default_factory=list, description="Network requests the run made (none: no egress yet)."
     )
     usage: UsageInfo

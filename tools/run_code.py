@@ -629,8 +629,7 @@ def _summary_text(result: RunResult, limit_hit: str) -> str:
         lines.append(wrap(text, run_id=result.run_id, stream="conflicts", nonce=nonce))
     if result.egress:
         requests = "\n".join(
-            f"{e['decision']} {e['method']} {e['host']}:{e['port']}{e['path']} -> {e['status']}: "
-            f"{e['reason']}"
+            f"{e.decision} {e.method} {e.host}:{e.port}{e.path} -> {e.status}: {e.reason}"
             for e in result.egress
         )
         lines.append(wrap(requests, run_id=result.run_id, stream="egress", nonce=nonce))
