@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import hashlib
 import io
 import json
@@ -261,7 +262,10 @@ def _become_sandbox_user() -> None:
     """Drop to uid/gid 1000 with no groups, an empty bounding set and no capabilities."""
     for cap in range(64):
         if _prctl(PR_CAPBSET_DROP, cap) != 0:
-            break  # EINVAL past the last capability the kernel knows
+            # EINVAL past the last capability the kernel knows; anything else is a failure.
+            if ctypes.get_errno() != errno.EINVAL:
+                raise OSError(ctypes.get_errno(), f"prctl(PR_CAPBSET_DROP, {cap}) failed")
+            break
     os.setgroups([])
     os.setgid(SANDBOX_UID)
     os.setuid(SANDBOX_UID)
