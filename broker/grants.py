@@ -12,14 +12,13 @@ tenant (or, for `get`, another session) gets exactly the answer an unknown id ge
 
 from __future__ import annotations
 
-import base64
 import dataclasses
-import secrets
 import threading
 from dataclasses import dataclass, field
 from typing import Literal
 
 from airlock.errors import InvalidRequest, QuotaExceeded
+from airlock.ids import new_id
 
 Tls = Literal["terminate", "passthrough"]
 ApprovedBy = Literal["policy", "user", "operator"]
@@ -43,8 +42,7 @@ def grant_prefix(tenant: str, session_id: str | None = None) -> str:
 
 
 def _new_grant_id(tenant: str, session_id: str) -> str:
-    token = base64.b32encode(secrets.token_bytes(16)).decode("ascii").rstrip("=").lower()
-    return f"{grant_prefix(tenant, session_id)}cap/{token}"
+    return new_id(f"{grant_prefix(tenant, session_id)}cap/")
 
 
 @dataclass(frozen=True)

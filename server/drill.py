@@ -10,12 +10,10 @@ unrevoked grants) and records the whole table in the database (`airlock audit dr
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import ipaddress
 import json
 import os
-import secrets
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -28,6 +26,7 @@ from mcp.client import Client
 from mcp.types import CallToolResult
 
 from airlock.errors import AirlockError, InvalidRequest
+from airlock.ids import new_id
 from broker import Vault, load_key, vault_path
 from policies import Policy, load_policy
 from sandbox import connect
@@ -141,7 +140,7 @@ async def run_drill(
     """Run the whole battery; the report says what held. Records it in the database."""
     effective = tenant_policy or policy
     started = _now()
-    drill_id = "drill_" + base64.b32encode(secrets.token_bytes(10)).decode().lower()
+    drill_id = new_id("drill_", random_bytes=10)
     server = build_server(
         config,
         policy,

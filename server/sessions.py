@@ -10,10 +10,8 @@ answer as for an id that never existed.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import logging
-import secrets
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
@@ -21,15 +19,12 @@ from dataclasses import dataclass, field
 import anyio
 
 from airlock.errors import LimitExceeded, NotFound, SessionEnded
+from airlock.ids import new_id
 from policies import SessionSettings
 from store import SessionRecord
 from tools import EndSessionResult, Services, Session, teardown_session
 
 log = logging.getLogger(__name__)
-
-
-def new_session_id() -> str:
-    return "ses_" + base64.b32encode(secrets.token_bytes(16)).decode().rstrip("=").lower()
 
 
 @dataclass
@@ -172,7 +167,7 @@ class Leases:
         return {tenant: n for tenant, n in self._runs_by_tenant.items() if n}
 
     async def _create(self, tenant: str, now: float) -> _Lease:
-        lease = _Lease(id=new_session_id(), tenant=tenant, created_at=now, expires_at=now)
+        lease = _Lease(id=new_id("ses_"), tenant=tenant, created_at=now, expires_at=now)
         lease.expires_at = self._idle_end(lease, now)
         await self._services.db.create_session(
             SessionRecord(

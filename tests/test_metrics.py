@@ -8,7 +8,8 @@ from pathlib import Path
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from test_http import client, free_port, http_server
+from support import free_port
+from test_http import client, http_server
 
 from airlock.errors import InvalidRequest
 from server.metrics import LiveState, Metrics, parse_listen

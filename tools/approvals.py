@@ -10,18 +10,12 @@ refused, an approval counts once, and only for the session that asked.
 
 from __future__ import annotations
 
-import base64
-import secrets
-
 from airlock.errors import ApprovalPending, CapabilityDenied, InvalidRequest, NotFound
+from airlock.ids import new_id
 from store import ApprovalRecord
 
 from .context import Services, Session, iso_time
 from .events import CapabilityDecided
-
-
-def new_approval_id() -> str:
-    return "apr_" + base64.b32encode(secrets.token_bytes(10)).decode().lower()
 
 
 def _pending_message(record: ApprovalRecord, now: float) -> str:
@@ -48,7 +42,7 @@ async def wait_for_operator(
     """Record the request as pending and tell the agent so (always raises ApprovalPending)."""
     now = services.clock()
     record = ApprovalRecord(
-        id=new_approval_id(),
+        id=new_id("apr_", random_bytes=10),
         tenant=session.tenant,
         session_id=session.id,
         capability=capability,

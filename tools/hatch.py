@@ -9,11 +9,9 @@ untrusted envelope; applying it is a human's or CI's step (`airlock patch apply`
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import re
-import secrets
 
 import anyio
 import anyio.from_thread
@@ -21,6 +19,7 @@ import anyio.to_thread
 from mcp.types import CallToolResult, TextContent
 
 from airlock.errors import InvalidRequest, LimitExceeded, NotFound, UnsafePath
+from airlock.ids import new_id
 from sandbox.gitdiff import FileState, GitPatch, build_patch
 from sandbox.snapshot import Snapshot, SnapshotCaps, take_snapshot
 from store import (
@@ -49,10 +48,6 @@ MAX_LISTED = 50
 # Segments of letters, digits, ".", "_" and "-", never starting with "." (so no "." or
 # ".." segment and no hidden or reserved directory): nothing to decode, nothing to fold.
 _DEST = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*(?:/[A-Za-z0-9_][A-Za-z0-9._-]*)*")
-
-
-def new_id(prefix: str) -> str:
-    return prefix + base64.b32encode(secrets.token_bytes(16)).decode().rstrip("=").lower()
 
 
 def patch_uri(patch_id: str) -> str:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +21,7 @@ import anyio
 from mcp.types import CallToolResult, ImageContent, ResourceLink, TextContent
 
 from airlock.errors import InvalidRequest, LimitExceeded, RunnerFailed, UnsafePath
+from airlock.ids import new_id
 from policies import Policy
 from sandbox import (
     EXCHANGE_GRACE_S,
@@ -83,10 +83,6 @@ MAX_LISTED_EGRESS = 50
 STREAM_PATHS = {"stdout": f"{RESERVED_PREFIX}stdout", "stderr": f"{RESERVED_PREFIX}stderr"}
 
 
-def new_run_id() -> str:
-    return "run_" + base64.b32encode(secrets.token_bytes(16)).decode().rstrip("=").lower()
-
-
 async def run_code(
     services: Services,
     session: Session,
@@ -108,7 +104,7 @@ async def run_code(
     grants = live_grants(services, session, list(capabilities))
     backend, image, runtime = await services.sandbox.ready(policy.image)
     head, inputs, dirs = await _workspace_inputs(services, session, call_files)
-    run_id = new_run_id()
+    run_id = new_id("run_")
     record = RunRecord(
         id=run_id,
         session_id=session.id,
