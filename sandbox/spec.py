@@ -10,9 +10,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from airlock.languages import Language
 from policies import Policy
 
-Language = Literal["python", "bash"]
 Status = Literal["ok", "error", "timeout", "oom", "killed"]
 
 

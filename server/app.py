@@ -15,7 +15,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated
 
 import anyio
 from mcp.server.auth.provider import TokenVerifier
@@ -33,6 +33,7 @@ from starlette.responses import JSONResponse, Response
 import tools
 from airlock import __version__
 from airlock.errors import AirlockError, NotFound
+from airlock.languages import Language
 from broker import Grants, RunTokens, Vault, load_key, vault_path
 from egress import Egress
 from policies import Policy
@@ -233,9 +234,7 @@ def build_server(
     )
     async def run_code(
         code: Annotated[str, Field(description="The program to run.")],
-        language: Annotated[
-            Literal["python", "bash"], Field(description="python (3.11) or bash.")
-        ] = "python",
+        language: Annotated[Language, Field(description="python (3.11) or bash.")] = "python",
         files: Annotated[
             list[FileArg],
             Field(description="Files to place under /workspace before the code runs."),

@@ -9,6 +9,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from airlock.languages import Language
+
 RunStatus = Literal["running", "ok", "error", "timeout", "oom", "killed"]
 """`running` until the run finishes; `error` means the engine side failed (see `error`),
 never that the user's code exited non-zero (that is `ok` with an `exit_code`)."""
@@ -37,7 +39,7 @@ class RunRecord(BaseModel):
     id: str
     session_id: str
     tenant: str
-    language: str
+    language: Language
     status: RunStatus
     created_at: float
     timeout_s: int

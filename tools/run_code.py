@@ -22,6 +22,7 @@ from mcp.types import CallToolResult, ImageContent, ResourceLink, TextContent
 
 from airlock.errors import InvalidRequest, LimitExceeded, RunnerFailed, UnsafePath
 from airlock.ids import new_id
+from airlock.languages import Language
 from policies import Policy
 from sandbox import (
     EXCHANGE_GRACE_S,
@@ -88,7 +89,7 @@ async def run_code(
     session: Session,
     *,
     code: str,
-    language: str,
+    language: Language,
     files: Sequence[FileArg],
     timeout_s: int | None,
     capabilities: Sequence[str] = (),
@@ -125,7 +126,7 @@ async def run_code(
         tenant=session.tenant,
         image=image,
         runtime=runtime,
-        language=language,  # type: ignore[arg-type]  # checked by the tool's schema
+        language=language,
         code=code,
         env=sandbox_environment(),
         files=tuple(inputs.values()),
