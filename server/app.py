@@ -393,7 +393,7 @@ def build_server(
         reason: str,
         approval_id: str | None,
         ctx: Context,
-    ) -> Elicit[Approval] | Approval | str:
+    ) -> Elicit[ApprovalAnswer] | ApprovalAnswer | str:
         """Ask the human, through MCP elicitation, when the capability needs approval."""
         services, _ = live.get()
         if approval_id is not None:
@@ -409,7 +409,7 @@ def build_server(
         capabilities = ctx.client_capabilities
         if capabilities is None or capabilities.elicitation is None:
             return "unsupported"
-        return Elicit(approval_question(capability, cap, params or {}, reason, ttl), Approval)
+        return Elicit(approval_question(capability, cap, params or {}, reason, ttl), ApprovalAnswer)
 
     @mcp.tool(
         title="Ask for network access",
@@ -421,7 +421,7 @@ def build_server(
         reason: Annotated[
             str, Field(max_length=500, description="Why you need it; shown to the human.")
         ],
-        answer: Annotated[ElicitationResult[Approval], Resolve(ask_user)],
+        answer: Annotated[ElicitationResult[ApprovalAnswer], Resolve(ask_user)],
         params: Annotated[
             dict[str, str] | None,
             Field(description='Values for the capability\'s parameters, e.g. {"org": "acme"}.'),
@@ -613,7 +613,7 @@ def _caller(local_tenant: str) -> str:
     return current_tenant() or local_tenant
 
 
-class Approval(BaseModel):
+class ApprovalAnswer(BaseModel):
     """The human's answer to a capability request."""
 
     approve: bool = Field(description="Allow this access for the requested time?")
@@ -653,7 +653,7 @@ an approval_id; call again with it (and the same session_id) to collect the capa
 def _approval(answer: object) -> tools.Approval:
     if isinstance(answer, AcceptedElicitation):
         data = answer.data
-        if isinstance(data, Approval):
+        if isinstance(data, ApprovalAnswer):
             return "approved" if data.approve else "declined"
         if data in ("unsupported", "not_asked"):
             return data  # type: ignore[no-any-return]
