@@ -59,10 +59,6 @@ class WorkspaceDelta(BaseModel):
     touched: tuple[str, ...] = ()
     """Upserts whose only change from the base is the mtime (rule 1 lets them yield)."""
 
-    @property
-    def empty(self) -> bool:
-        return not self.upserts and not self.deletes
-
 
 class WorkspaceConflict(BaseModel):
     """A path two writers changed differently; `kept` says whose version the head holds."""
