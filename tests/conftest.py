@@ -5,8 +5,12 @@ AIRLOCK_REQUIRE_DOCKER=1 (set by .ci/run) a missing engine fails them instead, a
 does an engine without gVisor (`runsc`) registered.
 
 The sandbox suites in `BOTH_RUNTIMES` run every test once under gVisor and once
-under runc (the `sandbox_runtime` parameter); the rest run under the default
-runtime ("auto"), as a new user gets it.
+under runc (the `sandbox_runtime` parameter). The rest test logic above the backend, so
+they run under runc with no warm pool unless their policy says otherwise: a gVisor
+container costs about three runc ones to start, and a pool of four per test server
+dominated the suite's time (CI must stay under 30 minutes on two cores). What a new user
+gets (runtime "auto", the default pool) is covered by the backend contract suite, the
+pool tests, and the stdio and HTTP tests, which start real servers on the default policy.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from policies import Policy
 from sandbox import connect
 from sandbox.docker import registered_runtimes
 from sandbox.image import ensure_image
-from sandbox.runtime import AUTO, GVISOR, REGISTER_GVISOR, RUNC
+from sandbox.runtime import GVISOR, REGISTER_GVISOR, RUNC
 from server import Config, build_server
 
 REQUIRE_DOCKER = os.environ.get("AIRLOCK_REQUIRE_DOCKER") == "1"
@@ -83,8 +87,8 @@ def engine_runtimes(docker_client: docker.DockerClient) -> frozenset[str]:
 
 @pytest.fixture
 def sandbox_runtime(engine_runtimes: frozenset[str]) -> str:
-    """The policy's `[sandbox] runtime` for this test: "auto" unless parametrized."""
-    return AUTO
+    """The policy's `[sandbox] runtime` for this test: runc unless parametrized."""
+    return RUNC
 
 
 @pytest.fixture(autouse=True)
@@ -123,13 +127,15 @@ def make_server(
 ) -> Callable[..., MCPServer]:
     """Build a server on this test's data dir: `make_server()` for the default policy,
     `make_server({"limits": {"memory_mb": 128}})` for a policy with those sections.
-    The runtime is the test's `sandbox_runtime` unless the policy names one."""
+    The runtime is the test's `sandbox_runtime` unless the policy names one; the pool is
+    off unless the policy has a `[pool]` section."""
 
     def make(
         policy: dict[str, Any] | None = None, clock: Callable[[], float] = time.time
     ) -> MCPServer:
         policy = dict(policy or {})
         policy["sandbox"] = {"runtime": sandbox_runtime, **policy.get("sandbox", {})}
+        policy.setdefault("pool", {"size": 0})
         return build_server(Config(data_dir=data_dir), Policy.model_validate(policy), clock=clock)
 
     return make
