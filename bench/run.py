@@ -113,11 +113,11 @@ import docker
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-from broker import Grants, GrantScope, RunTokens, Vault, load_key, vault_path
-from egress import SOCKET_NAME, Egress
-from policies import EgressSettings, Policy
-from sandbox import connect
-from sandbox.image import ensure_image
+from airlock.broker import Grants, GrantScope, RunTokens, Vault, load_key, vault_path
+from airlock.egress import SOCKET_NAME, Egress
+from airlock.policies import EgressSettings, Policy
+from airlock.sandbox import connect
+from airlock.sandbox.image import ensure_image
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = Path(__file__).resolve().with_name("egress_worker.py")

@@ -26,9 +26,9 @@ from typing import Literal
 
 import h11
 
-from broker import RunClaims
-from policies.hosts import host_matches
-from store import EgressRecord, EgressVerdict
+from airlock.broker import RunClaims
+from airlock.policies.hosts import host_matches
+from airlock.store import EgressRecord, EgressVerdict
 
 from .addresses import check_addresses
 from .decision import (

@@ -25,9 +25,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from egress.targets import TargetRejected, canonical_target_host
-from policies.capabilities import path_matches
-from policies.hosts import host_matches
+from airlock.egress.targets import TargetRejected, canonical_target_host
+from airlock.policies.capabilities import path_matches
+from airlock.policies.hosts import host_matches
 
 _INTERNAL_ERROR = "internal error, so no capability would allow the request; it is denied"
 _PORT_SUFFIX = re.compile(r"[0-9]*")

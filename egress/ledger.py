@@ -13,8 +13,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from policies import EgressLimits
-from store import EgressRecord
+from airlock.policies import EgressLimits
+from airlock.store import EgressRecord
 
 RECORDS_PAST_LIMIT = 10
 """Records kept one by one after the request limit is reached; the rest are summarized."""

@@ -27,7 +27,7 @@ from pathlib import Path
 import anyio
 import anyio.abc
 
-from broker import RunClaims, Secret
+from airlock.broker import RunClaims, Secret
 
 from .conversation import Conversation, RunContext
 from .decision import Rule

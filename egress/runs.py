@@ -22,11 +22,11 @@ from pathlib import Path
 
 import anyio
 
+from airlock.broker import Grant, Grants, RunClaims, RunTokens, Secret, Vault
 from airlock.errors import EgressUnavailable
-from broker import Grant, Grants, RunClaims, RunTokens, Secret, Vault
-from policies import Capability, EgressSettings
-from policies.capabilities import path_placeholders
-from store import EgressRecord
+from airlock.policies import Capability, EgressSettings
+from airlock.policies.capabilities import path_placeholders
+from airlock.store import EgressRecord
 
 from .decision import Rule
 from .ledger import RunIdentity, RunLedger

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv6Address
 from typing import Literal
 
-from broker import Secret
-from store import EgressRecord, EgressVerdict
+from airlock.broker import Secret
+from airlock.store import EgressRecord, EgressVerdict
 
 IPAddress = IPv4Address | IPv6Address
 PoolKey = tuple[str, str, int, tuple[str, ...]]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from policies.hosts import canonical_host
+from airlock.policies.hosts import canonical_host
 
 _PORT = re.compile(r"[1-9][0-9]{0,4}")
 _UNRESERVED = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")

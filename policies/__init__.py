@@ -11,27 +11,32 @@ from here.
 
 from __future__ import annotations
 
-from policies.capabilities import (
+from airlock.policies.capabilities import (
     Scope,
     format_duration,
     parse_duration,
     path_matches,
     resolve_scope,
 )
-from policies.globs import (
+from airlock.policies.globs import (
     DEFAULT_EXCLUDED,
     DEFAULT_IGNORED,
     DEFAULT_PROTECTED,
     glob_matches,
     protecting_glob,
 )
-from policies.hosts import canonical_host, canonical_host_pattern, host_matches, parse_ip_literal
-from policies.load import (
+from airlock.policies.hosts import (
+    canonical_host,
+    canonical_host_pattern,
+    host_matches,
+    parse_ip_literal,
+)
+from airlock.policies.load import (
     default_policy_toml,
     load_policy,
     policy_json_schema,
 )
-from policies.model import (
+from airlock.policies.model import (
     BrokerSettings,
     Capability,
     Duration,

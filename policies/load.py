@@ -13,7 +13,7 @@ from typing import Any
 
 from airlock.config_files import load_toml_model
 from airlock.errors import PolicyInvalid
-from policies.model import Policy
+from airlock.policies.model import Policy
 
 _DEFAULT_SOURCE = "policies/default.toml (packaged default)"
 
@@ -30,7 +30,7 @@ def load_policy(path: Path | None) -> Policy:
 
 def default_policy_toml() -> bytes:
     """The packaged default policy file, every setting shown and commented."""
-    return resources.files("policies").joinpath("default.toml").read_bytes()
+    return resources.files("airlock.policies").joinpath("default.toml").read_bytes()
 
 
 def policy_json_schema() -> dict[str, Any]:

@@ -37,22 +37,22 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
 
-from airlock.validation import PYDANTIC_ERROR_TYPES
-from policies.capabilities import (
+from airlock.policies.capabilities import (
     PARAM_NAME,
     format_duration,
     parse_duration,
     path_placeholders,
     validate_path_pattern,
 )
-from policies.globs import (
+from airlock.policies.globs import (
     DEFAULT_EXCLUDED,
     DEFAULT_IGNORED,
     DEFAULT_PROTECTED,
     protecting_glob,
     validate_glob,
 )
-from policies.hosts import canonical_host_pattern
+from airlock.policies.hosts import canonical_host_pattern
+from airlock.validation import PYDANTIC_ERROR_TYPES
 
 _MIB = 1024 * 1024
 

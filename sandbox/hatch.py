@@ -22,7 +22,7 @@ from pathlib import PurePosixPath
 from typing import IO
 
 from airlock.errors import UnsafePath
-from store import WorkspaceFile
+from airlock.store import WorkspaceFile
 
 from .spec import ArtifactCaps, InputDir, InputFile, OutputFile, WorkspaceEntry
 

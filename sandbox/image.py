@@ -47,7 +47,7 @@ import requests
 
 import airlock
 from airlock.errors import EngineUnavailable, ImageUnavailable
-from policies import ImageSettings
+from airlock.policies import ImageSettings
 
 from .pylock import IMAGE_PYTHON_VERSION, PythonLock, default_lock, fetch_wheels, read_lock
 

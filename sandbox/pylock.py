@@ -81,7 +81,7 @@ class PythonLock:
 
 def default_lock() -> PythonLock:
     """The lock Airlock ships: data and coding work (numpy, pandas, matplotlib, ...)."""
-    text = resources.files("sandbox").joinpath("python.lock").read_text(encoding="utf-8")
+    text = resources.files("airlock.sandbox").joinpath("python.lock").read_text(encoding="utf-8")
     return parse_lock(text, "sandbox/python.lock (packaged default)")
 
 

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from airlock.errors import InvalidRequest, LimitExceeded, UnsafePath
-from policies import protecting_glob
+from airlock.policies import protecting_glob
 
 from .hatch import safe_relative_path
 

@@ -11,7 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from airlock.languages import Language
-from policies import Policy
+from airlock.policies import Policy
 
 Status = Literal["ok", "error", "timeout", "oom", "killed"]
 

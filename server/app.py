@@ -30,17 +30,16 @@ from pydantic import BaseModel, Field
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-import tools
-from airlock import __version__
+from airlock import __version__, tools
+from airlock.broker import Grants, RunTokens, Vault, load_key, vault_path
+from airlock.egress import Egress
 from airlock.errors import AirlockError, NotFound
 from airlock.languages import Language
-from broker import Grants, RunTokens, Vault, load_key, vault_path
-from egress import Egress
-from policies import Policy
-from sandbox.image import describe_toolbox, image_inputs
-from sandbox.instance import Instance
-from store import BlobStore, Database
-from tools import (
+from airlock.policies import Policy
+from airlock.sandbox.image import describe_toolbox, image_inputs
+from airlock.sandbox.instance import Instance
+from airlock.store import BlobStore, Database
+from airlock.tools import (
     CapabilityResult,
     CopyResult,
     EndSessionResult,
@@ -55,10 +54,10 @@ from tools import (
     WorkspaceListing,
     tool_errors,
 )
-from tools.approvals import expire_pending
-from tools.artifacts import MAX_FETCH_BYTES
-from tools.capabilities import approval_question, check_request, describe_offer
-from tools.workspace import MAX_LIST_ENTRIES
+from airlock.tools.approvals import expire_pending
+from airlock.tools.artifacts import MAX_FETCH_BYTES
+from airlock.tools.capabilities import approval_question, check_request, describe_offer
+from airlock.tools.workspace import MAX_LIST_ENTRIES
 
 from .approvals import add_routes as add_approval_routes
 from .auth import current_tenant

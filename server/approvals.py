@@ -24,9 +24,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from airlock.errors import InvalidRequest, NotFound
-from store import ApprovalRecord, Database
-from tools.context import iso_time
-from tools.envelope import sanitize
+from airlock.store import ApprovalRecord, Database
+from airlock.tools.context import iso_time
+from airlock.tools.envelope import sanitize
 
 from .auth import ADMIN_SCOPE, tenant_of
 from .bearer import unauthorized, verified_token

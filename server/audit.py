@@ -7,10 +7,10 @@ hold escape sequences written to fool exactly that terminal.
 from __future__ import annotations
 
 from airlock.errors import NotFound
-from store import BlobStore, Database, RunRecord
-from tools.context import iso_time
-from tools.envelope import new_nonce, sanitize, wrap
-from tools.run_code import STREAM_PATHS
+from airlock.store import BlobStore, Database, RunRecord
+from airlock.tools.context import iso_time
+from airlock.tools.envelope import new_nonce, sanitize, wrap
+from airlock.tools.run_code import STREAM_PATHS
 
 
 def _cpu(run: RunRecord) -> str:

@@ -19,13 +19,13 @@ from pathlib import Path
 import anyio
 
 from airlock import __version__
+from airlock.broker import Vault, load_key, vault_path
 from airlock.errors import AddressInUse, AirlockError, PolicyInvalid
-from broker import Vault, load_key, vault_path
-from policies import default_policy_toml, load_policy, policy_json_schema
-from sandbox import connect
-from sandbox.image import build_image, image_inputs
-from sandbox.pylock import resolve_lock
-from store import BlobStore, Database
+from airlock.policies import default_policy_toml, load_policy, policy_json_schema
+from airlock.sandbox import connect
+from airlock.sandbox.image import build_image, image_inputs
+from airlock.sandbox.pylock import resolve_lock
+from airlock.store import BlobStore, Database
 
 from . import patches
 from .approvals import approvals_command

@@ -12,11 +12,11 @@ from pathlib import Path
 import docker
 
 from airlock.errors import AirlockError
-from policies import Policy, load_policy
-from sandbox import connect
-from sandbox.docker import registered_runtimes
-from sandbox.image import ImageInputs, base_exists, image_exists, image_inputs, image_tag
-from sandbox.runtime import AUTO, GVISOR, REGISTER_GVISOR, choose_runtime
+from airlock.policies import Policy, load_policy
+from airlock.sandbox import connect
+from airlock.sandbox.docker import registered_runtimes
+from airlock.sandbox.image import ImageInputs, base_exists, image_exists, image_inputs, image_tag
+from airlock.sandbox.runtime import AUTO, GVISOR, REGISTER_GVISOR, choose_runtime
 
 from .config import Config
 from .secret_check import missing_secrets

@@ -25,14 +25,14 @@ import anyio
 from mcp.client import Client
 from mcp.types import CallToolResult
 
+from airlock.broker import Vault, load_key, vault_path
 from airlock.errors import AirlockError, InvalidRequest
 from airlock.ids import new_id
-from broker import Vault, load_key, vault_path
-from policies import Policy, load_policy
-from sandbox import connect
-from sandbox.environment import sandbox_environment
-from store import Database, DrillRecord
-from tools.envelope import sanitize
+from airlock.policies import Policy, load_policy
+from airlock.sandbox import connect
+from airlock.sandbox.environment import sandbox_environment
+from airlock.store import Database, DrillRecord
+from airlock.tools.envelope import sanitize
 
 from .app import build_server
 from .auth import load_auth_config

@@ -17,10 +17,10 @@ import anyio
 import anyio.abc
 
 from airlock.errors import AirlockError, ImageBuilding, ImageUnavailable
-from policies import ImageSettings, Policy
-from sandbox import DockerBackend, Ready, connect, limits_of
-from sandbox.docker import registered_runtimes
-from sandbox.image import (
+from airlock.policies import ImageSettings, Policy
+from airlock.sandbox import DockerBackend, Ready, connect, limits_of
+from airlock.sandbox.docker import registered_runtimes
+from airlock.sandbox.image import (
     ImageInputs,
     base_exists,
     build_image,
@@ -28,10 +28,10 @@ from sandbox.image import (
     image_inputs,
     missing_policy_image,
 )
-from sandbox.image import image_tag as sandbox_image_tag
-from sandbox.instance import Instance
-from sandbox.pool import Profile
-from sandbox.runtime import choose_runtime
+from airlock.sandbox.image import image_tag as sandbox_image_tag
+from airlock.sandbox.instance import Instance
+from airlock.sandbox.pool import Profile
+from airlock.sandbox.runtime import choose_runtime
 
 log = logging.getLogger(__name__)
 

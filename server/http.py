@@ -20,8 +20,8 @@ from mcp.server.transport_security import TransportSecuritySettings
 from starlette.applications import Starlette
 
 from airlock.errors import AddressInUse, InvalidRequest, PolicyInvalid
-from policies import Policy, load_policy
-from sandbox.image import image_inputs
+from airlock.policies import Policy, load_policy
+from airlock.sandbox.image import image_inputs
 
 from .app import build_server
 from .auth import AirlockTokenVerifier, AuthConfig

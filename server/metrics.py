@@ -25,7 +25,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from airlock.errors import InvalidRequest
-from tools.events import CapabilityDecided, Event, RunFinished
+from airlock.tools.events import CapabilityDecided, Event, RunFinished
 
 log = logging.getLogger(__name__)
 

@@ -14,12 +14,12 @@ from pathlib import Path
 import anyio.to_thread
 
 from airlock.errors import NotFound
-from policies import Policy
-from sandbox.gitdiff import FileState
-from sandbox.patch_apply import apply_patch
-from store import BlobStore, Database, HatchCopyRecord, PatchRecord
-from tools.context import iso_time
-from tools.hatch import PATCH_ID
+from airlock.policies import Policy
+from airlock.sandbox.gitdiff import FileState
+from airlock.sandbox.patch_apply import apply_patch
+from airlock.store import BlobStore, Database, HatchCopyRecord, PatchRecord
+from airlock.tools.context import iso_time
+from airlock.tools.hatch import PATCH_ID
 
 
 async def load_patch(

@@ -13,9 +13,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from airlock.broker import Vault, load_key, vault_path
 from airlock.errors import AirlockError
-from broker import Vault, load_key, vault_path
-from policies import Policy
+from airlock.policies import Policy
 
 log = logging.getLogger(__name__)
 

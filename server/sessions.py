@@ -20,9 +20,9 @@ import anyio
 
 from airlock.errors import LimitExceeded, NotFound, SessionEnded
 from airlock.ids import new_id
-from policies import SessionSettings
-from store import SessionRecord
-from tools import EndSessionResult, Services, Session, teardown_session
+from airlock.policies import SessionSettings
+from airlock.store import SessionRecord
+from airlock.tools import EndSessionResult, Services, Session, teardown_session
 
 log = logging.getLogger(__name__)
 

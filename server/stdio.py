@@ -15,7 +15,7 @@ import sys
 
 import anyio
 
-from policies import Policy
+from airlock.policies import Policy
 
 from .app import build_server
 from .config import Config

@@ -20,10 +20,10 @@ from typing import Any
 import anyio
 
 from airlock.errors import InvalidRequest
-from policies import Policy
-from store import Database
-from tools.context import iso_time
-from tools.envelope import sanitize
+from airlock.policies import Policy
+from airlock.store import Database
+from airlock.tools.context import iso_time
+from airlock.tools.envelope import sanitize
 
 from .config import Config
 from .drill import DRILL_TENANT, target_policies

@@ -27,12 +27,12 @@ import pytest
 from mcp.server.mcpserver import MCPServer
 
 from airlock.errors import AirlockError
-from policies import Policy
-from sandbox import connect
-from sandbox.docker import registered_runtimes
-from sandbox.image import ensure_image
-from sandbox.runtime import GVISOR, REGISTER_GVISOR, RUNC
-from server import Config, build_server
+from airlock.policies import Policy
+from airlock.sandbox import connect
+from airlock.sandbox.docker import registered_runtimes
+from airlock.sandbox.image import ensure_image
+from airlock.sandbox.runtime import GVISOR, REGISTER_GVISOR, RUNC
+from airlock.server import Config, build_server
 
 REQUIRE_DOCKER = os.environ.get("AIRLOCK_REQUIRE_DOCKER") == "1"
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")

@@ -24,11 +24,11 @@ from mcp.types import CallToolResult, ElicitRequestParams, ElicitResult
 from support import serving_http
 
 from airlock.errors import InvalidRequest
-from policies import Policy
-from server import Config, build_server
-from server.approvals import decide
-from server.auth import generate_api_key
-from store import ApprovalRecord, Database, SessionRecord
+from airlock.policies import Policy
+from airlock.server import Config, build_server
+from airlock.server.approvals import decide
+from airlock.server.auth import generate_api_key
+from airlock.store import ApprovalRecord, Database, SessionRecord
 
 pytestmark = pytest.mark.anyio
 

@@ -17,9 +17,9 @@ from mcp.client import Client
 from mcp.server.mcpserver import MCPServer
 from mcp.types import TextContent
 
-from policies import Policy
-from server import Config, build_server
-from server.strict_tools import StrictToolServer
+from airlock.policies import Policy
+from airlock.server import Config, build_server
+from airlock.server.strict_tools import StrictToolServer
 
 pytestmark = pytest.mark.anyio
 MODES = pytest.mark.parametrize("mode", ["auto", "legacy"])

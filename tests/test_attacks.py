@@ -35,7 +35,7 @@ from mcp.client import Client
 from mcp.types import CallToolResult
 from support import NO_POOL, wait_until
 
-from server import Config
+from airlock.server import Config
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
 

@@ -31,7 +31,7 @@ from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 
 from airlock.errors import AuthConfigInvalid
-from server.auth import (
+from airlock.server.auth import (
     MAX_TOKEN_LENGTH,
     AirlockAccessToken,
     AirlockTokenVerifier,
@@ -218,7 +218,7 @@ async def test_refusal_is_logged_at_info_with_reason_and_without_token(
     verifier: AirlockTokenVerifier, caplog: pytest.LogCaptureFixture
 ) -> None:
     presented = generate_api_key()[0]
-    with caplog.at_level(logging.INFO, logger="server.auth"):
+    with caplog.at_level(logging.INFO, logger="airlock.server.auth"):
         assert await verifier.verify_token(presented) is None
     assert [r.levelno for r in caplog.records] == [logging.INFO]
     assert "unknown API key" in caplog.text

@@ -25,7 +25,7 @@ import trustme
 from support import wait_until
 
 from airlock.errors import SandboxError
-from sandbox import (
+from airlock.sandbox import (
     ArtifactCaps,
     ContainerLimits,
     DockerBackend,
@@ -34,10 +34,10 @@ from sandbox import (
     JobOutcome,
     JobSpec,
 )
-from sandbox.docker import EGRESS_SOCKET
-from sandbox.environment import sandbox_environment
-from sandbox.instance import Instance
-from sandbox.pool import Profile
+from airlock.sandbox.docker import EGRESS_SOCKET
+from airlock.sandbox.environment import sandbox_environment
+from airlock.sandbox.instance import Instance
+from airlock.sandbox.pool import Profile
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
 

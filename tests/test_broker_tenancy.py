@@ -12,9 +12,9 @@ import pytest
 from mcp.client import Client
 from mcp.types import CallToolResult
 
-from policies import Policy
-from server import Config, build_server
-from store import Database
+from airlock.policies import Policy
+from airlock.server import Config, build_server
+from airlock.store import Database
 
 pytestmark = pytest.mark.anyio
 

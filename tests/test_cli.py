@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from server.config import Config
-from server.doctor import run_checks
+from airlock.server.config import Config
+from airlock.server.doctor import run_checks
 
 AIRLOCK = str(Path(sys.executable).with_name("airlock"))
 

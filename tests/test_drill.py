@@ -19,10 +19,10 @@ from pathlib import Path
 import docker
 import pytest
 
-from policies import Policy
-from server import Config
-from server.drill import DRILL_TENANT, policy_review, target_policies
-from server.drill_probes import FORGERY_MARKER, _outside_envelopes
+from airlock.policies import Policy
+from airlock.server import Config
+from airlock.server.drill import DRILL_TENANT, policy_review, target_policies
+from airlock.server.drill_probes import FORGERY_MARKER, _outside_envelopes
 
 AIRLOCK = str(Path(sys.executable).with_name("airlock"))
 WEAK_POLICY = """

@@ -30,9 +30,9 @@ from mcp.types import CallToolResult, ElicitRequestParams, ElicitResult
 from support import text_of, wait_until
 from test_egress_proxy import Upstream, start_upstream
 
-from broker import Vault, load_key, vault_path
-from policies import Policy
-from server import Config, build_server
+from airlock.broker import Vault, load_key, vault_path
+from airlock.policies import Policy
+from airlock.server import Config, build_server
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
 

@@ -11,8 +11,8 @@ from ipaddress import IPv4Address, IPv6Address, ip_address
 
 import pytest
 
-from egress.addresses import check_addresses, forbidden_reason, permitted
-from egress.targets import (
+from airlock.egress.addresses import check_addresses, forbidden_reason, permitted
+from airlock.egress.targets import (
     TargetRejected,
     canonical_target_host,
     normalize_path,

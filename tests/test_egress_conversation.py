@@ -18,12 +18,12 @@ from typing import Any
 
 import pytest
 
-from broker import RunClaims, Secret
-from egress.conversation import Conversation, RunContext
-from egress.decision import Rule
-from egress.ledger import RECORDS_PAST_LIMIT, RunIdentity, RunLedger
-from egress.scrub import Scrubber
-from egress.steps import (
+from airlock.broker import RunClaims, Secret
+from airlock.egress.conversation import Conversation, RunContext
+from airlock.egress.decision import Rule
+from airlock.egress.ledger import RECORDS_PAST_LIMIT, RunIdentity, RunLedger
+from airlock.egress.scrub import Scrubber
+from airlock.egress.steps import (
     Action,
     ClientClosed,
     ClientData,
@@ -48,8 +48,8 @@ from egress.steps import (
     UpstreamClosed,
     UpstreamData,
 )
-from policies import EgressLimits
-from store import EgressRecord
+from airlock.policies import EgressLimits
+from airlock.store import EgressRecord
 
 TOKEN = "tok-" + secrets.token_hex(8)
 SECRET = "sk-live-" + secrets.token_urlsafe(24)

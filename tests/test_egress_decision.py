@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from egress.decision import (
+from airlock.egress.decision import (
     Decision,
     RequestFacts,
     Rule,

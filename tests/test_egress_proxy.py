@@ -36,11 +36,11 @@ from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 from support import wait_until
 
-from broker import Grant, Grants, GrantScope, RunTokens, Vault, load_key, vault_path
-from egress import SOCKET_NAME, Egress, RunEgress
-from egress.ledger import RECORDS_PAST_LIMIT
-from egress.proxy import Resolver, system_resolver
-from policies import Capability, EgressSettings
+from airlock.broker import Grant, Grants, GrantScope, RunTokens, Vault, load_key, vault_path
+from airlock.egress import SOCKET_NAME, Egress, RunEgress
+from airlock.egress.ledger import RECORDS_PAST_LIMIT
+from airlock.egress.proxy import Resolver, system_resolver
+from airlock.policies import Capability, EgressSettings
 
 pytestmark = pytest.mark.anyio
 

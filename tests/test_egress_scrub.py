@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from egress.scrub import Scrubber, spellings
+from airlock.egress.scrub import Scrubber, spellings
 
 SECRETS = ("sk-live-Zq9/x+Yv~w%3d", "ghp_0123456789abcdefABCDEF")
 

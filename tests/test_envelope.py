@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from tools.envelope import (
+from airlock.tools.envelope import (
     NONCE_REMOVED,
     clip,
     neutralize,

@@ -7,8 +7,8 @@ import struct
 
 import pytest
 
-from sandbox.exchange import MAX_NOTES, Exchange
-from sandbox.runner import (
+from airlock.sandbox.exchange import MAX_NOTES, Exchange
+from airlock.sandbox.runner import (
     ENTRIES,
     FAULT,
     MAX_FRAME,
@@ -19,7 +19,7 @@ from sandbox.runner import (
     FrameDecoder,
     encode_frame,
 )
-from sandbox.spec import ArtifactCaps, ContainerLimits, JobSpec
+from airlock.sandbox.spec import ArtifactCaps, ContainerLimits, JobSpec
 
 JOB = JobSpec(
     run_id="run_x",

@@ -9,8 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from policies import DEFAULT_PROTECTED, protecting_glob
-from sandbox.gitdiff import FileState, GitPatch, build_patch, git_blob_id, quote_name, unsafe_name
+from airlock.policies import DEFAULT_PROTECTED, protecting_glob
+from airlock.sandbox.gitdiff import (
+    FileState,
+    GitPatch,
+    build_patch,
+    git_blob_id,
+    quote_name,
+    unsafe_name,
+)
 
 Tree = dict[str, tuple[bytes, int]]
 

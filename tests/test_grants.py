@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from airlock.broker import Grant, Grants, GrantScope, grant_prefix
 from airlock.errors import InvalidRequest, LimitExceeded, QuotaExceeded
-from broker import Grant, Grants, GrantScope, grant_prefix
 
 T0 = 1_000_000.0
 SCOPE = GrantScope(

@@ -9,8 +9,14 @@ import tarfile
 import pytest
 
 from airlock.errors import UnsafePath
-from sandbox.hatch import pack_inputs, read_listing, read_outputs, safe_relative_path, settle
-from sandbox.spec import ArtifactCaps, InputDir, InputFile, OutputFile, WorkspaceEntry
+from airlock.sandbox.hatch import (
+    pack_inputs,
+    read_listing,
+    read_outputs,
+    safe_relative_path,
+    settle,
+)
+from airlock.sandbox.spec import ArtifactCaps, InputDir, InputFile, OutputFile, WorkspaceEntry
 
 CAPS = ArtifactCaps(max_files=3, max_file_bytes=100, max_total_bytes=150)
 

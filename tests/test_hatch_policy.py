@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from airlock.errors import PolicyInvalid
-from policies import DEFAULT_PROTECTED, Policy, glob_matches, load_policy, protecting_glob
+from airlock.policies import DEFAULT_PROTECTED, Policy, glob_matches, load_policy, protecting_glob
 
 AIRLOCK = str(Path(sys.executable).with_name("airlock"))
 

@@ -14,15 +14,15 @@ from support import wait_until
 from test_grants import T0
 from test_grants import make as make_grant
 
-from broker import Grants, RunTokens, Vault, load_key, vault_path
-from egress import Egress
-from policies import Policy
-from sandbox.instance import Instance
-from server.app import _housekeeping
-from server.engine import Engine
-from server.sessions import Leases
-from store import BlobStore, Database
-from tools import Services
+from airlock.broker import Grants, RunTokens, Vault, load_key, vault_path
+from airlock.egress import Egress
+from airlock.policies import Policy
+from airlock.sandbox.instance import Instance
+from airlock.server.app import _housekeeping
+from airlock.server.engine import Engine
+from airlock.server.sessions import Leases
+from airlock.store import BlobStore, Database
+from airlock.tools import Services
 
 pytestmark = pytest.mark.anyio
 

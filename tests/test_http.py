@@ -21,7 +21,7 @@ from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from support import NO_POOL_TOML, free_port, make_wheel, serving_http, text_of, wait_until
 
-from server.auth import generate_api_key
+from airlock.server.auth import generate_api_key
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
 

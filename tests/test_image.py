@@ -12,7 +12,7 @@ import pytest
 from support import make_wheel
 
 from airlock.errors import EngineUnavailable, ImageUnavailable
-from sandbox.image import (
+from airlock.sandbox.image import (
     RUNNER_PATH,
     ImageInputs,
     build_image,
@@ -20,7 +20,7 @@ from sandbox.image import (
     image_exists,
     image_tag,
 )
-from sandbox.pylock import parse_lock
+from airlock.sandbox.pylock import parse_lock
 
 # The first Docker test may build the image: the Debian base takes minutes (7.5 on a busy
 # 2-core machine), the layer 1 to 4 more.

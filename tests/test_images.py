@@ -7,8 +7,8 @@ import zlib
 
 import pytest
 
-from tools.artifacts import guess_mime_type
-from tools.images import MAX_SIDE, Picture, sniff_image
+from airlock.tools.artifacts import guess_mime_type
+from airlock.tools.images import MAX_SIDE, Picture, sniff_image
 
 
 def png(width: int, height: int) -> bytes:

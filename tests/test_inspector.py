@@ -22,7 +22,7 @@ import anyio
 import pytest
 from support import serving_http
 
-from server.auth import generate_api_key
+from airlock.server.auth import generate_api_key
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
 

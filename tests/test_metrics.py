@@ -12,9 +12,9 @@ from support import free_port
 from test_http import client, http_server
 
 from airlock.errors import InvalidRequest
-from server.metrics import LiveState, Metrics, parse_listen
-from store import EgressRecord, RunRecord
-from tools.events import CapabilityDecided, RunFinished
+from airlock.server.metrics import LiveState, Metrics, parse_listen
+from airlock.store import EgressRecord, RunRecord
+from airlock.tools.events import CapabilityDecided, RunFinished
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -24,11 +24,11 @@ from mcp.client import Client
 from mcp.server.mcpserver import MCPServer
 from test_egress_proxy import Upstream, start_upstream
 
-from broker import Vault, load_key, vault_path
-from server.audit import run_detail
-from server.logs import JsonFormatter, TextFormatter
-from store import BlobStore, Database, RunRecord
-from tools.events import CapabilityDecided, Events, RunFinished
+from airlock.broker import Vault, load_key, vault_path
+from airlock.server.audit import run_detail
+from airlock.server.logs import JsonFormatter, TextFormatter
+from airlock.store import BlobStore, Database, RunRecord
+from airlock.tools.events import CapabilityDecided, Events, RunFinished
 
 SECRET_NAME = "obs_token"
 SECRET = "sk-obs-" + secrets.token_urlsafe(24)

@@ -23,11 +23,11 @@ from joserfc.jwk import OKPKey
 from mcp.client import Client
 
 from airlock.errors import AuthConfigInvalid, EngineUnavailable
-from policies import Policy, default_policy_toml
-from sandbox import connect
-from server import Config, build_server
-from server.auth import AuthConfig, generate_api_key, hash_api_key, load_auth_config
-from server.http import http_app
+from airlock.policies import Policy, default_policy_toml
+from airlock.sandbox import connect
+from airlock.server import Config, build_server
+from airlock.server.auth import AuthConfig, generate_api_key, hash_api_key, load_auth_config
+from airlock.server.http import http_app
 
 AIRLOCK = str(Path(sys.executable).with_name("airlock"))
 
@@ -120,10 +120,10 @@ async def test_the_server_warns_at_start_about_a_secret_the_vault_lacks(
         {**tomllib.loads(CAPABILITY_WITH_SECRET), "sandbox": {"image": "airlock-test/absent:0"}}
     )
     server = build_server(Config(data_dir=tmp_path / "data"), policy)
-    with caplog.at_level(logging.WARNING, logger="server.secret_check"):
+    with caplog.at_level(logging.WARNING, logger="airlock.server.secret_check"):
         async with Client(server, mode="auto") as client:
             await client.list_tools()
-    warnings = [r.getMessage() for r in caplog.records if r.name == "server.secret_check"]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "airlock.server.secret_check"]
     assert warnings == [
         f"capability 'github-read' injects the secret 'github_token', which the vault in "
         f"{tmp_path / 'data'} does not hold; store it with `airlock secrets set github_token "
@@ -139,7 +139,7 @@ async def test_a_missing_policy_image_is_not_called_ready_and_the_error_names_th
     absent = "example.invalid/nope:1"
     policy = Policy.model_validate({"sandbox": {"image": absent}})
     server = build_server(Config(data_dir=tmp_path / "data"), policy)
-    with caplog.at_level(logging.INFO, logger="server.engine"):
+    with caplog.at_level(logging.INFO, logger="airlock.server.engine"):
         async with Client(server, mode="auto") as client:
             result = await client.call_tool("run_code", {"code": "print(1)"})
     assert result.is_error
@@ -147,7 +147,7 @@ async def test_a_missing_policy_image_is_not_called_ready_and_the_error_names_th
     assert f"`docker pull {absent}`" in text
     assert "correct the name in the policy" in text
     assert "airlock image build" not in text
-    messages = [r.getMessage() for r in caplog.records if r.name == "server.engine"]
+    messages = [r.getMessage() for r in caplog.records if r.name == "airlock.server.engine"]
     assert not any("engine ready" in m for m in messages), messages
     assert any(m.startswith("sandbox engine not ready") and absent in m for m in messages)
 

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from airlock.errors import InvalidRequest
-from policies import DEFAULT_PROTECTED, protecting_glob
-from sandbox.gitdiff import FileState, GitPatch, build_patch
-from sandbox.patch_apply import ApplyReport, apply_patch
+from airlock.policies import DEFAULT_PROTECTED, protecting_glob
+from airlock.sandbox.gitdiff import FileState, GitPatch, build_patch
+from airlock.sandbox.patch_apply import ApplyReport, apply_patch
 
 Tree = dict[str, tuple[bytes, int]]
 
@@ -197,8 +197,7 @@ def test_an_empty_patch_changes_nothing(tmp_path: Path) -> None:
 def test_a_file_changed_during_the_apply_is_not_overwritten(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import sandbox.patch_apply as applying
-
+    import airlock.sandbox.patch_apply as applying
     _write(tmp_path, BEFORE)
     real_git = applying._git
 

@@ -11,7 +11,7 @@ import pytest
 from pydantic import BaseModel
 
 from airlock.errors import PolicyInvalid
-from policies import (
+from airlock.policies import (
     FileLimits,
     Limits,
     OutputLimits,
@@ -44,7 +44,7 @@ def test_packaged_default_writes_out_every_key() -> None:
     # The shipped file is the operator's documentation, so a new field must appear
     # in it; only fields whose default is "absent" (None, or no entries, such as
     # egress.allow) are left as comments.
-    text = resources.files("policies").joinpath("default.toml").read_text(encoding="utf-8")
+    text = resources.files("airlock.policies").joinpath("default.toml").read_text(encoding="utf-8")
     written = tomllib.loads(text)
     for name, field in Policy.model_fields.items():
         if not isinstance(field.default, BaseModel):

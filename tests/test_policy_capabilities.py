@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from airlock.errors import PolicyInvalid
-from policies import (
+from airlock.policies import (
     BrokerSettings,
     Capability,
     EgressLimits,
@@ -483,7 +483,7 @@ def test_reports_every_problem_of_a_file(tmp_path: Path) -> None:
 
 def test_default_file_examples_load_when_uncommented(tmp_path: Path) -> None:
     # The commented examples are documentation; they must stay valid.
-    text = resources.files("policies").joinpath("default.toml").read_text(encoding="utf-8")
+    text = resources.files("airlock.policies").joinpath("default.toml").read_text(encoding="utf-8")
     examples = re.findall(r"For example:\n#\n((?:#.*\n)+)", text)
     assert len(examples) == 2
 

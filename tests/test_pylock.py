@@ -13,8 +13,8 @@ import pytest
 from support import make_wheel
 
 from airlock.errors import ImageUnavailable
-from sandbox.image import ImageInputs, image_tag
-from sandbox.pylock import default_lock, fetch_wheels, parse_lock, resolve_lock
+from airlock.sandbox.image import ImageInputs, image_tag
+from airlock.sandbox.pylock import default_lock, fetch_wheels, parse_lock, resolve_lock
 
 SHA = "a" * 64
 

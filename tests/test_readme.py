@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from policies import Policy
-from server.auth import load_auth_config
-from server.cli import _parser
+from airlock.policies import Policy
+from airlock.server.auth import load_auth_config
+from airlock.server.cli import _parser
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")

@@ -9,10 +9,10 @@ import pytest
 from support import wait_until
 
 from airlock.errors import SandboxError
-from sandbox import ContainerLimits
-from sandbox.pool import Profile, WarmPool
-from sandbox.runtime import REGISTER_GVISOR, choose_runtime
-from sandbox.seccomp import gvisor_profile, gvisor_security_opt
+from airlock.sandbox import ContainerLimits
+from airlock.sandbox.pool import Profile, WarmPool
+from airlock.sandbox.runtime import REGISTER_GVISOR, choose_runtime
+from airlock.sandbox.seccomp import gvisor_profile, gvisor_security_opt
 
 WITH_GVISOR = {"runc", "io.containerd.runc.v2", "runsc"}
 WITHOUT = {"runc", "io.containerd.runc.v2"}

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from airlock.errors import InvalidRequest, LimitExceeded
-from policies import DEFAULT_EXCLUDED
-from sandbox.snapshot import Snapshot, SnapshotCaps, take_snapshot
+from airlock.policies import DEFAULT_EXCLUDED
+from airlock.sandbox.snapshot import Snapshot, SnapshotCaps, take_snapshot
 
 CAPS = SnapshotCaps(max_entries=100, max_bytes=1 << 20, max_path_length=255)
 

@@ -14,7 +14,7 @@ import anyio
 import pytest
 
 from airlock.errors import StoreError
-from store import (
+from airlock.store import (
     SCHEMA_VERSION,
     ArtifactRecord,
     BlobStore,

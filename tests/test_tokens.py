@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from broker import RunClaims, RunTokens, Secret
+from airlock.broker import RunClaims, RunTokens, Secret
 
 T0 = 1_000_000.0
 GRANTS = ("tenant/t1/session/s1/cap/aaaaaaaaaaaaaaaaaaaaaaaaaa",)

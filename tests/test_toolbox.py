@@ -17,9 +17,9 @@ from mcp.client import Client
 from mcp.server.mcpserver import MCPServer
 from mcp.types import ImageContent, TextContent
 
-from sandbox.image import CLI_TOOLS, MANIFEST_PATH
-from sandbox.pylock import default_lock
-from tools.images import sniff_image
+from airlock.sandbox.image import CLI_TOOLS, MANIFEST_PATH
+from airlock.sandbox.pylock import default_lock
+from airlock.tools.images import sniff_image
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
 

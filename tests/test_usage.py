@@ -13,8 +13,8 @@ from typing import Any
 import anyio
 import pytest
 
-from store import ApprovalRecord, Database, EgressRecord, GrantRecord, SessionRecord
-from tools.context import iso_time
+from airlock.store import ApprovalRecord, Database, EgressRecord, GrantRecord, SessionRecord
+from airlock.tools.context import iso_time
 
 AIRLOCK = str(Path(sys.executable).with_name("airlock"))
 DAY = 86_400

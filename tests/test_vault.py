@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from airlock.broker import KEY_FILE_ENV, Secret, SecretInfo, Vault, load_key, vault_path
 from airlock.errors import InvalidRequest, VaultError
-from broker import KEY_FILE_ENV, Secret, SecretInfo, Vault, load_key, vault_path
 
 VALUE = "ghp_s3cr3t-VALUE-0123456789abcdef"
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from store import WorkspaceDelta, WorkspaceFile, ancestors, diff
-from store.workspace import Change, merge
+from airlock.store import WorkspaceDelta, WorkspaceFile, ancestors, diff
+from airlock.store.workspace import Change, merge
 
 
 def f(path: str, content: str = "x", *, mode: int = 0o644, mtime: int = 1, by: str | None = None):

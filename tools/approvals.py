@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from airlock.errors import ApprovalPending, CapabilityDenied, InvalidRequest, NotFound
 from airlock.ids import new_id
-from store import ApprovalRecord
+from airlock.store import ApprovalRecord
 
 from .context import Services, Session, iso_time
 from .events import CapabilityDecided

@@ -23,8 +23,8 @@ from mcp.types import (
 )
 
 from airlock.errors import InvalidRequest, NotFound
-from sandbox import safe_relative_path
-from store import ArtifactRecord
+from airlock.sandbox import safe_relative_path
+from airlock.store import ArtifactRecord
 
 from .context import Services, Session
 from .envelope import clip, new_nonce, wrap

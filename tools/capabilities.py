@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+from airlock.broker import ApprovedBy, Grant, GrantScope
 from airlock.errors import (
     AirlockError,
     ApprovalPending,
@@ -16,10 +17,9 @@ from airlock.errors import (
     LimitExceeded,
     NotFound,
 )
-from broker import ApprovedBy, Grant, GrantScope
-from policies import Capability, Policy
-from policies.capabilities import resolve_scope
-from store import GrantRecord
+from airlock.policies import Capability, Policy
+from airlock.policies.capabilities import resolve_scope
+from airlock.store import GrantRecord
 
 from .approvals import approved_request, wait_for_operator
 from .context import Services, Session, iso_time

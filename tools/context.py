@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol
 
-from broker import Grants, RunTokens, Vault
-from egress import Egress
-from policies import ImageSettings, Policy
-from sandbox import Backend, Ready
-from store import BlobStore, Database
+from airlock.broker import Grants, RunTokens, Vault
+from airlock.egress import Egress
+from airlock.policies import ImageSettings, Policy
+from airlock.sandbox import Backend, Ready
+from airlock.store import BlobStore, Database
 
 from .events import Events
 

@@ -8,7 +8,7 @@ records stay: they outlive the box.
 
 from __future__ import annotations
 
-from broker import grant_prefix
+from airlock.broker import grant_prefix
 
 from .approvals import expire_pending
 from .context import Services

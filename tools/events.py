@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from store import EgressRecord, RunRecord
+from airlock.store import EgressRecord, RunRecord
 
 log = logging.getLogger(__name__)
 runs_log = logging.getLogger("airlock.runs")

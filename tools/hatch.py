@@ -20,9 +20,9 @@ from mcp.types import CallToolResult, TextContent
 
 from airlock.errors import InvalidRequest, LimitExceeded, NotFound, UnsafePath
 from airlock.ids import new_id
-from sandbox.gitdiff import FileState, GitPatch, build_patch
-from sandbox.snapshot import Snapshot, SnapshotCaps, take_snapshot
-from store import (
+from airlock.sandbox.gitdiff import FileState, GitPatch, build_patch
+from airlock.sandbox.snapshot import Snapshot, SnapshotCaps, take_snapshot
+from airlock.store import (
     HatchCopyRecord,
     PatchRecord,
     WorkspaceDelta,

@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from store import EgressSummary
+from airlock.store import EgressSummary
 
 Trust = Literal["untrusted"]
 

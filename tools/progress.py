@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 
 import anyio
 
-from sandbox import Backend, JobOutcome, JobSpec, Sandbox
+from airlock.sandbox import Backend, JobOutcome, JobSpec, Sandbox
 
 log = logging.getLogger(__name__)
 

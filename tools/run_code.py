@@ -23,8 +23,8 @@ from mcp.types import CallToolResult, ImageContent, ResourceLink, TextContent
 from airlock.errors import InvalidRequest, LimitExceeded, RunnerFailed, UnsafePath
 from airlock.ids import new_id
 from airlock.languages import Language
-from policies import Policy
-from sandbox import (
+from airlock.policies import Policy
+from airlock.sandbox import (
     EXCHANGE_GRACE_S,
     RESERVED_PREFIX,
     ArtifactCaps,
@@ -37,9 +37,9 @@ from sandbox import (
     limits_of,
     safe_relative_path,
 )
-from sandbox.environment import sandbox_environment
-from sandbox.hatch import settle
-from store import (
+from airlock.sandbox.environment import sandbox_environment
+from airlock.sandbox.hatch import settle
+from airlock.store import (
     ArtifactRecord,
     EgressRecord,
     RunRecord,

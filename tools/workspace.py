@@ -16,8 +16,8 @@ from urllib.parse import quote
 from mcp.types import CallToolResult, ResourceLink, TextContent
 
 from airlock.errors import InvalidRequest, NotFound
-from sandbox import safe_relative_path
-from store import WorkspaceFile, WorkspaceHead
+from airlock.sandbox import safe_relative_path
+from airlock.store import WorkspaceFile, WorkspaceHead
 
 from .artifacts import MAX_FETCH_BYTES, RUN_ID, enveloped, file_body, guess_mime_type, is_text
 from .context import Services, Session, iso_time
