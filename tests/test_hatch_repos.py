@@ -478,6 +478,14 @@ async def test_a_copy_racing_a_running_call_merges_and_reports_the_conflict(
     async with Client(make_server(policy_with(repo)), mode="auto") as c:
         first = await ok(c, "run_code", {"code": "print('start')"})
         sid = first["session_id"]
+        # The first call's container is removed after its reply; the wait below must see
+        # the long run's container, not that one.
+        await wait_until(
+            lambda: not docker_client.containers.list(
+                all=True, filters={"label": f"airlock.run={first['run_id']}"}
+            ),
+            within=60,
+        )
         results: dict[str, dict[str, Any]] = {}
 
         async def long_run() -> None:
