@@ -17,6 +17,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
@@ -548,6 +549,12 @@ async def test_the_readme_hatch_example_runs_as_written(
     repo.mkdir()
     (repo / "calc.py").write_bytes(CALC)
     (repo / "test_calc.py").write_bytes(TEST_CALC)
+    # A repository's files are older than the session that edits them. Files made this
+    # second let the example's same-size `sed` edit land in the second its first run's .pyc
+    # recorded, and Python would then run the stale bytecode (it checks mtime in seconds
+    # and size) — a Python trait the example would trip over only in a test.
+    for name in ("calc.py", "test_calc.py"):
+        os.utime(repo / name, (time.time() - 3600, time.time() - 3600))
     policy = tomllib.loads(blocks["toml"].replace("/srv/repos/app", str(repo)))
     runs: list[dict[str, Any]] = []
     async with Client(make_server(policy), mode="auto") as c:

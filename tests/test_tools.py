@@ -35,7 +35,8 @@ async def run(client: Client, code: str, **args: Any) -> dict[str, Any]:
 async def test_run_code_returns_the_contract_fields_and_an_envelope(
     make_server: MakeServer, mode: str, engine_runtimes: frozenset[str]
 ) -> None:
-    async with Client(make_server(), mode=mode) as client:
+    # The runtime a new user gets ("auto"), named because the test harness defaults to runc.
+    async with Client(make_server({"sandbox": {"runtime": "auto"}}), mode=mode) as client:
         result = await client.call_tool("run_code", {"code": "print('hello')"})
     data = result.structured_content
     assert data is not None
