@@ -12,8 +12,8 @@ caller's session and hand over to `tools`.
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -530,12 +530,8 @@ def build_server(
     )
     async def patch(patch_id: str) -> str:
         services, _ = live.get()
-        try:
+        with _resource_errors():
             return await tools.read_patch_resource(services, _caller(local_tenant), patch_id)
-        except NotFound as exc:
-            raise ResourceNotFoundError(str(exc)) from exc
-        except AirlockError as exc:
-            raise ResourceError(str(exc)) from exc
 
     @mcp.resource(
         "airlock://runs/{run_id}/artifacts/{+path}",
@@ -545,12 +541,8 @@ def build_server(
     )
     async def artifact(run_id: str, path: str) -> str | bytes:
         services, _ = live.get()
-        try:
+        with _resource_errors():
             return await tools.read_artifact_resource(services, _caller(local_tenant), run_id, path)
-        except NotFound as exc:
-            raise ResourceNotFoundError(str(exc)) from exc
-        except AirlockError as exc:
-            raise ResourceError(str(exc)) from exc
 
     @mcp.resource(
         "airlock://sessions/{session_id}/workspace/{+path}",
@@ -560,14 +552,10 @@ def build_server(
     )
     async def workspace_file(session_id: str, path: str) -> str | bytes:
         services, _ = live.get()
-        try:
+        with _resource_errors():
             return await tools.read_workspace_resource(
                 services, _caller(local_tenant), session_id, path
             )
-        except NotFound as exc:
-            raise ResourceNotFoundError(str(exc)) from exc
-        except AirlockError as exc:
-            raise ResourceError(str(exc)) from exc
 
     return mcp
 
@@ -715,3 +703,15 @@ async def _shutdown(engine: Engine) -> None:
         removed = await backend.remove_all()
         if removed:
             log.info("removed %d remaining container(s) at shutdown", removed)
+
+
+@contextmanager
+def _resource_errors() -> Iterator[None]:
+    """Airlock's errors as the SDK's resource errors; "not found" stays not found, so another
+    tenant's resource and one that never existed answer alike."""
+    try:
+        yield
+    except NotFound as exc:
+        raise ResourceNotFoundError(str(exc)) from exc
+    except AirlockError as exc:
+        raise ResourceError(str(exc)) from exc
