@@ -10,10 +10,11 @@ drawing on the run's `RunLedger` (limits, totals, records).
 from .conversation import Conversation, RunContext
 from .decision import Decision, RequestFacts, Rule, decide
 from .ledger import RunIdentity, RunLedger
-from .proxy import SOCKET_NAME, RunProxy
+from .proxy import MAX_SOCKET_PATH, SOCKET_NAME, RunProxy
 from .runs import Egress, EgressPlan, RunEgress
 
 __all__ = [
+    "MAX_SOCKET_PATH",
     "SOCKET_NAME",
     "Conversation",
     "Decision",

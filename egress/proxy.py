@@ -66,6 +66,8 @@ from .tlsstream import TLSChannel
 log = logging.getLogger(__name__)
 
 SOCKET_NAME = "proxy.sock"
+# A unix socket path holds at most 107 bytes.
+MAX_SOCKET_PATH = 107
 RECEIVE_BYTES = 256 * 1024
 """One read: large, so a body moves in few steps once its head is parsed."""
 REFUSAL_PACE = 0.05

@@ -30,11 +30,10 @@ from airlock.store import EgressRecord
 
 from .decision import Rule
 from .ledger import RunIdentity, RunLedger
-from .proxy import SOCKET_NAME, Resolver, RunProxy, system_resolver
+from .proxy import MAX_SOCKET_PATH, SOCKET_NAME, Resolver, RunProxy, system_resolver
 from .tls import RunCA
 
 SOCKET_DIR = "socket"
-MAX_SOCKET_PATH = 107
 PRIVATE_DIR = "private"
 
 

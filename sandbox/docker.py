@@ -36,6 +36,7 @@ import docker.errors
 import requests
 from docker.types import LogConfig, Mount, Ulimit
 
+from airlock.egress import MAX_SOCKET_PATH, SOCKET_NAME
 from airlock.errors import (
     EgressUnavailable,
     EngineUnavailable,
@@ -50,7 +51,7 @@ from .hatch import pack_inputs, read_listing, read_outputs
 from .instance import LABEL_INSTANCE, Instance
 from .pool import MAX_AGE_S as POOL_MAX_AGE_S
 from .pool import Profile, WarmPool
-from .runner import encode_job
+from .runner import SANDBOX_UID, encode_job
 from .runtime import GVISOR
 from .seccomp import gvisor_security_opt
 from .spec import JobOutcome, JobSpec, OutputFile, Status, StreamCapture, Usage, WorkspaceEntry
@@ -66,8 +67,6 @@ LABEL_DEADLINE = "airlock.deadline"
 # to uid 1000 and to kill it (see runner.py); the code itself ends up with none.
 RUNNER_USER = "0:0"
 RUNNER_CAPABILITIES = ["SETUID", "SETGID", "SETPCAP", "KILL"]
-# The proxy's socket name inside the mounted directory (egress/proxy.py creates it).
-EGRESS_SOCKET = "proxy.sock"
 # Container start and packing the workspace happen outside the user's timeout.
 EXCHANGE_GRACE_S = 15.0
 RECEIVE_CHUNK = 65536
@@ -79,8 +78,6 @@ ENGINE_CONCURRENCY = 16
 # code's own limit is RLIMIT_NPROC, which gVisor's kernel enforces inside the sandbox.
 RUNSC_HOST_PIDS_PER_TASK = 10
 RUNSC_HOST_PIDS = 128
-# A unix socket path holds at most 107 bytes.
-MAX_SOCKET_PATH = 107
 
 T = TypeVar("T")
 
@@ -150,7 +147,7 @@ def container_options(
     memory = f"{limits.memory_mb}m"
     # The engine ignores `mode=` on these mounts; ownership is what lets the
     # sandbox user write.
-    owner = "uid=1000,gid=1000"
+    owner = f"uid={SANDBOX_UID},gid={SANDBOX_UID}"
     return {
         "image": profile.image,
         "detach": True,
@@ -204,7 +201,7 @@ def new_egress_dir() -> Path:
     """An empty directory for one container's proxy socket, in a short place (the
     system's temporary directory), unguessable, enterable by the sandbox user."""
     path = Path(tempfile.mkdtemp(prefix="airlock-"))
-    if len(str(path / EGRESS_SOCKET)) > MAX_SOCKET_PATH:
+    if len(str(path / SOCKET_NAME)) > MAX_SOCKET_PATH:
         path.rmdir()
         raise EgressUnavailable(
             f"the egress socket path under {path.parent} is too long for a unix socket; "
@@ -561,7 +558,7 @@ def _job_payload(job: JobSpec) -> dict[str, Any]:
         "stream_cap_bytes": job.stream_cap_bytes,
         "artifact_caps": job.artifact_caps.model_dump(),
         "egress": {
-            "socket": f"{EGRESS_MOUNT}/{EGRESS_SOCKET}",
+            "socket": f"{EGRESS_MOUNT}/{SOCKET_NAME}",
             "port": RELAY_PORT,
             "ca_pem": job.egress.ca_pem,
             "ca_bundle": CA_BUNDLE,

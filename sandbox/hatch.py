@@ -24,9 +24,9 @@ from typing import IO
 from airlock.errors import UnsafePath
 from airlock.store import WorkspaceFile
 
+from .runner import SANDBOX_UID
 from .spec import ArtifactCaps, InputDir, InputFile, OutputFile, WorkspaceEntry
 
-WORKSPACE_UID = 1000
 # Airlock keeps each run's captured streams under this prefix, so the code's own
 # files may not use it.
 RESERVED_PREFIX = ".airlock/"
@@ -94,7 +94,7 @@ def _owned(path: str, mode: int, mtime: int) -> tarfile.TarInfo:
     info = tarfile.TarInfo(path)
     info.mode = mode & KEPT_MODE_BITS
     info.mtime = mtime
-    info.uid = info.gid = WORKSPACE_UID
+    info.uid = info.gid = SANDBOX_UID
     return info
 
 

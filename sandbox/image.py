@@ -50,6 +50,7 @@ from airlock.errors import EngineUnavailable, ImageUnavailable
 from airlock.policies import ImageSettings
 
 from .pylock import IMAGE_PYTHON_VERSION, PythonLock, default_lock, fetch_wheels, read_lock
+from .runner import SANDBOX_UID
 
 RUNNER_PATH: Path = Path(__file__).with_name("runner.py")
 INVENTORY_PATH: Path = Path(__file__).with_name("inventory.py")
@@ -91,7 +92,6 @@ _PRUNED = (
 )
 
 PYTHON = "/usr/bin/python3"
-SANDBOX_UID = 1000
 IMAGE_LABEL = "airlock.image"
 
 # Two stages, so the wheels never become a layer of the image: the first installs them into a

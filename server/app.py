@@ -160,7 +160,7 @@ def build_server(
         services = Services(
             db=db,
             blobs=BlobStore(config.blobs_dir),
-            sandbox=engine,
+            engine=engine,
             policy=policy,
             grants=grants,
             tokens=tokens,

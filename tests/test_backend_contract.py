@@ -24,6 +24,7 @@ import pytest
 import trustme
 from support import wait_until
 
+from airlock.egress import SOCKET_NAME
 from airlock.errors import SandboxError
 from airlock.sandbox import (
     ArtifactCaps,
@@ -34,7 +35,6 @@ from airlock.sandbox import (
     JobOutcome,
     JobSpec,
 )
-from airlock.sandbox.docker import EGRESS_SOCKET
 from airlock.sandbox.environment import sandbox_environment
 from airlock.sandbox.instance import Instance
 from airlock.sandbox.pool import Profile
@@ -232,9 +232,9 @@ print(json.dumps(facts))
             assert box.egress_dir is not None
             # Nothing listens yet: the directory was made when the sandbox was created.
             assert list(box.egress_dir.iterdir()) == []
-            listener = await anyio.create_unix_listener(box.egress_dir / EGRESS_SOCKET)
+            listener = await anyio.create_unix_listener(box.egress_dir / SOCKET_NAME)
             # As the proxy does: the sandbox user (another uid) must be able to connect.
-            (box.egress_dir / EGRESS_SOCKET).chmod(0o666)
+            (box.egress_dir / SOCKET_NAME).chmod(0o666)
 
             async def answer(stream: anyio.abc.SocketStream) -> None:
                 async with stream:
@@ -251,7 +251,7 @@ print(json.dumps(facts))
             egress_dir = box.egress_dir
         await wait_until(lambda: not egress_dir.exists(), within=30)
     facts = report(outcome)
-    assert facts["mount"] == [EGRESS_SOCKET]
+    assert facts["mount"] == [SOCKET_NAME]
     assert facts["write"] != "written"
     assert facts["reply"] == "pong"
 

@@ -39,7 +39,7 @@ async def test_housekeeping_forgets_ended_grants_and_expired_run_tokens(tmp_path
         services = Services(
             db=db,
             blobs=BlobStore(tmp_path / "blobs"),
-            sandbox=engine,
+            engine=engine,
             policy=policy,
             grants=grants,
             tokens=tokens,

@@ -34,8 +34,9 @@ class Session:
         return iso_time(self.expires_at)
 
 
-class SandboxProvider(Protocol):
-    """The engine side, which may still be starting (connecting, building the image)."""
+class Engine(Protocol):
+    """The engine side, which may still be starting (connecting, building the image);
+    `server.engine.Engine` is the one the server runs."""
 
     async def ready(self, image: ImageSettings | None = None) -> Ready:
         """The backend, the image built with these [image] settings (missing: the
@@ -51,7 +52,7 @@ class SandboxProvider(Protocol):
 class Services:
     db: Database
     blobs: BlobStore
-    sandbox: SandboxProvider
+    engine: Engine
     policy: Policy
     grants: Grants
     tokens: RunTokens

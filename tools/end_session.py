@@ -24,7 +24,7 @@ async def teardown_session(
     services.tokens.revoke_session(tenant, session_id)
     await services.db.mark_grants_revoked(revoked, at=now)
     await expire_pending(services, session_id=session_id)
-    backend = services.sandbox.connected()
+    backend = services.engine.connected()
     removed = await backend.remove_session(session_id) if backend is not None else 0
     record = await services.db.get_session(session_id)
     already_ended = record is not None and record.ended_at is not None

@@ -103,7 +103,7 @@ async def run_code(
         )
     call_files = _decode_files(files, policy, mtime=int(services.clock()))
     grants = live_grants(services, session, list(capabilities))
-    backend, image, runtime = await services.sandbox.ready(policy.image)
+    backend, image, runtime = await services.engine.ready(policy.image)
     head, inputs, dirs = await _workspace_inputs(services, session, call_files)
     run_id = new_id("run_")
     record = RunRecord(
