@@ -20,7 +20,7 @@ from typing import Any
 import anyio
 from mcp.types import CallToolResult, ImageContent, ResourceLink, TextContent
 
-from airlock.errors import InvalidRequest, LimitExceeded, RunnerFailed, UnsafePath
+from airlock.errors import InvalidRequest, LimitExceeded, UnsafePath
 from airlock.ids import new_id
 from airlock.languages import Language
 from airlock.policies import Policy
@@ -55,8 +55,7 @@ from airlock.store import (
 from .artifacts import artifact_uri, guess_mime_type
 from .capabilities import live_grants
 from .context import Services, Session
-from .envelope import clean_field, clip, new_nonce, sanitize, wrap
-from .events import RunFinished
+from .envelope import clean_field, clip, new_nonce, wrap
 from .images import MAX_IMAGE_BYTES, MAX_IMAGES_PER_RESULT, sniff_image
 from .models import (
     ArtifactInfo,
@@ -69,6 +68,7 @@ from .models import (
     UsageInfo,
 )
 from .progress import Progress, run_reporting
+from .run_record import recorded_run
 
 MAX_CODE_BYTES = 1024 * 1024
 MAX_LINKS = 20
@@ -118,32 +118,30 @@ async def run_code(
         code_sha256=await services.blobs.put(code.encode()),
         runtime=runtime,
     )
-    await services.db.create_run(record)
-    await _keep_inputs(services, run_id, inputs, call_files)
-    job = JobSpec(
-        run_id=run_id,
-        session_id=session.id,
-        tenant=session.tenant,
-        image=image,
-        runtime=runtime,
-        language=language,
-        code=code,
-        env=sandbox_environment(),
-        files=tuple(inputs.values()),
-        dirs=tuple(dirs),
-        timeout_s=timeout,
-        limits=limits_of(policy),
-        stream_cap_bytes=policy.output.stream_cap_bytes,
-        artifact_caps=ArtifactCaps(
-            max_files=policy.files.max_artifact_files,
-            max_file_bytes=policy.files.max_artifact_file_bytes,
-            max_total_bytes=policy.files.max_artifact_total_bytes,
-            max_entries=policy.files.max_workspace_entries,
-        ),
-    )
-    egress_log: list[EgressRecord] = []
-    needs_egress = services.egress.needed(grants, policy.egress)
-    try:
+    async with recorded_run(services, record) as run:
+        await _keep_inputs(services, run_id, inputs, call_files)
+        job = JobSpec(
+            run_id=run_id,
+            session_id=session.id,
+            tenant=session.tenant,
+            image=image,
+            runtime=runtime,
+            language=language,
+            code=code,
+            env=sandbox_environment(),
+            files=tuple(inputs.values()),
+            dirs=tuple(dirs),
+            timeout_s=timeout,
+            limits=limits_of(policy),
+            stream_cap_bytes=policy.output.stream_cap_bytes,
+            artifact_caps=ArtifactCaps(
+                max_files=policy.files.max_artifact_files,
+                max_file_bytes=policy.files.max_artifact_file_bytes,
+                max_total_bytes=policy.files.max_artifact_total_bytes,
+                max_entries=policy.files.max_workspace_entries,
+            ),
+        )
+        needs_egress = services.egress.needed(grants, policy.egress)
         async with backend.sandbox(job, egress=needs_egress) as box:
             if box.egress_dir is not None:
                 async with services.egress.open(
@@ -156,7 +154,7 @@ async def run_code(
                     deadline=services.clock() + timeout + EXCHANGE_GRACE_S,
                     socket_dir=box.egress_dir,
                 ) as run_egress:
-                    egress_log = run_egress.records
+                    run.egress = run_egress.records
                     plan = run_egress.plan
                     job = job.model_copy(
                         update={
@@ -167,49 +165,12 @@ async def run_code(
                     outcome = await run_reporting(backend, box, job, progress)
             else:
                 outcome = await run_reporting(backend, box, job, progress)
-    except BaseException as exc:
+        run.ran(outcome)
+        # What the code left is kept even if the call is cancelled now: it ran.
         with anyio.CancelScope(shield=True):
-            await services.db.add_egress(egress_log)
-            killed = record.model_copy(
-                update={
-                    "status": "killed",
-                    "finished_at": services.clock(),
-                    "error": _failure_text(exc),
-                }
-            )
-            await services.db.finish_run(killed)
-            services.events.emit(RunFinished(killed, job.runtime, tuple(egress_log)))
-        raise
-    with anyio.CancelScope(shield=True):
-        await services.db.add_egress(egress_log)
-        finished = record.model_copy(
-            update={
-                "status": outcome.status,
-                "finished_at": services.clock(),
-                "duration_ms": outcome.duration_ms,
-                "exit_code": outcome.exit_code,
-                "cpu_seconds": outcome.usage.cpu_seconds,
-                "peak_memory_bytes": outcome.usage.peak_memory_bytes,
-                "stdout_bytes": outcome.stdout.total_bytes,
-                "stdout_sha256": outcome.stdout.sha256,
-                "stderr_bytes": outcome.stderr.total_bytes,
-                "stderr_sha256": outcome.stderr.sha256,
-            }
-        )
-        try:
             kept = await _keep_workspace(services, session, run_id, head, inputs, outcome)
             stream_uris = await _keep_streams(services, session, run_id, outcome)
-        except Exception as exc:
-            # The code ran, but what it left could not be kept: the record says so.
-            failed = finished.model_copy(
-                update={"status": "error", "error": f"keeping the run's files failed: {exc}"[:500]}
-            )
-            await services.db.finish_run(failed)
-            services.events.emit(RunFinished(failed, job.runtime, tuple(egress_log)))
-            raise
-        await services.db.finish_run(finished)
-        services.events.emit(RunFinished(finished, job.runtime, tuple(egress_log)))
-    return _result(policy, timeout, session, record, outcome, kept, stream_uris, egress_log)
+    return _result(policy, timeout, session, record, outcome, kept, stream_uris, run.egress)
 
 
 def _timeout(timeout_s: int | None, policy: Policy) -> int:
@@ -663,16 +624,6 @@ def _conflict_text(conflict: ConflictInfo) -> str:
         f"{conflict.path}: this run {side(conflict.this_run)}, run {conflict.other_run_id} "
         f"{side(conflict.other)}; kept {whose} version. {conflict.reason}"
     )
-
-
-def _failure_text(exc: BaseException) -> str:
-    """What the run record keeps; `airlock audit` envelopes it (it may quote the sandbox)."""
-    if isinstance(exc, anyio.get_cancelled_exc_class()):
-        return "the call was cancelled"
-    text = f"{type(exc).__name__}: {exc}"
-    if isinstance(exc, RunnerFailed) and exc.reported:
-        text += f"; the runner reported: {sanitize(exc.reported)}"
-    return text[:1000]
 
 
 def _sha256(data: bytes) -> str:
