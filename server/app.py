@@ -38,7 +38,7 @@ from airlock.languages import Language
 from airlock.policies import Policy
 from airlock.sandbox.image import describe_toolbox, image_inputs
 from airlock.sandbox.instance import Instance
-from airlock.store import BlobStore, Database
+from airlock.store import BlobStore, Database, claim_instance
 from airlock.tools import (
     CapabilityResult,
     CopyResult,
@@ -147,6 +147,12 @@ def build_server(
     @asynccontextmanager
     async def lifespan(_: MCPServer) -> AsyncIterator[None]:
         db = await Database.open(config.db_path)
+        try:
+            claim = await claim_instance(db, config.instances_dir, instance.id, now=clock())
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await db.close()
+            raise
         engine = Engine(policy, instance)
         grants = Grants(
             max_per_session=policy.broker.max_capabilities_per_session,
@@ -171,6 +177,7 @@ def build_server(
                 tokens=tokens,
                 vault=vault,
             ),
+            instance_id=instance.id,
             clock=clock,
             tenant_policies=dict(tenant_policies or {}),
         )
@@ -198,6 +205,8 @@ def build_server(
                 await _shutdown(engine)
                 engine.close()
                 await db.close()
+            # Last: until every run of this instance has ended, its claim must stand.
+            claim.release(forget=True)
             if on_stopped is not None:
                 on_stopped()
 

@@ -43,3 +43,7 @@ class Config:
     @property
     def blobs_dir(self) -> Path:
         return self.data_dir / "blobs"
+
+    @property
+    def instances_dir(self) -> Path:
+        return self.data_dir / "instances"

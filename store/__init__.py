@@ -1,5 +1,6 @@
 """Airlock's records: SQLite (WAL) for sessions, runs, artifacts and versioned session
-workspaces, and a content-addressed blob store for their bytes.
+workspaces, a content-addressed blob store for their bytes, and which server instance owns
+the runs still going.
 
 Imports nothing of ours but `airlock.errors`. Failures of sqlite3 or the filesystem come
 out as `StoreError`; a record that is not there is `None` (or an empty list), never
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 from .blobs import BlobStore
 from .db import SCHEMA_VERSION, Database
+from .instances import InstanceLock, claim_instance
 from .records import (
     ApprovalRecord,
     ApprovalStatus,
@@ -50,6 +52,7 @@ __all__ = [
     "EgressVerdict",
     "GrantRecord",
     "HatchCopyRecord",
+    "InstanceLock",
     "PatchRecord",
     "RunRecord",
     "RunStatus",
@@ -60,5 +63,6 @@ __all__ = [
     "WorkspaceFile",
     "WorkspaceHead",
     "ancestors",
+    "claim_instance",
     "diff",
 ]

@@ -38,10 +38,11 @@ from .workspace import Change, WorkspaceCommit, WorkspaceDelta, WorkspaceHead, m
 
 _T = TypeVar("_T")
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """1: the first schema. 2: workspace entries keep kind, mode, mtime, writer and version;
 workspace versions and their changes are recorded (columns and tables added on open).
-3: runs record their container runtime."""
+3: runs record their container runtime. 4: runs record the server instance that owns them
+(older runs read as owned by none)."""
 
 # A second process (e.g. `airlock gc`) may hold the write lock briefly; wait rather than fail.
 _BUSY_TIMEOUT_MS = 5000
@@ -79,7 +80,8 @@ _SCHEMA = (
         stderr_bytes INTEGER NOT NULL DEFAULT 0,
         stderr_sha256 TEXT,
         error TEXT,
-        runtime TEXT NOT NULL DEFAULT ''
+        runtime TEXT NOT NULL DEFAULT '',
+        instance_id TEXT NOT NULL DEFAULT ''
     )""",
     # created_at trails the filter column so "newest first" of one session or tenant is
     # read straight off the index.
@@ -243,6 +245,7 @@ _ADDED_COLUMNS = (
     ("workspace_files", "written_by", "TEXT"),
     ("workspace_files", "version", "INTEGER NOT NULL DEFAULT 0"),
     ("runs", "runtime", "TEXT NOT NULL DEFAULT ''"),
+    ("runs", "instance_id", "TEXT NOT NULL DEFAULT ''"),
 )
 
 _SESSION_COLUMNS = (
@@ -251,7 +254,7 @@ _SESSION_COLUMNS = (
 _RUN_COLUMNS = (
     "id, session_id, tenant, language, status, created_at, timeout_s, limits_json, code_sha256,"
     " finished_at, duration_ms, exit_code, cpu_seconds, peak_memory_bytes,"
-    " stdout_bytes, stdout_sha256, stderr_bytes, stderr_sha256, error, runtime"
+    " stdout_bytes, stdout_sha256, stderr_bytes, stderr_sha256, error, runtime, instance_id"
 )
 _ARTIFACT_COLUMNS = "run_id, path, size, sha256, mime_type, tenant, created_at"
 _EGRESS_COLUMNS = (
@@ -628,15 +631,18 @@ class Database:
         return [_run_from_row(row) for row in await self._fetch(sql, params)]
 
     async def mark_unfinished_runs(
-        self, *, status: RunStatus, error: str, finished_at: float
+        self, *, instance_ids: Sequence[str], status: RunStatus, error: str, finished_at: float
     ) -> int:
-        """Close every run still `running` (left by a server that died); return how many."""
+        """End every run still `running` that one of `instance_ids` owns (servers that
+        died: see `instances.py`); return how many."""
+        ids = list(instance_ids)
+        placeholders = ", ".join("?" * len(ids))
         return await self._write(
             lambda conn: (
                 conn.execute(
                     "UPDATE runs SET status = ?, error = ?, finished_at = ?"
-                    " WHERE status = 'running'",
-                    (status, error, finished_at),
+                    f" WHERE status = 'running' AND instance_id IN ({placeholders})",
+                    (status, error, finished_at, *ids),
                 ).rowcount
             )
         )

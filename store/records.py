@@ -48,6 +48,9 @@ class RunRecord(BaseModel):
     runtime: str = ""
     """OCI runtime of the run's sandbox (runsc, runc); empty for runs recorded before
     Airlock recorded it."""
+    instance_id: str = ""
+    """The server instance running it (`store/instances.py`): a later server ends the run
+    if this one dies first. Empty for runs recorded before Airlock recorded owners."""
     finished_at: float | None = None
     duration_ms: int | None = None
     exit_code: int | None = None

@@ -45,6 +45,7 @@ async def test_housekeeping_forgets_ended_grants_and_expired_run_tokens(tmp_path
             tokens=tokens,
             vault=vault,
             egress=Egress(settings=policy.egress, grants=grants, tokens=tokens, vault=vault),
+            instance_id="test",
             clock=lambda: now[0],
         )
         ended = make_grant(grants, session_id="s1", ttl_s=10, now=T0)

@@ -42,6 +42,9 @@ from support import (
     wait_for_containers,
 )
 
+from airlock.store import Database
+from airlock.store.instances import ENDED_BY_DEATH
+
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
 
 AIRLOCK = Path(sys.executable).with_name("airlock")
@@ -391,3 +394,56 @@ async def test_sigkilled_server_leaves_its_container_for_the_next_server_to_reap
         # The second server reaps at startup, before any call.
         await wait_for_containers(docker_client, label, none_left, within=APPEAR_S, log=second.log)
     assert await second.process.wait() == 0, second.log()
+
+
+async def test_a_sigkilled_servers_run_is_ended_at_the_next_start_and_a_live_servers_is_not(
+    tmp_path: Path, docker_client: docker.DockerClient, started_pids: list[int]
+) -> None:
+    data_dir = tmp_path / "data"
+    outcomes: list[object] = []
+
+    async def long_run(served: Served, client: Client, tg: anyio.abc.TaskGroup) -> str:
+        session_id = await start_session(client, served.log, docker_client)
+        tg.start_soon(long_call, client, session_id, outcomes)
+        [box] = await wait_for_containers(
+            docker_client,
+            f"airlock.session={session_id}",
+            running(1),
+            within=APPEAR_S,
+            log=served.log,
+        )
+        return box.labels["airlock.run"]
+
+    async with (
+        airlock_serve(tmp_path, data_dir, started_pids, "live") as live,
+        anyio.create_task_group() as live_calls,
+        Client(pipe_transport(live.process)) as live_client,
+    ):
+        live_run = await long_run(live, live_client, live_calls)
+        async with (
+            airlock_serve(tmp_path, data_dir, started_pids, "killed") as killed,
+            anyio.create_task_group() as killed_calls,
+            Client(pipe_transport(killed.process)) as killed_client,
+        ):
+            killed_run = await long_run(killed, killed_client, killed_calls)
+            killed.process.kill()
+            assert await wait_for_exit(killed) == -signal.SIGKILL
+
+        async with (
+            airlock_serve(tmp_path, data_dir, started_pids, "next") as next_server,
+            Client(pipe_transport(next_server.process)) as next_client,
+        ):
+            # A tool's answer means the server's start, which ends dead servers' runs, is over.
+            listed = await next_client.call_tool("list_workspace", {})
+            assert not listed.is_error, f"{text_of(listed)}\n{next_server.log()}"
+            db = await Database.open(data_dir / "airlock.db")
+            try:
+                ended = await db.get_run(killed_run)
+                untouched = await db.get_run(live_run)
+            finally:
+                await db.close()
+        assert ended is not None and untouched is not None
+        assert (ended.status, ended.error) == ("killed", ENDED_BY_DEATH)
+        assert ended.instance_id != untouched.instance_id
+        assert untouched.status == "running", untouched
+        live_calls.cancel_scope.cancel()

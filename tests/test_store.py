@@ -54,7 +54,12 @@ def session(id: str = "s1", *, tenant: str = "t1", created_at: float = 100.0) ->
 
 
 def run(
-    id: str = "r1", *, session_id: str = "s1", tenant: str = "t1", created_at: float = 200.0
+    id: str = "r1",
+    *,
+    session_id: str = "s1",
+    tenant: str = "t1",
+    created_at: float = 200.0,
+    instance: str = "i1",
 ) -> RunRecord:
     return RunRecord(
         id=id,
@@ -66,6 +71,7 @@ def run(
         timeout_s=30,
         limits={"memory_bytes": 256 << 20, "pids": 64, "egress": ["api.example.com"]},
         code_sha256="c" * 64,
+        instance_id=instance,
     )
 
 
@@ -208,25 +214,30 @@ async def test_list_runs_rejects_negative_limit(db: Database) -> None:
         await db.list_runs(limit=-1)
 
 
-async def test_mark_unfinished_closes_only_running_runs_and_counts_them(db: Database) -> None:
+async def test_mark_unfinished_closes_only_running_runs_of_the_named_owners(db: Database) -> None:
     await db.create_session(session())
-    await db.create_run(run("a"))
-    await db.create_run(run("b"))
-    await db.create_run(run("done"))
-    done = run("done").model_copy(update={"status": "ok", "finished_at": 201.0})
+    await db.create_run(run("a", instance="dead"))
+    await db.create_run(run("b", instance="dead"))
+    await db.create_run(run("live", instance="alive"))
+    await db.create_run(run("done", instance="dead"))
+    done = run("done", instance="dead").model_copy(update={"status": "ok", "finished_at": 201.0})
     await db.finish_run(done)
 
     count = await db.mark_unfinished_runs(
-        status="killed", error="server restarted", finished_at=9.0
+        instance_ids=["dead", "gone"], status="killed", error="server died", finished_at=9.0
     )
 
     assert count == 2
     for run_id in ("a", "b"):
         got = await db.get_run(run_id)
         assert got is not None
-        assert (got.status, got.error, got.finished_at) == ("killed", "server restarted", 9.0)
+        assert (got.status, got.error, got.finished_at) == ("killed", "server died", 9.0)
     assert await db.get_run("done") == done
-    assert await db.mark_unfinished_runs(status="killed", error="again", finished_at=10.0) == 0
+    assert await db.get_run("live") == run("live", instance="alive")
+    again = await db.mark_unfinished_runs(
+        instance_ids=["dead"], status="killed", error="again", finished_at=10.0
+    )
+    assert again == 0
 
 
 # Artifacts

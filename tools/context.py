@@ -58,6 +58,8 @@ class Services:
     tokens: RunTokens
     vault: Vault
     egress: Egress
+    instance_id: str
+    """This server instance: the owner recorded on its runs (`store/instances.py`)."""
     clock: Callable[[], float] = field(default=time.time)
     tenant_policies: Mapping[str, Policy] = field(default_factory=dict)
     events: Events = field(default_factory=Events)

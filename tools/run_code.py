@@ -117,6 +117,7 @@ async def run_code(
         limits=policy.limits.model_dump(),
         code_sha256=await services.blobs.put(code.encode()),
         runtime=runtime,
+        instance_id=services.instance_id,
     )
     async with recorded_run(services, record) as run:
         await _keep_inputs(services, run_id, inputs, call_files)

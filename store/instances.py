@@ -1,0 +1,136 @@
+"""Which server instance owns a data dir's unfinished runs, and whether it still lives.
+
+Several servers may share one data dir (an editor's and a terminal agent's), so a run that
+another live server is running must never be ended by this one. Each server holds an
+exclusive `flock` on its own file, `instances/<instance id>.lock`, for its whole life. The
+kernel drops the lock when the process ends however it ends (SIGKILL and the OOM killer
+included), so a file whose lock can be taken names a server that died, and its runs still
+`running` can be ended `killed`.
+
+Why a lock rather than a heartbeat: a heartbeat needs a staleness threshold, and a live
+server that is only slow (a loaded machine, a suspended laptop) would miss it and have its
+runs ended under it; a lock is never early and never late. Why not the pid the containers
+are labelled with (`sandbox/instance.py`): servers in different pid namespaces (containers)
+may share a data dir, and a pid means nothing across them, where a lock on a shared file
+does. (A data dir is on a local filesystem: SQLite needs that too.)
+
+A claim's file is locked before it gets its name (made under `.claiming/`, locked, renamed
+into place), so a server looking for dead instances never finds a live one's file unlocked.
+Only this module touches these files; the runs themselves are `db.py`'s.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import tempfile
+from pathlib import Path
+
+import anyio.to_thread
+
+from airlock.errors import StoreError
+
+from .db import Database
+
+log = logging.getLogger(__name__)
+
+SUFFIX = ".lock"
+CLAIMING = ".claiming"
+ENDED_BY_DEATH = "the server running it stopped before the run ended (found by a later server)"
+
+
+class InstanceLock:
+    """A held lock on one instance's file: this server's own claim, or a dead one's."""
+
+    def __init__(self, path: Path, fd: int) -> None:
+        self.path = path
+        self._fd = fd
+
+    @property
+    def instance_id(self) -> str:
+        return self.path.name.removesuffix(SUFFIX)
+
+    def release(self, *, forget: bool) -> None:
+        """Let go of the lock; with `forget`, delete the file first, so no later server
+        looks at this instance again (a dead one's runs are ended by then)."""
+        try:
+            if forget:
+                # Deleted while still locked: nobody can take it for a dead one meanwhile.
+                self.path.unlink(missing_ok=True)
+        finally:
+            os.close(self._fd)
+
+
+def _try_lock(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def claim(directory: Path, instance_id: str) -> InstanceLock:
+    """Hold `instance_id`'s file in `directory` locked until released or this process ends."""
+    staging = directory / CLAIMING
+    staging.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(dir=staging, prefix=f"{instance_id}-")
+    try:
+        if not _try_lock(fd):
+            raise StoreError(f"cannot lock the new instance file {temporary}")
+        path = directory / f"{instance_id}{SUFFIX}"
+        os.rename(temporary, path)
+    except BaseException:
+        os.close(fd)
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    return InstanceLock(path, fd)
+
+
+def dead_instances(directory: Path) -> list[InstanceLock]:
+    """The files in `directory` whose owner died, each now locked by this process (so two
+    servers starting together do not both take over one)."""
+    if not directory.is_dir():
+        return []
+    found: list[InstanceLock] = []
+    for path in sorted(directory.glob(f"*{SUFFIX}")):
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except FileNotFoundError:
+            continue  # another server took it over and deleted it meanwhile
+        if _try_lock(fd):
+            found.append(InstanceLock(path, fd))
+        else:
+            os.close(fd)  # a live server's
+    return found
+
+
+async def claim_instance(
+    db: Database, directory: Path, instance_id: str, *, now: float
+) -> InstanceLock:
+    """Claim `instance_id` for this server, then end the runs of every instance that died:
+    their runs still `running` become `killed`, as do runs recorded before Airlock
+    recorded owners (only an older, stopped Airlock left those)."""
+    try:
+        mine = await anyio.to_thread.run_sync(claim, directory, instance_id)
+        dead = await anyio.to_thread.run_sync(dead_instances, directory)
+    except OSError as exc:
+        raise StoreError(f"cannot claim a server instance under {directory}: {exc}") from exc
+    try:
+        ended = await db.mark_unfinished_runs(
+            instance_ids=["", *(d.instance_id for d in dead)],
+            status="killed",
+            error=ENDED_BY_DEATH,
+            finished_at=now,
+        )
+    except BaseException:
+        # Not forgotten: the next server to start tries again.
+        for lock in dead:
+            lock.release(forget=False)
+        mine.release(forget=True)
+        raise
+    for lock in dead:
+        lock.release(forget=True)
+    if ended:
+        log.warning("ended %d run(s) left running by server(s) that stopped", ended)
+    return mine
