@@ -68,7 +68,6 @@ _DENIED_V6: tuple[tuple[IPv6Network, str], ...] = tuple(
     )
 )
 
-_IPV4_MAPPED = IPv6Network("::ffff:0:0/96")
 _IPV4_COMPATIBLE = IPv6Network("::/96")
 _NAT64 = (IPv6Network("64:ff9b::/96"), IPv6Network("64:ff9b:1::/48"))
 _TEREDO = IPv6Network("2001::/32")

@@ -891,17 +891,6 @@ class Database:
 
         return await self._call(read)
 
-    async def get_workspace(self, session_id: str) -> list[WorkspaceFile]:
-        """The entries (files and directories) of a session's workspace, ordered by path."""
-        return list((await self.workspace_head(session_id)).files)
-
-    async def get_workspace_file(self, session_id: str, path: str) -> WorkspaceFile | None:
-        rows = await self._fetch(
-            f"SELECT {_WORKSPACE_COLUMNS} FROM workspace_files WHERE session_id = ? AND path = ?",
-            (session_id, path),
-        )
-        return WorkspaceFile.model_validate(dict(rows[0])) if rows else None
-
     async def commit_workspace(
         self, session_id: str, delta: WorkspaceDelta, *, writer: str | None, at: float
     ) -> WorkspaceCommit:

@@ -276,7 +276,6 @@ def ws_dir(path: str, mode: int = 0o755) -> WorkspaceFile:
 
 async def test_a_new_session_workspace_is_version_0_and_empty(db: Database) -> None:
     assert await db.workspace_head("nope") == WorkspaceHead(version=0)
-    assert await db.get_workspace("nope") == []
 
 
 async def test_commit_makes_a_version_with_writer_mode_and_mtime(db: Database) -> None:
@@ -297,8 +296,6 @@ async def test_commit_makes_a_version_with_writer_mode_and_mtime(db: Database) -
         1,
     )
     assert head.by_path()["bin"].kind == "dir"
-    assert await db.get_workspace_file("s1", "bin/run.sh") == script
-    assert await db.get_workspace_file("s1", "nope") is None
 
 
 async def test_commit_that_changes_nothing_makes_no_version(db: Database) -> None:
@@ -319,7 +316,6 @@ async def test_sessions_have_separate_workspaces(db: Database) -> None:
         "s1", WorkspaceDelta(base_version=0, upserts=(ws_file("a"),)), writer="r1", at=1.0
     )
     assert await db.workspace_head("s2") == WorkspaceHead(version=0)
-    assert await db.get_workspace_file("s2", "a") is None
 
 
 async def test_commit_from_an_unknown_version_is_refused_and_changes_nothing(
@@ -335,7 +331,7 @@ async def test_commit_for_an_unknown_session_fails_and_keeps_nothing(db: Databas
     delta = WorkspaceDelta(base_version=0, upserts=(ws_file("a"),))
     with pytest.raises(StoreError):
         await db.commit_workspace("ghost", delta, writer="r1", at=1.0)
-    assert await db.get_workspace("ghost") == []
+    assert await db.workspace_head("ghost") == WorkspaceHead(version=0)
 
 
 async def test_sixteen_concurrent_commits_from_one_base_all_land(db: Database) -> None:
@@ -406,7 +402,7 @@ async def test_database_of_schema_1_opens_with_its_workspace_kept(tmp_path: Path
         assert head == WorkspaceHead(version=0, files=(ws_file("old.txt"),))
         delta = WorkspaceDelta(base_version=0, upserts=(ws_file("new.txt", "2"),))
         assert (await db.commit_workspace("s1", delta, writer="r1", at=2.0)).version == 1
-        assert [e.path for e in await db.get_workspace("s1")] == ["new.txt", "old.txt"]
+        assert [e.path for e in (await db.workspace_head("s1")).files] == ["new.txt", "old.txt"]
     finally:
         await db.close()
     with closing(sqlite3.connect(path)) as conn:
@@ -432,7 +428,7 @@ async def test_records_survive_close_and_reopen(tmp_path: Path) -> None:
     await db.add_artifacts([artifact("a.txt")])
     delta = WorkspaceDelta(base_version=0, upserts=(ws_file("a.txt", mode=0o700, mtime=5),))
     await db.commit_workspace("s1", delta, writer="r1", at=1.0)
-    workspace = await db.get_workspace("s1")
+    workspace = await db.workspace_head("s1")
     await db.close()
 
     db = await Database.open(path)
@@ -440,7 +436,7 @@ async def test_records_survive_close_and_reopen(tmp_path: Path) -> None:
         assert await db.get_session("s1") == session()
         assert await db.get_run("r1") == run()
         assert await db.list_artifacts("r1") == [artifact("a.txt")]
-        assert await db.get_workspace("s1") == workspace
+        assert await db.workspace_head("s1") == workspace
     finally:
         await db.close()
 
