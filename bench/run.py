@@ -113,9 +113,9 @@ import docker
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-from airlock.broker import Grants, GrantScope, RunTokens, Vault, load_key, vault_path
+from airlock.broker import Grants, RunTokens, Vault, load_key, vault_path
 from airlock.egress import SOCKET_NAME, Egress
-from airlock.policies import EgressSettings, Policy
+from airlock.policies import Capability, EgressSettings, Policy, resolve_scope
 from airlock.sandbox import connect
 from airlock.sandbox.image import ensure_image
 
@@ -802,34 +802,41 @@ async def section_egress(b: Bench) -> dict[str, Any]:
         assert upstream.stdout is not None and upstream.stdin is not None
         with anyio.fail_after(10):
             port = int((await upstream.stdout.receive()).decode().split()[0])
+        reach: dict[str, Any] = {
+            "hosts": ["localhost"],
+            "ports": [port],
+            "methods": ["GET"],
+            "paths": ["/**"],
+            "allow_private": ["127.0.0.0/8", "::1/128"],
+        }
+        local = Capability.model_validate(
+            reach
+            | {
+                "secret": "bench_token",
+                "inject": {"header": "Authorization", "format": "Bearer {secret}"},
+            }
+        )
         grant = grants.grant(
+            local,
+            resolve_scope(local, {}),
+            name="bench-local",
+            params={},
             tenant="bench",
             session_id="ses_bench",
-            capability="bench-local",
-            params={},
-            scope=GrantScope(hosts=("localhost",), ports=(port,), methods=("GET",), paths=("/**",)),
-            secret="bench_token",
-            inject_header="Authorization",
-            inject_format="Bearer {secret}",
-            tls="terminate",
-            allow_private=("127.0.0.0/8", "::1/128"),
             approved_by="policy",
             reason="benchmark",
             ttl_s=3600,
             now=time.time(),
         )
         # The same reach without a secret: nothing injected, so nothing to scrub.
+        no_secret = Capability.model_validate(reach)
         plain = grants.grant(
+            no_secret,
+            resolve_scope(no_secret, {}),
+            name="bench-plain",
+            params={},
             tenant="bench",
             session_id="ses_bench",
-            capability="bench-plain",
-            params={},
-            scope=GrantScope(hosts=("localhost",), ports=(port,), methods=("GET",), paths=("/**",)),
-            secret=None,
-            inject_header=None,
-            inject_format=None,
-            tls="terminate",
-            allow_private=("127.0.0.0/8", "::1/128"),
             approved_by="policy",
             reason="benchmark",
             ttl_s=3600,

@@ -8,14 +8,15 @@ Every secret value travels as a `Secret`, which never shows it.
 
 Policy decisions (may this capability be granted, with what scope) and the enforcement
 itself (does this request match a grant, inject the header) belong to the callers: the
-broker takes the resolved scope as plain values. Imports nothing of ours but
-`airlock.errors`. All clocks are arguments (`now`); only the vault does file I/O, and it is
+broker takes the policy's capability and the scope the caller resolved from it
+(`policies.Scope`). Imports nothing of ours but `airlock.errors`, `airlock.ids` and the
+policy models. All clocks are arguments (`now`); only the vault does file I/O, and it is
 synchronous (call it through `anyio.to_thread`).
 """
 
 from __future__ import annotations
 
-from .grants import ApprovedBy, Grant, Grants, GrantScope, Tls, grant_prefix
+from .grants import ApprovedBy, Grant, Grants, Tls, grant_prefix
 from .secret import Secret
 from .tokens import RunClaims, RunTokens
 from .vault import KEY_FILE_ENV, SecretInfo, Vault, load_key, vault_path
@@ -24,7 +25,6 @@ __all__ = [
     "KEY_FILE_ENV",
     "ApprovedBy",
     "Grant",
-    "GrantScope",
     "Grants",
     "RunClaims",
     "RunTokens",

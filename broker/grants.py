@@ -2,8 +2,9 @@
 
 Holds the in-process state the enforcement point (the egress proxy) consults on every
 request; nothing here reads policy files, asks a human or touches the network. The caller
-has already checked the request against the policy and passes the resolved scope as plain
-values. Every call takes the clock (`now`, UNIX seconds) as an argument.
+has already checked the request against the policy and passes the capability as the policy
+states it with the scope it resolved from the request (`policies.Scope`). Every call takes
+the clock (`now`, UNIX seconds) as an argument.
 
 A grant id is `tenant/<tenant>/session/<session>/cap/<26 base32 characters>` (128 random
 bits), so ending a session is one `revoke_prefix`. Ids are unguessable, and an id of another
@@ -19,10 +20,10 @@ from typing import Literal
 
 from airlock.errors import InvalidRequest, QuotaExceeded
 from airlock.ids import new_id
+from airlock.policies import Capability, Scope
 
 Tls = Literal["terminate", "passthrough"]
 ApprovedBy = Literal["policy", "user", "operator"]
-_TLS_MODES = ("terminate", "passthrough")
 _APPROVERS = ("policy", "user", "operator")
 
 
@@ -46,36 +47,6 @@ def _new_grant_id(tenant: str, session_id: str) -> str:
 
 
 @dataclass(frozen=True)
-class GrantScope:
-    """Where a grant reaches: the resolved hosts, ports, methods and path patterns.
-
-    Each is a non-empty tuple: "any" is never spelled by leaving one out. Matching requests
-    against these is the enforcement point's job.
-    """
-
-    hosts: tuple[str, ...]
-    ports: tuple[int, ...]
-    methods: tuple[str, ...]
-    paths: tuple[str, ...]
-
-    def __post_init__(self) -> None:
-        for name in ("hosts", "ports", "methods", "paths"):
-            value = getattr(self, name)
-            if isinstance(value, str | bytes):
-                raise ValueError(f"GrantScope.{name} must be a tuple, not a single value")
-            value = tuple(value)
-            if not value:
-                raise ValueError(f"GrantScope.{name} must not be empty")
-            object.__setattr__(self, name, value)
-        for port in self.ports:
-            if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
-                raise ValueError(f"GrantScope.ports holds {port!r}, not a port 1-65535")
-        for name in ("hosts", "methods", "paths"):
-            if not all(isinstance(v, str) and v for v in getattr(self, name)):
-                raise ValueError(f"GrantScope.{name} must hold non-empty strings")
-
-
-@dataclass(frozen=True)
 class Grant:
     """One granted capability of one session, alive from `created_at` until `expires_at`
     (exclusive) unless `revoked_at` comes first.
@@ -90,7 +61,7 @@ class Grant:
     session_id: str
     capability: str
     params: dict[str, str] = field(hash=False)
-    scope: GrantScope
+    scope: Scope
     secret: str | None
     inject_header: str | None
     inject_format: str | None
@@ -124,17 +95,13 @@ class Grants:
 
     def grant(
         self,
+        capability: Capability,
+        scope: Scope,
         *,
+        name: str,
+        params: dict[str, str],
         tenant: str,
         session_id: str,
-        capability: str,
-        params: dict[str, str],
-        scope: GrantScope,
-        secret: str | None,
-        inject_header: str | None,
-        inject_format: str | None,
-        tls: Tls,
-        allow_private: tuple[str, ...],
         approved_by: ApprovedBy,
         reason: str,
         ttl_s: int,
@@ -142,37 +109,24 @@ class Grants:
         max_per_session: int | None = None,
         max_live_per_tenant: int | None = None,
     ) -> Grant:
-        """Record a new grant of `capability`, live for `ttl_s` seconds from `now`.
+        """Record a new grant of `capability` (called `name` in the policy) reaching `scope`
+        (resolved from it with `params`), live for `ttl_s` seconds from `now`.
 
+        The secret, how it is injected, the TLS mode and the private ranges come from
+        `capability`, which the policy model has already checked for consistency.
         `max_per_session` and `max_live_per_tenant` are the quotas of the tenant's own
         policy; missing means this store's defaults (the server policy's).
         Raises QuotaExceeded (`quota` = "max_per_session" or "max_live_per_tenant") when
         the session or the tenant already holds as many live grants as allowed, and
-        InvalidRequest for a ttl below one second. Inconsistent injection settings
-        (a secret without header or format, a secret on a passthrough grant) are a
-        ValueError: the policy layer must never produce them.
+        InvalidRequest for a ttl below one second.
         """
         _check_id_part("tenant", tenant)
         _check_id_part("session_id", session_id)
         if isinstance(ttl_s, bool) or not isinstance(ttl_s, int) or ttl_s < 1:
             raise InvalidRequest(f"ttl_s must be a whole number of seconds, at least 1: {ttl_s!r}")
-        if tls not in _TLS_MODES:
-            raise ValueError(f"tls must be one of {_TLS_MODES}, not {tls!r}")
         if approved_by not in _APPROVERS:
             raise ValueError(f"approved_by must be one of {_APPROVERS}, not {approved_by!r}")
-        if secret is not None:
-            if not inject_header or not inject_format or "{secret}" not in inject_format:
-                raise ValueError(
-                    f"capability {capability!r} names a secret but no inject_header and "
-                    "inject_format containing '{secret}'"
-                )
-            if tls != "terminate":
-                raise ValueError(
-                    f"capability {capability!r} names a secret on a passthrough tunnel; "
-                    "secrets are injected only into terminated TLS"
-                )
-        elif inject_header is not None or inject_format is not None:
-            raise ValueError(f"capability {capability!r} has inject settings but no secret")
+        inject = capability.inject
 
         per_session = self._max_per_session if max_per_session is None else max_per_session
         per_tenant = (
@@ -207,14 +161,14 @@ class Grants:
                 id=grant_id,
                 tenant=tenant,
                 session_id=session_id,
-                capability=capability,
+                capability=name,
                 params=dict(params),
                 scope=scope,
-                secret=secret,
-                inject_header=inject_header,
-                inject_format=inject_format,
-                tls=tls,
-                allow_private=tuple(allow_private),
+                secret=capability.secret,
+                inject_header=inject.header if inject else None,
+                inject_format=inject.format if inject else None,
+                tls=capability.tls,
+                allow_private=capability.allow_private,
                 approved_by=approved_by,
                 reason=reason,
                 created_at=now,

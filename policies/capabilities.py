@@ -17,9 +17,9 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from typing import Protocol
+from typing import Annotated, Protocol
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 PARAM_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 """What a param name looks like (also inside `{...}` in a path pattern)."""
@@ -44,22 +44,32 @@ _FORBIDDEN_IN_VALUE = {
 }
 
 
+_Entry = Annotated[str, Field(min_length=1)]
+_Port = Annotated[int, Field(ge=1, le=65535)]
+
+
 class Scope(BaseModel):
-    """What one grant of a capability lets a run reach, with its params filled in."""
+    """What one grant of a capability lets a run reach, with its params filled in.
+
+    The one shape of a capability's scope: `resolve_scope` makes it once per request, the
+    broker's grant keeps it, the proxy's rule for the grant is built from it, the agent is
+    shown it and the store records it as JSON. Every field holds at least one entry: "any"
+    is spelled "*" (methods) and "/**" (paths), never by leaving a field empty.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
-    hosts: tuple[str, ...]
+    hosts: tuple[_Entry, ...] = Field(min_length=1)
     """Canonical host patterns (see `policies.hosts.host_matches`)."""
 
-    ports: tuple[int, ...]
+    ports: tuple[_Port, ...] = Field(min_length=1)
     """Destination ports."""
 
-    methods: tuple[str, ...]
-    """HTTP methods; empty for a passthrough capability, whose requests are not seen."""
+    methods: tuple[_Entry, ...] = Field(min_length=1)
+    """HTTP methods; "*" (any) for a passthrough capability, whose requests are not seen."""
 
-    paths: tuple[str, ...]
-    """Path patterns with every `{param}` replaced (see `path_matches`); empty for a
+    paths: tuple[_Entry, ...] = Field(min_length=1)
+    """Path patterns with every `{param}` replaced (see `path_matches`); "/**" (any) for a
     passthrough capability."""
 
 
@@ -191,10 +201,14 @@ class ScopeSource(Protocol):
     def methods(self) -> tuple[str, ...]: ...
     @property
     def paths(self) -> tuple[str, ...]: ...
+    @property
+    def tls(self) -> str: ...
 
 
 def resolve_scope(cap: ScopeSource, params: Mapping[str, str]) -> Scope:
-    """The scope of `cap` with `params` filled into its path patterns.
+    """The scope of `cap` with `params` filled into its path patterns; a passthrough
+    capability's tunnels are decided on host and port alone, so its scope is any method
+    and any path.
 
     Raises ValueError (one sentence an agent can act on) when a param is missing or
     not declared by the capability, when a value is empty, longer than
@@ -213,6 +227,8 @@ def resolve_scope(cap: ScopeSource, params: Mapping[str, str]) -> Scope:
         if name not in params:
             raise ValueError(f"param {_q(name)} is missing; give a value matching {regex}")
         values[name] = _checked_value(name, regex, params[name])
+    if cap.tls == "passthrough":
+        return Scope(hosts=cap.hosts, ports=cap.ports, methods=("*",), paths=("/**",))
     paths = tuple(_substitute(pattern, values) for pattern in cap.paths)
     return Scope(hosts=cap.hosts, ports=cap.ports, methods=cap.methods, paths=paths)
 

@@ -402,11 +402,12 @@ def build_server(
         if approval_id is not None:
             return "not_asked"  # the operator decided already (or will)
         try:
-            cap, ttl = check_request(
+            checked = check_request(
                 services, _caller(local_tenant), capability, params or {}, ttl_s
             )
         except AirlockError:
             return "not_asked"  # the tool body reports the precise problem
+        cap, ttl = checked.capability, checked.ttl
         if cap.approval != "ask":
             return "not_asked"
         capabilities = ctx.client_capabilities

@@ -128,3 +128,23 @@ async def test_the_request_capability_description_names_no_policys_offer(tmp_pat
     assert "internal.example" not in description
     assert "tenant-api" not in description  # the same text reaches every tenant
     assert "depends on your tenant's policy" in description
+
+
+async def test_the_scope_shown_is_the_scope_granted_and_recorded(tmp_path: Path) -> None:
+    """One scope, resolved once: the agent is shown what the broker enforces and the store
+    records, for a passthrough tunnel too (any method, any path of its hosts)."""
+    tunnel = {"hosts": ["db.example"], "ports": [5432], "tls": "passthrough", "approval": "auto"}
+    policy = Policy.model_validate({"capabilities": {"tunnel": tunnel}})
+    async with Client(build_server(Config(data_dir=tmp_path / "data"), policy)) as c:
+        granted = await call(c, "request_capability", {"capability": "tunnel", "reason": "db"})
+        assert not granted.is_error, text(granted)
+        assert granted.structured_content is not None
+        shown = granted.structured_content["scope"]
+        session_id = granted.structured_content["session_id"]
+    assert shown == {"hosts": ["db.example"], "ports": [5432], "methods": ["*"], "paths": ["/**"]}
+    db = await Database.open(tmp_path / "data" / "airlock.db")
+    try:
+        (record,) = await db.list_grants(session_id=session_id, limit=10)
+    finally:
+        await db.close()
+    assert record.scope == shown

@@ -36,11 +36,11 @@ from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 from support import wait_until
 
-from airlock.broker import Grant, Grants, GrantScope, RunTokens, Vault, load_key, vault_path
+from airlock.broker import Grant, Grants, RunTokens, Vault, load_key, vault_path
 from airlock.egress import SOCKET_NAME, Egress, RunEgress
 from airlock.egress.ledger import RECORDS_PAST_LIMIT
 from airlock.egress.proxy import Resolver, system_resolver
-from airlock.policies import Capability, EgressSettings
+from airlock.policies import Capability, EgressSettings, Scope
 
 pytestmark = pytest.mark.anyio
 
@@ -431,22 +431,29 @@ class Harness:
         allow_private: Sequence[str] = LOOPBACK,
         ttl_s: int = 300,
     ) -> Grant:
+        # The capability gives the grant its secret, TLS mode and private ranges; the scope
+        # is given as is, so a test can grant what no policy would resolve (a guarded
+        # address, any method), as the proxy must hold even then.
+        terms: dict[str, Any] = {"hosts": ["localhost"], "tls": tls}
+        if tls == "terminate":
+            terms |= {"methods": ["GET"], "paths": ["/**"]}
+        if secret:
+            terms |= {
+                "secret": SECRET_NAME,
+                "inject": {"header": "Authorization", "format": "Bearer {secret}"},
+            }
         return self.grants.grant(
-            tenant=TENANT,
-            session_id=SESSION,
-            capability="test-api",
-            params={},
-            scope=GrantScope(
+            Capability.model_validate(terms | {"allow_private": list(allow_private)}),
+            Scope(
                 hosts=tuple(hosts),
                 ports=tuple(ports or (self.upstream.port,)),
                 methods=tuple(methods),
                 paths=tuple(paths),
             ),
-            secret=SECRET_NAME if secret else None,
-            inject_header="Authorization" if secret else None,
-            inject_format="Bearer {secret}" if secret else None,
-            tls=tls,  # type: ignore[arg-type]
-            allow_private=tuple(allow_private),
+            name="test-api",
+            params={},
+            tenant=TENANT,
+            session_id=SESSION,
             approved_by="policy",
             reason="proxy test",
             ttl_s=ttl_s,
@@ -1067,7 +1074,9 @@ async def test_passthrough_tunnel_reaches_the_upstream_with_its_own_certificate_
     assert "the opaque tunnel ended: " in records[0]["reason"]
 
 
-def test_passthrough_with_an_injected_secret_cannot_be_configured_or_granted() -> None:
+def test_passthrough_with_an_injected_secret_cannot_be_configured() -> None:
+    """Grants take their secret and TLS mode only from a validated `Capability`, so this
+    refusal is also what keeps a secret off every passthrough grant."""
     with pytest.raises(ValueError, match="passthrough"):
         Capability.model_validate(
             {
@@ -1076,24 +1085,6 @@ def test_passthrough_with_an_injected_secret_cannot_be_configured_or_granted() -
                 "secret": SECRET_NAME,
                 "inject": {"header": "Authorization", "format": "Bearer {secret}"},
             }
-        )
-    grants = Grants(max_per_session=4, max_live_per_tenant=4)
-    with pytest.raises(ValueError, match="passthrough"):
-        grants.grant(
-            tenant=TENANT,
-            session_id=SESSION,
-            capability="x",
-            params={},
-            scope=GrantScope(("localhost",), (443,), ("*",), ("/**",)),
-            secret=SECRET_NAME,
-            inject_header="Authorization",
-            inject_format="Bearer {secret}",
-            tls="passthrough",
-            allow_private=(),
-            approved_by="policy",
-            reason="r",
-            ttl_s=60,
-            now=time.time(),
         )
 
 

@@ -7,34 +7,43 @@ from typing import Any
 
 import pytest
 
-from airlock.broker import Grant, Grants, GrantScope, grant_prefix
+from airlock.broker import Grant, Grants, grant_prefix
 from airlock.errors import InvalidRequest, LimitExceeded, QuotaExceeded
+from airlock.policies import Capability, Scope, resolve_scope
 
 T0 = 1_000_000.0
-SCOPE = GrantScope(
-    hosts=("api.github.com",), ports=(443,), methods=("GET", "HEAD"), paths=("/repos/acme/**",)
+GITHUB = Capability.model_validate(
+    {
+        "hosts": ["api.github.com"],
+        "params": {"org": "[a-z]+"},
+        "methods": ["GET", "HEAD"],
+        "paths": ["/repos/{org}/**"],
+        "secret": "github_token",
+        "inject": {"header": "Authorization", "format": "Bearer {secret}"},
+    }
 )
+SCOPE = resolve_scope(GITHUB, {"org": "acme"})
 
 
-def make(grants: Grants, tenant: str = "t1", session_id: str = "s1", **overrides: Any) -> Grant:
+def make(
+    grants: Grants,
+    tenant: str = "t1",
+    session_id: str = "s1",
+    capability: Capability = GITHUB,
+    **overrides: Any,
+) -> Grant:
     args: dict[str, Any] = {
+        "name": "github-read",
+        "params": {"org": "acme"},
         "tenant": tenant,
         "session_id": session_id,
-        "capability": "github-read",
-        "params": {"org": "acme"},
-        "scope": SCOPE,
-        "secret": "github_token",
-        "inject_header": "Authorization",
-        "inject_format": "Bearer {secret}",
-        "tls": "terminate",
-        "allow_private": (),
         "approved_by": "policy",
         "reason": "read the issues",
         "ttl_s": 900,
         "now": T0,
     }
     args.update(overrides)
-    return grants.grant(**args)
+    return grants.grant(capability, resolve_scope(capability, args["params"]), **args)
 
 
 @pytest.fixture
@@ -224,28 +233,8 @@ def test_grant_refuses_a_ttl_below_one_second(grants: Grants, ttl_s: int) -> Non
 
 @pytest.mark.parametrize(
     "overrides",
-    [
-        {"inject_header": None},
-        {"inject_format": None},
-        {"inject_format": "Bearer token"},
-        {"tls": "passthrough"},
-        {"secret": None},
-        {"tls": "sideways"},
-        {"approved_by": "agent"},
-        {"tenant": "a/b"},
-        {"session_id": ""},
-    ],
-    ids=[
-        "secret-without-header",
-        "secret-without-format",
-        "format-without-placeholder",
-        "secret-on-passthrough",
-        "inject-without-secret",
-        "unknown-tls",
-        "unknown-approver",
-        "slash-in-tenant",
-        "empty-session",
-    ],
+    [{"approved_by": "agent"}, {"tenant": "a/b"}, {"session_id": ""}],
+    ids=["unknown-approver", "slash-in-tenant", "empty-session"],
 )
 def test_grant_refuses_inconsistent_settings(grants: Grants, overrides: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
@@ -253,10 +242,12 @@ def test_grant_refuses_inconsistent_settings(grants: Grants, overrides: dict[str
     assert grants.all() == []
 
 
-def test_passthrough_grant_without_secret_is_accepted(grants: Grants) -> None:
-    g = make(grants, tls="passthrough", secret=None, inject_header=None, inject_format=None)
+def test_passthrough_grant_reaches_any_method_and_path_of_its_hosts(grants: Grants) -> None:
+    tunnel = Capability.model_validate({"hosts": ["db.example.com"], "tls": "passthrough"})
+    g = make(grants, capability=tunnel, params={})
     assert g.tls == "passthrough"
-    assert g.secret is None
+    assert (g.secret, g.inject_header, g.inject_format) == (None, None, None)
+    assert g.scope == Scope(hosts=("db.example.com",), ports=(443,), methods=("*",), paths=("/**",))
 
 
 @pytest.mark.parametrize(
@@ -269,6 +260,7 @@ def test_passthrough_grant_without_secret_is_accepted(grants: Grants) -> None:
         {"ports": (0,)},
         {"ports": (65536,)},
         {"hosts": "api.github.com"},
+        {"ports": [443]},
         {"methods": ("",)},
     ],
     ids=repr,
@@ -280,14 +272,17 @@ def test_scope_refuses_empty_or_malformed_fields(fields: dict[str, Any]) -> None
         "methods": ("GET",),
         "paths": ("/**",),
     }
-    with pytest.raises(ValueError, match="GrantScope"):
-        GrantScope(**(base | fields))
+    with pytest.raises(ValueError, match="Scope"):
+        Scope(**(base | fields))
 
 
-def test_scope_stores_lists_as_tuples() -> None:
-    scope = GrantScope(hosts=["a.example.com"], ports=[443], methods=["GET"], paths=["/"])  # type: ignore[arg-type]
-    assert scope.hosts == ("a.example.com",)
-    assert hash(scope) == hash(GrantScope(("a.example.com",), (443,), ("GET",), ("/",)))
+def test_scope_is_frozen_and_hashable() -> None:
+    scope = Scope(hosts=("a.example.com",), ports=(443,), methods=("GET",), paths=("/",))
+    assert hash(scope) == hash(
+        Scope(hosts=("a.example.com",), ports=(443,), methods=("GET",), paths=("/",))
+    )
+    with pytest.raises(ValueError, match="frozen"):
+        scope.hosts = ("b.example.com",)  # type: ignore[misc]
 
 
 def test_grants_are_hashable_despite_params(grants: Grants) -> None:

@@ -189,8 +189,10 @@ def test_passthrough_capability_without_methods_or_paths_loads(tmp_path: Path) -
 
     assert capability.methods == ()
     assert capability.paths == ()
+    # Its tunnels are opaque: the scope a grant holds (and the agent is shown) is any
+    # method and any path of its hosts.
     assert resolve_scope(capability, {}) == Scope(
-        hosts=("api.example.com",), ports=(443,), methods=(), paths=()
+        hosts=("api.example.com",), ports=(443,), methods=("*",), paths=("/**",)
     )
 
 

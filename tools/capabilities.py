@@ -6,9 +6,9 @@ its id and resolved scope, never a secret and never a token.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, NamedTuple
 
-from airlock.broker import ApprovedBy, Grant, GrantScope
+from airlock.broker import ApprovedBy, Grant
 from airlock.errors import (
     AirlockError,
     ApprovalPending,
@@ -17,14 +17,13 @@ from airlock.errors import (
     LimitExceeded,
     NotFound,
 )
-from airlock.policies import Capability, Policy
-from airlock.policies.capabilities import resolve_scope
+from airlock.policies import Capability, Policy, Scope, resolve_scope
 from airlock.store import GrantRecord
 
 from .approvals import approved_request, wait_for_operator
 from .context import Services, Session, iso_time
 from .events import CapabilityDecided
-from .models import CapabilityResult, RevokeResult, ScopeInfo
+from .models import CapabilityResult, RevokeResult
 
 # How the human answered, as the server learnt it from elicitation.
 Approval = Literal["approved", "declined", "cancelled", "unsupported", "not_asked"]
@@ -65,11 +64,20 @@ def approval_question(
     )
 
 
+class Checked(NamedTuple):
+    """A request the tenant's policy could grant as asked: the capability, the scope
+    resolved from the request's params (once, here) and the grant's lifetime."""
+
+    capability: Capability
+    scope: Scope
+    ttl: int
+
+
 def check_request(
     services: Services, tenant: str, capability: str, params: dict[str, str], ttl_s: int | None
-) -> tuple[Capability, int]:
-    """The capability and the grant's lifetime, if the tenant's policy could grant it as
-    asked; checked in full before any human is asked."""
+) -> Checked:
+    """What the tenant's policy would grant for this request; checked in full before any
+    human is asked."""
     offer = services.policy_for(tenant).capabilities
     cap = offer.get(capability)
     if cap is None:
@@ -78,7 +86,7 @@ def check_request(
     if cap.approval == "deny":
         raise CapabilityDenied(f"the policy denies capability {capability!r}; ask the operator")
     try:
-        resolve_scope(cap, params)
+        scope = resolve_scope(cap, params)
     except ValueError as exc:
         raise InvalidRequest(f"capability {capability!r}: {exc}") from exc
     ttl = cap.ttl if ttl_s is None else ttl_s
@@ -88,7 +96,7 @@ def check_request(
         raise LimitExceeded(
             f"ttl_s={ttl} is above the maximum of {cap.max_ttl} s for {capability!r}; ask for less"
         )
-    return cap, ttl
+    return Checked(cap, scope, ttl)
 
 
 async def request_capability(
@@ -160,9 +168,10 @@ async def _decide(
     reason: str,
     approval: Approval,
 ) -> CapabilityResult:
-    cap, ttl = check_request(services, session.tenant, capability, params, ttl_s)
+    checked = check_request(services, session.tenant, capability, params, ttl_s)
+    ttl = checked.ttl
     approved_by: ApprovedBy = "policy"
-    if cap.approval == "ask":
+    if checked.capability.approval == "ask":
         if approval in ("unsupported", "cancelled"):
             # No human answered (the client cannot ask, or dismissed the question): the
             # operator decides instead. An explicit "no" below stays a denial.
@@ -170,7 +179,7 @@ async def _decide(
         if approval != "approved":
             raise CapabilityDenied(f"the user did not approve capability {capability!r}")
         approved_by = "user"
-    return await _grant(services, session, capability, cap, params, ttl, reason, approved_by)
+    return await _grant(services, session, capability, checked, params, reason, approved_by)
 
 
 async def _redeem(
@@ -179,9 +188,9 @@ async def _redeem(
     """The grant an operator approved for this session, once."""
     record = await approved_request(services, session, approval_id, capability)
     try:
-        cap, ttl = check_request(services, session.tenant, capability, record.params, record.ttl_s)
+        checked = check_request(services, session.tenant, capability, record.params, record.ttl_s)
         result = await _grant(
-            services, session, capability, cap, record.params, ttl, record.reason, "operator"
+            services, session, capability, checked, record.params, record.reason, "operator"
         )
     except AirlockError:
         # Not granted (a quota, or the policy changed meanwhile): the approval stays usable.
@@ -203,37 +212,23 @@ async def _grant(
     services: Services,
     session: Session,
     capability: str,
-    cap: Capability,
+    checked: Checked,
     params: dict[str, str],
-    ttl: int,
     reason: str,
     approved_by: ApprovedBy,
 ) -> CapabilityResult:
-    scope = resolve_scope(cap, params)
-    now = services.clock()
     broker = services.policy_for(session.tenant).broker
-    passthrough = cap.tls == "passthrough"
     grant = services.grants.grant(
+        checked.capability,
+        checked.scope,
+        name=capability,
+        params=dict(params),
         tenant=session.tenant,
         session_id=session.id,
-        capability=capability,
-        params=dict(params),
-        scope=GrantScope(
-            hosts=scope.hosts,
-            ports=scope.ports,
-            # An opaque tunnel is decided on host and port alone; these say "anything inside".
-            methods=("*",) if passthrough else scope.methods,
-            paths=("/**",) if passthrough else scope.paths,
-        ),
-        secret=cap.secret,
-        inject_header=cap.inject.header if cap.inject else None,
-        inject_format=cap.inject.format if cap.inject else None,
-        tls=cap.tls,
-        allow_private=cap.allow_private,
         approved_by=approved_by,
         reason=reason,
-        ttl_s=ttl,
-        now=now,
+        ttl_s=checked.ttl,
+        now=services.clock(),
         # The tenant's own quotas, not the server policy's the store was built with.
         max_per_session=broker.max_capabilities_per_session,
         max_live_per_tenant=broker.max_live_grants_per_tenant,
@@ -242,12 +237,7 @@ async def _grant(
     return CapabilityResult(
         capability_id=grant.id,
         capability=capability,
-        scope=ScopeInfo(
-            hosts=list(scope.hosts),
-            ports=list(scope.ports),
-            methods=list(scope.methods),
-            paths=list(scope.paths),
-        ),
+        scope=grant.scope,
         expires_at=iso_time(grant.expires_at),
         approved_by=approved_by,
         session_id=session.id,
@@ -297,12 +287,7 @@ def _record(grant: Grant) -> GrantRecord:
         session_id=grant.session_id,
         capability=grant.capability,
         params=dict(grant.params),
-        scope={
-            "hosts": list(grant.scope.hosts),
-            "ports": list(grant.scope.ports),
-            "methods": list(grant.scope.methods),
-            "paths": list(grant.scope.paths),
-        },
+        scope=grant.scope.model_dump(mode="json"),
         approved_by=grant.approved_by,
         reason=grant.reason,
         created_at=grant.created_at,

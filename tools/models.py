@@ -10,6 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from airlock.policies import Scope
 from airlock.store import EgressSummary
 
 Trust = Literal["untrusted"]
@@ -150,21 +151,12 @@ class EndSessionResult(BaseModel):
     ended: bool = Field(description="False when the session had already ended.")
 
 
-class ScopeInfo(BaseModel):
-    """What a grant lets a run reach."""
-
-    hosts: list[str]
-    ports: list[int]
-    methods: list[str]
-    paths: list[str]
-
-
 class CapabilityResult(BaseModel):
     """Structured result of request_capability. The id is all a run needs; no secret, no token."""
 
     capability_id: str
     capability: str
-    scope: ScopeInfo
+    scope: Scope
     expires_at: str = Field(description="ISO 8601 UTC time the grant ends.")
     approved_by: Literal["policy", "user", "operator"] = Field(
         description="policy: granted without asking; user: the human approved through "
