@@ -131,6 +131,12 @@ class _Leg:
     request_done: bool = False
     retried: bool = False
     scrubber: Scrubber = field(default_factory=lambda: Scrubber(()))
+    body_length: int | None = None
+    """The response's Content-Length, when that frames its body."""
+    body_seen: int = 0
+    body_left: int | None = None
+    """Set once h11 has parsed the head and handed on what it buffered: the rest of a
+    Content-Length body, relayed by `_upstream_body` without a copy through h11."""
 
 
 class Conversation:
@@ -503,8 +509,11 @@ class Conversation:
         assert leg is not None and leg.upstream is not None
         room = self._ledger.in_room()
         self._count(leg, back=min(len(data), room))
-        leg.upstream.receive_data(data[:room])
-        actions = self._pull_response(leg)
+        if leg.body_left is None:
+            leg.upstream.receive_data(data[:room])
+            actions = self._pull_response(leg)
+        else:
+            actions = self._upstream_body(leg, data[:room])
         if len(data) > room:
             # What fits under the run's cap was passed on; the rest never is.
             actions += self._close(
@@ -524,11 +533,17 @@ class Conversation:
             except h11.RemoteProtocolError as exc:
                 return [*actions, *self._fail_upstream(f"the upstream sent malformed HTTP ({exc})")]
             if event is h11.NEED_DATA:
+                if leg.body_length is not None and leg.upstream.their_state is h11.SEND_BODY:
+                    # h11 holds nothing more; the rest of the body needs no parsing.
+                    leg.body_left = leg.body_length - leg.body_seen
                 break
             if isinstance(event, h11.InformationalResponse):
                 continue
             if isinstance(event, h11.Response):
                 leg.status = event.status_code
+                if header(event, b"transfer-encoding") is None:
+                    length = header(event, b"content-length")
+                    leg.body_length = None if length is None else int(length)
                 headers = response_headers(
                     event, close=leg.scheme == "http", scrub=leg.scrubber.mask
                 )
@@ -545,9 +560,8 @@ class Conversation:
                     )
                 )
             elif isinstance(event, h11.Data):
-                passed = leg.scrubber.feed(bytes(event.data))
-                if passed:
-                    actions.append(SendClient(self._client.send(h11.Data(data=passed)) or b""))
+                leg.body_seen += len(event.data)
+                actions += self._body_in(leg, bytes(event.data))
             elif isinstance(event, h11.EndOfMessage):
                 actions += self._end_of_response(leg)
             else:
@@ -557,7 +571,25 @@ class Conversation:
                 ]
         return actions
 
-    def _end_of_response(self, leg: _Leg) -> list[Action]:
+    def _body_in(self, leg: _Leg, data: bytes) -> list[Action]:
+        """Pass a piece of the response body to the sandbox, scrubbed."""
+        passed = leg.scrubber.feed(data)
+        if not passed:
+            return []
+        return [SendClient(self._client.send(h11.Data(data=passed)) or b"")]
+
+    def _upstream_body(self, leg: _Leg, data: bytes) -> list[Action]:
+        """The rest of a Content-Length body, once its head is parsed: no h11 parsing."""
+        assert leg.body_left is not None
+        body = data[: leg.body_left]
+        leg.body_left -= len(body)
+        actions = self._body_in(leg, body)
+        if leg.body_left == 0:
+            # Bytes past the body are the upstream's mistake: it is not reused.
+            actions += self._end_of_response(leg, clean=len(body) == len(data))
+        return actions
+
+    def _end_of_response(self, leg: _Leg, *, clean: bool = True) -> list[Action]:
         assert leg.upstream is not None and leg.decision is not None
         actions: list[Action] = []
         rest = leg.scrubber.flush()
@@ -566,11 +598,9 @@ class Conversation:
         actions.append(SendClient(self._client.send(h11.EndOfMessage()) or b""))
         actions.append(self._record(leg, leg.status, "allow", leg.decision.reason))
         upstream = leg.upstream
-        self._upstream_idle = (
-            upstream.our_state is h11.DONE
-            and upstream.their_state is h11.DONE
-            and not upstream.trailing_data[0]
-        )
+        if leg.body_left is None:
+            clean = upstream.their_state is h11.DONE and not upstream.trailing_data[0]
+        self._upstream_idle = clean and upstream.our_state is h11.DONE
         if not self._upstream_idle:
             actions += self._drop_upstream()
         self._exchange = None
@@ -601,6 +631,17 @@ class Conversation:
             self.need = "wait"
             assert self._key is not None
             return [*closed, Resolve(leg.host, leg.port, self._key, fresh=True)]
+        if leg.body_left is not None:
+            # Worded as h11 words it when the cut comes in the part it parsed.
+            length = leg.body_length or 0
+            return [
+                *closed,
+                *self._fail_upstream(
+                    "the upstream sent malformed HTTP (peer closed connection without sending "
+                    f"complete message body (received {length - leg.body_left} bytes, "
+                    f"expected {length}))"
+                ),
+            ]
         if leg.status != 0 and leg.upstream.their_state is h11.SEND_BODY:
             # A body delimited by the connection's close ends here (RFC 9112 6.3).
             leg.upstream.receive_data(b"")

@@ -77,8 +77,8 @@ def proxy_token(request: h11.Request) -> str | None:
     return token or None
 
 
-def header(request: h11.Request, name: bytes) -> str | None:
-    for key, value in request.headers:
+def header(message: h11.Request | h11.Response, name: bytes) -> str | None:
+    for key, value in message.headers:
         if key == name:
             return str(value.decode("latin-1"))
     return None

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import ssl
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import anyio.abc
@@ -42,6 +42,7 @@ class TLSChannel(anyio.abc.ByteStream):
         self._incoming = incoming
         self._outgoing = outgoing
         self._eof = False
+        self._plain = bytearray()
 
     @classmethod
     async def wrap(
@@ -83,30 +84,36 @@ class TLSChannel(anyio.abc.ByteStream):
             await self.transport.send(pending)
 
     async def receive(self, max_bytes: int = 65536) -> bytes:
-        while True:
-            chunks: list[bytes] = []
-            size = 0
-            try:
-                while size < max_bytes:
-                    chunk = self.ssl_object.read(max_bytes - size)
-                    if not chunk:
-                        self._eof = True
-                        break
-                    chunks.append(chunk)
-                    size += len(chunk)
-            except ssl.SSLWantReadError:
-                pass
-            except ssl.SSLZeroReturnError:
-                self._eof = True
-            if self._outgoing.pending:
-                # Post-handshake messages (session tickets, key updates) go out too.
-                await self._flush()
-            if chunks:
-                return b"".join(chunks)
-            if self._eof:
-                raise anyio.EndOfStream
-            data = await self.transport.receive(max(max_bytes, TRANSPORT_READ))
-            self._incoming.write(data)
+        if len(self._plain) < max_bytes:
+            self._plain = bytearray(max_bytes)
+        view = memoryview(self._plain)
+        try:
+            while True:
+                size = 0
+                try:
+                    # Each read decrypts one record straight into the channel's buffer:
+                    # no bytes object per record, one copy out at the end.
+                    while size < max_bytes:
+                        got = _read_into(self.ssl_object, view[size:max_bytes])
+                        if not got:
+                            self._eof = True
+                            break
+                        size += got
+                except ssl.SSLWantReadError:
+                    pass
+                except ssl.SSLZeroReturnError:
+                    self._eof = True
+                if self._outgoing.pending:
+                    # Post-handshake messages (session tickets, key updates) go out too.
+                    await self._flush()
+                if size:
+                    return view[:size].tobytes()
+                if self._eof:
+                    raise anyio.EndOfStream
+                data = await self.transport.receive(max(max_bytes, TRANSPORT_READ))
+                self._incoming.write(data)
+        finally:
+            view.release()
 
     async def send(self, item: bytes) -> None:
         view = memoryview(item)
@@ -137,3 +144,9 @@ class TLSChannel(anyio.abc.ByteStream):
             TLSAttribute.ssl_object: lambda: self.ssl_object,
             TLSAttribute.server_side: lambda: self.ssl_object.server_side,
         }
+
+
+def _read_into(sslobj: ssl.SSLObject, view: memoryview) -> int:
+    """Decrypt at most one record into `view`; the number of bytes, 0 at the TLS end."""
+    # typeshed says read() returns bytes; given a buffer it fills that and returns a count.
+    return cast(int, sslobj.read(len(view), view))

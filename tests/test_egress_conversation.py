@@ -421,6 +421,69 @@ def test_the_secret_is_masked_in_headers_and_in_a_body_split_anywhere() -> None:
         assert b"x-echo: Bearer ****" in head
 
 
+# ---- a Content-Length body after its head: relayed without h11, same bytes -------------
+
+POOL_KEY = ("https", "api.example.com", 443, ("127.0.0.0/8",))
+
+
+def _relayed(pieces: Sequence[bytes], run: Run | None = None) -> tuple[bytes, list[Action]]:
+    """What the sandbox receives for an answer arriving in `pieces`, and the tunnel's end."""
+    talk = (run or Run()).talk()
+    first_request(talk)
+    out = talk.feed(*(UpstreamData(piece) for piece in pieces))
+    return sent_to_client(out), [*out, *talk.feed(ClientClosed())]
+
+
+def test_a_body_in_any_pieces_reaches_the_sandbox_alike_masked_and_the_upstream_pooled() -> None:
+    encoded = base64.b64encode(f"x{SECRET}".encode())
+    body = b"start " + SECRET.encode() + b" middle " + encoded + b" end" + b"z" * 3000
+    wire = response(body)
+    head_size = len(wire) - len(body)
+    whole, _ = _relayed([wire])
+    assert SECRET.encode() not in whole and encoded[4:-4] not in whole
+    assert whole.endswith(b" end" + b"z" * 3000)
+    splits = {
+        "byte by byte": [wire[i : i + 1] for i in range(len(wire))],
+        "head, then the body": [wire[:head_size], wire[head_size:]],
+        "head and a little, then 7-byte pieces": [
+            wire[: head_size + 3],
+            *(wire[i : i + 7] for i in range(head_size + 3, len(wire), 7)),
+        ],
+    }
+    for name, pieces in splits.items():
+        run = Run()
+        seen, ending = _relayed(pieces, run)
+        assert seen == whole, name
+        assert ReleaseUpstream(POOL_KEY) in ending, name
+        assert run.records[0].status == 200 and run.records[0].bytes_in == len(wire), name
+
+
+def test_bytes_past_a_content_length_body_are_dropped_and_the_upstream_is_not_pooled() -> None:
+    wire = response(b"hello")
+    head_size = len(wire) - 5
+    for pieces in ([wire + b"HTTP/1.1 200 extra"], [wire[:head_size], b"hello" + b"junk"]):
+        seen, ending = _relayed(pieces)
+        assert seen.endswith(b"\r\n\r\nhello"), pieces
+        assert CloseUpstream() in ending and not any(isinstance(a, ReleaseUpstream) for a in ending)
+
+
+def test_a_body_past_the_runs_byte_cap_is_cut_after_its_head() -> None:
+    run = Run(limits={"max_response_bytes": 1000})
+    wire = response(b"y" * 5000)
+    head_size = len(wire) - 5000
+    talk = run.talk()
+    first_request(talk)
+    out = talk.feed(UpstreamData(wire[:head_size]))
+    for start in range(head_size, len(wire), 400):
+        out += talk.feed(UpstreamData(wire[start : start + 400]))
+    sent = sent_to_client(out)
+    assert sent.count(b"y") == 1000 - head_size
+    assert isinstance(out[-1], Close) and talk.need == "done"
+    assert run.ledger.bytes_in == 1000
+    record = records_of(out)[0]
+    assert record.status == 502 and "cap of 1000 bytes received from upstream" in record.reason
+
+
 # ---- upstream reuse -----------------------------------------------------------------------
 
 
