@@ -97,6 +97,11 @@ ENTRY_BATCH_BYTES = 256 * 1024
 # How long the runner keeps killing leftovers of the code before it gives up on
 # copying /workspace out (processes in uninterruptible sleep may take a moment).
 STOP_CODE_S = 5.0
+# How long the relay keeps trying the proxy's socket when a connection to it fails in
+# a way that can pass (gone for a moment, backlog full): a refusal the code can read
+# beats a closed connection it cannot explain.
+PROXY_CONNECT_PATIENCE_S = 3.0
+PROXY_TRANSIENT = frozenset({errno.ENOENT, errno.ECONNREFUSED, errno.EAGAIN, errno.EINTR})
 PR_SET_DUMPABLE = 4
 PR_CAPBSET_DROP = 24
 
@@ -479,12 +484,10 @@ def _relay(socket_path: str, port: int) -> None:
 
 
 def _bridge(client: socket.socket, socket_path: str) -> None:
-    upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        upstream.connect(socket_path)
-    except OSError:
-        client.close()
-        upstream.close()
+        upstream = _connect_proxy(socket_path)
+    except OSError as exc:
+        _refuse(client, f"the egress relay cannot reach Airlock's proxy ({_reason(exc)})")
         return
     back = threading.Thread(target=_pump, args=(upstream, client), daemon=True)
     back.start()
@@ -492,6 +495,45 @@ def _bridge(client: socket.socket, socket_path: str) -> None:
     back.join()
     client.close()
     upstream.close()
+
+
+def _connect_proxy(socket_path: str) -> socket.socket:
+    deadline = time.monotonic() + PROXY_CONNECT_PATIENCE_S
+    pause = 0.01
+    while True:
+        upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            upstream.connect(socket_path)
+        except OSError as exc:
+            upstream.close()
+            if exc.errno not in PROXY_TRANSIENT or time.monotonic() + pause > deadline:
+                raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.2)
+        else:
+            return upstream
+
+
+def _reason(exc: OSError) -> str:
+    return errno.errorcode.get(exc.errno or 0, type(exc).__name__)
+
+
+def _refuse(client: socket.socket, reason: str) -> None:
+    """Answer 502 with the reason, the way the proxy answers its own refusals."""
+    body = (reason + "\n").encode()
+    head = (
+        "HTTP/1.1 502 Bad Gateway\r\nContent-Type: text/plain; charset=utf-8\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    ).encode()
+    with contextlib.suppress(OSError):
+        client.sendall(head + body)
+        client.shutdown(socket.SHUT_WR)
+        # Read what the client sent before closing: closing over unread data resets the
+        # connection, and a reset can discard the answer before the client reads it.
+        client.settimeout(PROXY_CONNECT_PATIENCE_S)
+        while client.recv(READ_CHUNK):
+            pass
+    client.close()
 
 
 def _pump(source: socket.socket, sink: socket.socket) -> None:

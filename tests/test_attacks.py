@@ -537,9 +537,10 @@ async def test_bash_fork_bomb_is_contained_and_leaves_no_container(
         if result["status"] != "killed" and (variant == "foreground" or sandbox_runtime == "runc"):
             assert "fork: retry: Resource temporarily unavailable" in result["stderr"]["text"]
         assert elapsed < 5 + 20, elapsed
-        # Removal happens right after the reply; it must complete, and promptly.
+        # Removal happens right after the reply and must complete; gVisor tears down a
+        # sandbox that held the bomb's hundreds of tasks slowly on a loaded machine.
         await wait_until(
-            lambda: containers_of_session(docker_client, result["session_id"]) == [], within=15
+            lambda: containers_of_session(docker_client, result["session_id"]) == [], within=60
         )
         await assert_alive(c, result["session_id"])
 

@@ -109,7 +109,7 @@ def test_drill_fails_against_a_policy_that_opens_loopback(
     private = lines["private and loopback ranges"]
     assert "got through: GET 127.0.0.1:80" in private and private.endswith("NO")
     # With egress the run token exists, and replaying it after its session fails.
-    assert lines["run token replayed after its session ended"].endswith("yes")
+    assert lines["run token replayed after its session ended"].endswith("yes"), done.stdout
     assert lines["cloud metadata addresses"].endswith("yes")
     protected = lines["writes to protected hatch paths"]
     assert "the patch held every one back under needs_human" in protected, protected

@@ -532,7 +532,7 @@ async def test_host_not_granted_is_refused_403_and_the_proxy_keeps_serving(
         )
         await assert_alive(c)
     out = report(result)
-    assert out["denied"]["status"] is None and "403" in out["denied"]["error"]
+    assert out["denied"]["status"] is None and "403" in out["denied"]["error"], result
     assert out["allowed"]["status"] == 200
     record = only(result["egress"], decision="deny")
     assert record["status"] == 403
