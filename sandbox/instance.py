@@ -10,9 +10,10 @@ deadline label.
 from __future__ import annotations
 
 import os
-import secrets
 import socket
 from dataclasses import dataclass
+
+from airlock.ids import new_id
 
 LABEL_INSTANCE = "airlock.instance"
 LABEL_HOST = "airlock.host"
@@ -46,7 +47,7 @@ class Instance:
     def current(cls) -> Instance:
         pid = os.getpid()
         return cls(
-            id=secrets.token_hex(8),
+            id=new_id("srv_", random_bytes=10),
             host=socket.gethostname(),
             pid=pid,
             pid_start=_pid_start(pid) or "",

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import secrets
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from pydantic import ValidationError
 
 from airlock.config_files import describe_problem
 from airlock.errors import AuthConfigInvalid, InvalidRequest
+from airlock.ids import new_id
 
 from .auth import ApiKeyEntry, generate_api_key, load_auth_config
 
@@ -43,7 +43,7 @@ class NewKey:
 def new_key(tenant: str, key_id: str | None = None) -> NewKey:
     """A fresh key for `tenant`; raises `InvalidRequest` naming the rule a name breaks."""
     key, digest = generate_api_key()
-    chosen = key_id if key_id is not None else f"{tenant}-{secrets.token_hex(3)}"
+    chosen = key_id if key_id is not None else new_id(f"{tenant}-", random_bytes=5)
     try:
         entry = ApiKeyEntry.model_validate({"id": chosen, "tenant": tenant, "hash": digest})
     except ValidationError as exc:
