@@ -240,22 +240,26 @@ class DockerBackend:
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        async with anyio.create_task_group() as tg:
-            self._background = tg
-            refill = anyio.CancelScope()
+        try:
+            async with anyio.create_task_group() as tg:
+                self._background = tg
+                refill = anyio.CancelScope()
 
-            async def refill_pool() -> None:
-                with refill:
-                    await self.pool.refill_forever()
+                async def refill_pool() -> None:
+                    with refill:
+                        await self.pool.refill_forever()
 
-            tg.start_soon(refill_pool)
-            try:
-                yield
-            finally:
-                refill.cancel()
-                self._background = None
-                with anyio.CancelScope(shield=True):
-                    await self._remove_many(self.pool.drain())
+                tg.start_soon(refill_pool)
+                try:
+                    yield
+                finally:
+                    refill.cancel()
+                    self._background = None
+        finally:
+            # Only now: an engine call cannot be abandoned, so a refill that was creating
+            # a container when cancelled adds it to the pool after the cancel returns.
+            with anyio.CancelScope(shield=True):
+                await self._remove_many(self.pool.drain())
 
     @asynccontextmanager
     async def sandbox(self, job: JobSpec, *, egress: bool) -> AsyncIterator[DockerSandbox]:

@@ -36,7 +36,7 @@ from airlock.sandbox import (
     JobSpec,
 )
 from airlock.sandbox.environment import sandbox_environment
-from airlock.sandbox.instance import Instance
+from airlock.sandbox.instance import LABEL_INSTANCE, Instance
 from airlock.sandbox.pool import Profile
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
@@ -270,6 +270,25 @@ async def test_a_sandbox_is_gone_once_its_block_ends(harness: Harness, pool_size
     async with harness.backend(pool_size) as backend:
         facts = report(await run_one(backend, harness.job(PROBE)))
         await wait_until(lambda: not harness.exists(facts["hostname"]), within=30)
+
+
+async def test_a_backend_stopped_while_its_pool_fills_leaves_no_sandbox(
+    harness: Harness,
+) -> None:
+    instance = Instance.current()
+
+    def mine(**filters: str) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = harness.engine.api.containers(
+            all=True, filters={"label": f"{LABEL_INSTANCE}={instance.id}", **filters}
+        )
+        return found
+
+    backend = DockerBackend(harness.engine, instance, pool_size=2)
+    async with backend.running():
+        backend.pool.want(harness.profile())
+        # Stop once the engine runs a sandbox the pool has not taken in yet.
+        await wait_until(lambda: mine(status="running"), within=60, interval=0.002)
+    assert mine() == []
 
 
 async def run_killable(
