@@ -7,7 +7,8 @@ all end with the container gone. Also finds and removes containers by label for
 session teardown and for reaping what a dead server left behind.
 
 A container for a run with egress is created with its own empty egress directory
-bind-mounted read-only (so pooled ones can be made before the run exists); the
+bind-mounted read-only (so pooled ones can be made before the run exists) and its
+runner starts the in-container relay to that directory's socket path at once; the
 run's proxy binds its socket there once the container is taken, and the directory
 goes with the container.
 
@@ -154,6 +155,11 @@ def container_options(
         "stdin_open": True,
         "tty": False,
         "user": RUNNER_USER,
+        # Arguments of the runner (the image's entrypoint): with egress, it starts the
+        # relay to the socket's path at once, so a taken container has it listening.
+        "command": ["--egress", f"{EGRESS_MOUNT}/{SOCKET_NAME}", str(RELAY_PORT)]
+        if egress_dir
+        else None,
         # The runner's environment comes from the image alone; the user's code
         # gets the job's environment, which the caller built from an empty dict.
         "environment": {},
@@ -562,8 +568,6 @@ def _job_payload(job: JobSpec) -> dict[str, Any]:
         "stream_cap_bytes": job.stream_cap_bytes,
         "artifact_caps": job.artifact_caps.model_dump(),
         "egress": {
-            "socket": f"{EGRESS_MOUNT}/{SOCKET_NAME}",
-            "port": RELAY_PORT,
             "ca_pem": job.egress.ca_pem,
             "ca_bundle": CA_BUNDLE,
         }

@@ -1,9 +1,11 @@
 """The in-container runner: the entrypoint of every sandbox container.
 
-It starts before any job is known (so a container can wait in a warm pool), reads
-exactly one job from stdin, runs it as the unprivileged sandbox user, streams the
-output back, sends the changed files of /workspace, reports, and then waits for
-the host to remove the container. It is never given a second job.
+It starts before any job is known (so a container can wait in a warm pool; one
+created for egress, `--egress SOCKET PORT`, starts its relay to the proxy socket
+then too), reads exactly one job from stdin, runs it as the unprivileged sandbox
+user, streams the output back, sends the changed files of /workspace, reports,
+and then waits for the host to remove the container. It is never given a second
+job.
 
 Privilege separation (why the report channel is the runner's alone): init and the
 runner run as root with every capability dropped except SETUID, SETGID, SETPCAP
@@ -439,35 +441,38 @@ def _stop_everything() -> bool:
 SYSTEM_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 
 
-def _start_egress(egress: dict[str, Any]) -> subprocess.Popen[bytes]:
-    """Write the CA bundle and start the relay from 127.0.0.1:<port> to the proxy socket.
+def _start_relay(socket_path: str, port: int) -> subprocess.Popen[bytes]:
+    """Start the relay from 127.0.0.1:`port` to the proxy socket, without waiting for it.
+
+    Started with the container, before any job is known, so a warm call does not wait
+    for a second interpreter; nothing answers on the socket until the host has taken
+    the container and bound the run's proxy there. The relay runs as the sandbox user:
+    it holds nothing the code does not already have.
+    """
+    return subprocess.Popen(
+        [sys.executable, "-I", os.path.abspath(__file__), "--relay", socket_path, str(port)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        preexec_fn=_become_sandbox_user,  # safe: the runner has no threads
+    )
+
+
+def _ready_egress(egress: dict[str, Any], relay: subprocess.Popen[bytes] | None) -> None:
+    """Write the run's CA bundle and wait until the relay listens.
 
     The bundle holds the system roots too, for hosts a policy passes through untouched.
-    It is root's, so the code can read it but not change it. The relay runs as the
-    sandbox user: it holds nothing the code does not already have.
+    It is root's, so the code can read it but not change it.
     """
+    if relay is None:
+        raise RuntimeError("the job has egress but its container was started without it")
     bundle = egress["ca_pem"]
     with contextlib.suppress(OSError), open(SYSTEM_CA_BUNDLE, encoding="utf-8") as f:
         bundle = f.read() + "\n" + bundle
     with open(egress["ca_bundle"], "w", encoding="utf-8") as f:
         f.write(bundle)
-    relay = subprocess.Popen(
-        [
-            sys.executable,
-            "-I",
-            os.path.abspath(__file__),
-            "--relay",
-            egress["socket"],
-            str(egress["port"]),
-        ],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        preexec_fn=_become_sandbox_user,  # safe: the runner has no threads
-    )
     assert relay.stdout is not None
     if relay.stdout.readline() != b"ready\n":
         raise RuntimeError("the egress relay did not start")
-    return relay
 
 
 def _relay(socket_path: str, port: int) -> None:
@@ -547,12 +552,14 @@ def _pump(source: socket.socket, sink: socket.socket) -> None:
             sink.shutdown(socket.SHUT_WR)
 
 
-def _run(job: dict[str, Any], out: BinaryIO) -> dict[str, Any]:
+def _run(
+    job: dict[str, Any], out: BinaryIO, relay: subprocess.Popen[bytes] | None
+) -> dict[str, Any]:
     argv, filename = _command(job["language"])
     # Root's directory and files: the code reads its program and CA but cannot change them.
     os.makedirs(CODE_DIR, mode=0o755, exist_ok=True)
     if job.get("egress"):
-        _start_egress(job["egress"])
+        _ready_egress(job["egress"], relay)
     with open(os.path.join(CODE_DIR, filename), "w", encoding="utf-8") as f:
         f.write(job["code"])
     streams = {
@@ -704,12 +711,14 @@ def _send_refusal(size: int, caps: dict[str, int], sent_files: int, sent_bytes: 
     return None
 
 
-def main() -> None:
+def main(argv: list[str]) -> None:
+    """`argv`: empty, or `--egress SOCKET PORT` for a container with an egress mount."""
     stdin = sys.stdin.buffer
     out = sys.stdout.buffer
     try:
         _make_undumpable()
         _check_privileges()
+        relay = _start_relay(argv[1], int(argv[2])) if argv[:1] == ["--egress"] else None
         (size,) = LENGTH.unpack(_read_exact(stdin, LENGTH.size))
         if size > MAX_JOB_JSON:
             raise ValueError(f"job of {size} bytes exceeds {MAX_JOB_JSON}")
@@ -718,7 +727,7 @@ def main() -> None:
         if input_tar:
             _as_sandbox_user(_extract_inputs, input_tar)
         before = _input_hashes(input_tar)
-        report = _run(job, out)
+        report = _run(job, out, relay)
         # Copying out while something of the code's still runs would let it race the
         # helper; without a clean stop the workspace stays as the host has it.
         listed = (
@@ -743,4 +752,4 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["--relay"]:
         _relay(sys.argv[2], int(sys.argv[3]))
     else:
-        main()
+        main(sys.argv[1:])

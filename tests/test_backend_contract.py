@@ -54,13 +54,14 @@ class Harness:
 
     @asynccontextmanager
     async def backend(
-        self, pool_size: int = 0, instance: Instance | None = None
+        self, pool_size: int = 0, instance: Instance | None = None, *, egress: bool = False
     ) -> AsyncIterator[DockerBackend]:
-        """A running backend; with a pool, once the pool is full."""
+        """A running backend; with a pool (of sandboxes with or without egress), once the
+        pool is full."""
         backend = DockerBackend(self.engine, instance or Instance.current(), pool_size=pool_size)
         async with backend.running():
             if pool_size:
-                backend.pool.want(self.profile())
+                backend.pool.want(self.profile(egress=egress))
                 await wait_until(lambda: backend.pool.ready_count() == pool_size, within=60)
             try:
                 yield backend
@@ -68,8 +69,8 @@ class Harness:
                 with anyio.CancelScope(shield=True):
                     await backend.remove_all()
 
-    def profile(self) -> Profile:
-        return Profile(image=self.image, runtime=self.runtime, limits=LIMITS)
+    def profile(self, *, egress: bool = False) -> Profile:
+        return Profile(image=self.image, runtime=self.runtime, limits=LIMITS, egress=egress)
 
     @staticmethod
     def taken(backend: DockerBackend) -> int:
@@ -100,6 +101,21 @@ class Harness:
         which is the id's prefix on Docker) still exists."""
         found = self.engine.api.containers(all=True, filters={"id": name})
         return bool(found)
+
+    def commands(self, name: str) -> list[str]:
+        """The command lines of the processes the sandbox user sees in sandbox `name`,
+        looked at from a process the platform starts in there (the sandbox's own job
+        is not involved)."""
+        listing = (
+            "import os\n"
+            "for pid in filter(str.isdigit, os.listdir('/proc')):\n"
+            "    try: line = open(f'/proc/{pid}/cmdline', 'rb').read()\n"
+            "    except OSError: continue\n"
+            "    print(line.replace(b'\\0', b' ').decode())\n"
+        )
+        exec_id = self.engine.api.exec_create(name, ["python3", "-I", "-c", listing], user="1000")
+        output: bytes = self.engine.api.exec_start(exec_id)
+        return output.decode().splitlines()
 
 
 @pytest.fixture
@@ -225,7 +241,7 @@ facts["reply"] = relay.recv(16).decode()
 print(json.dumps(facts))
 """
     ca = trustme.CA()
-    async with harness.backend(pool_size) as backend:
+    async with harness.backend(pool_size, egress=True) as backend:
         job = harness.job(code)
         async with backend.sandbox(job, egress=True) as box:
             assert box.runtime == harness.runtime
@@ -254,6 +270,24 @@ print(json.dumps(facts))
     assert facts["mount"] == [SOCKET_NAME]
     assert facts["write"] != "written"
     assert facts["reply"] == "pong"
+
+
+async def test_an_egress_sandbox_has_its_relay_running_before_it_is_given_a_job(
+    harness: Harness,
+) -> None:
+    """The relay starts with the sandbox, so a call does not wait for it; nothing is on
+    the other end until the run's proxy binds the socket."""
+    async with harness.backend(1, egress=True) as backend:
+        job = harness.job("print(1)")
+        async with backend.sandbox(job, egress=True) as box:
+            assert backend.pool.hits == 1
+            assert box.egress_dir is not None
+            assert list(box.egress_dir.iterdir()) == []
+
+            def relay_running() -> bool:
+                return any(" --relay " in line for line in harness.commands(box.container_id))
+
+            await wait_until(lambda: relay_running(), within=60, interval=0.5)
 
 
 async def test_a_sandbox_takes_exactly_one_job(harness: Harness) -> None:
