@@ -243,6 +243,9 @@ class DockerBackend:
         self._received: dict[str, int] = {}
         # Each egress directory goes when its container goes.
         self._egress_dirs: dict[str, Path] = {}
+        # Pooled containers are attached before they start, so taking one costs no call
+        # to the engine: the attach connection (a descriptor we own) waits here.
+        self._attached: dict[str, int] = {}
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
@@ -326,6 +329,10 @@ class DockerBackend:
         }
         container_id = await self._create_container(profile, labels, "creating a pooled container")
         try:
+            fd = await self._call(
+                "attaching to a pooled container", lambda: _attach(self.client, container_id)
+            )
+            self._attached[container_id] = fd
             await self._call(
                 "starting a pooled container", lambda: self.client.api.start(container_id)
             )
@@ -362,9 +369,11 @@ class DockerBackend:
 
     async def _exchange(self, container_id: str, job: JobSpec, *, start: bool) -> JobOutcome:
         started = time.monotonic()
-        fd = await self._call(
-            "attaching to the container", lambda: _attach(self.client, container_id)
-        )
+        fd = self._attached.pop(container_id, None)
+        if fd is None:
+            fd = await self._call(
+                "attaching to the container", lambda: _attach(self.client, container_id)
+            )
         try:
             if start:
                 await self._call(
@@ -475,6 +484,9 @@ class DockerBackend:
         try:
             await self._remove_container(container_id)
         finally:
+            fd = self._attached.pop(container_id, None)
+            if fd is not None:
+                os.close(fd)
             egress_dir = self._egress_dirs.pop(container_id, None)
             if egress_dir is not None:
                 shutil.rmtree(egress_dir, ignore_errors=True)
@@ -544,7 +556,8 @@ def _attach(client: docker.DockerClient, container_id: str) -> int:
     The SDK's `attach_socket` leaves the socket shared with an HTTP response object
     that closes it again (or warns) whenever it is collected. Taking the descriptor
     out and closing the response gives the stream one owner. Nothing can be left in
-    the response's read buffer: the runner writes nothing before it gets its job.
+    the response's read buffer: every container is attached before it starts (a
+    pooled one when it is made), and the runner writes nothing before it gets its job.
     Uses SDK internals, hence the pinned `docker` major version.
     """
     api: Any = client.api

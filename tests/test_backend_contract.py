@@ -290,6 +290,20 @@ async def test_an_egress_sandbox_has_its_relay_running_before_it_is_given_a_job(
             await wait_until(lambda: relay_running(), within=60, interval=0.5)
 
 
+async def test_pooled_sandboxes_never_taken_leave_nothing_behind_when_the_backend_stops(
+    harness: Harness,
+) -> None:
+    async with harness.backend(2, egress=True) as backend:
+        # Docker: a pooled container waits attached (the connection its job will use).
+        waiting = dict(backend._attached)
+        egress_dirs = [backend._egress_dirs[name] for name in waiting]
+        assert len(waiting) == 2
+    for name in waiting:
+        assert not harness.exists(name)
+    assert not any(path.exists() for path in egress_dirs)
+    assert backend._attached == {}
+
+
 async def test_a_sandbox_takes_exactly_one_job(harness: Harness) -> None:
     async with harness.backend(1) as backend:
         job = harness.job("print(1)")
