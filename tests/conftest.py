@@ -24,7 +24,9 @@ from typing import Any
 
 import docker
 import pytest
+import trustme
 from mcp.server.mcpserver import MCPServer
+from upstream import Upstream, start_upstream
 
 from airlock.errors import AirlockError
 from airlock.policies import Policy
@@ -139,3 +141,40 @@ def make_server(
         return build_server(Config(data_dir=data_dir), Policy.model_validate(policy), clock=clock)
 
     return make
+
+
+# ---- real upstream servers for the egress tests (tests/upstream.py) ----------------------
+
+
+@pytest.fixture(scope="session")
+def upstream_ca() -> trustme.CA:
+    return trustme.CA()
+
+
+@pytest.fixture(scope="session")
+def upstream_ca_file(upstream_ca: trustme.CA, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The upstreams' CA certificate, for a policy's `egress.upstream_ca_file`."""
+    path = tmp_path_factory.mktemp("upstream-ca") / "ca.pem"
+    upstream_ca.cert_pem.write_to_path(str(path))
+    return path
+
+
+@pytest.fixture
+def upstream(upstream_ca: trustme.CA) -> Iterator[Upstream]:
+    server = start_upstream(upstream_ca)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def other_upstream(upstream_ca: trustme.CA) -> Iterator[Upstream]:
+    server = start_upstream(upstream_ca)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def plain_upstream() -> Iterator[Upstream]:
+    server = start_upstream(None)
+    yield server
+    server.close()

@@ -8,7 +8,6 @@ No sandbox runs here: a capability request never touches the engine.
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -21,7 +20,7 @@ import pytest
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult, ElicitRequestParams, ElicitResult
-from support import serving_http
+from support import AIRLOCK, serving_http
 
 from airlock.errors import InvalidRequest
 from airlock.policies import Policy
@@ -32,7 +31,6 @@ from airlock.store import ApprovalRecord, Database, SessionRecord
 
 pytestmark = pytest.mark.anyio
 
-AIRLOCK = str(Path(sys.executable).with_name("airlock"))
 CAP = "ask-api"
 POLICY: dict[str, Any] = {
     "capabilities": {

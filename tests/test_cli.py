@@ -5,15 +5,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support import AIRLOCK
 
 from airlock.server.config import Config
 from airlock.server.doctor import run_checks
-
-AIRLOCK = str(Path(sys.executable).with_name("airlock"))
 
 
 def airlock(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:

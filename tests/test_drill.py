@@ -11,20 +11,19 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import docker
 import pytest
+from support import AIRLOCK
 
 from airlock.policies import Policy
 from airlock.server import Config
 from airlock.server.drill import DRILL_TENANT, policy_review, target_policies
 from airlock.server.drill_probes import FORGERY_MARKER, _outside_envelopes
 
-AIRLOCK = str(Path(sys.executable).with_name("airlock"))
 WEAK_POLICY = """
 [[egress.allow]]
 name = "internal"

@@ -23,12 +23,11 @@ from typing import Any
 
 import anyio
 import pytest
-import trustme
 from mcp.client import Client
 from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult, ElicitRequestParams, ElicitResult
 from support import text_of, wait_until
-from test_egress_proxy import Upstream, start_upstream
+from upstream import Upstream
 
 from airlock.broker import Vault, load_key, vault_path
 from airlock.policies import Policy
@@ -118,32 +117,6 @@ def data_dir() -> Iterator[Path]:
     shutil.rmtree(root, ignore_errors=True)
 
 
-@pytest.fixture(scope="module")
-def ca() -> trustme.CA:
-    return trustme.CA()
-
-
-@pytest.fixture(scope="module")
-def ca_file(ca: trustme.CA, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("e2e-ca") / "ca.pem"
-    ca.cert_pem.write_to_path(str(path))
-    return path
-
-
-@pytest.fixture
-def upstream(ca: trustme.CA) -> Iterator[Upstream]:
-    server = start_upstream(ca)
-    yield server
-    server.close()
-
-
-@pytest.fixture
-def other_upstream(ca: trustme.CA) -> Iterator[Upstream]:
-    server = start_upstream(ca)
-    yield server
-    server.close()
-
-
 def egress_policy(
     port: int,
     ca_file: Path,
@@ -178,13 +151,16 @@ MakeEgressServer = Callable[..., MCPServer]
 
 @pytest.fixture
 def egress_server(
-    make_server: Callable[..., MCPServer], data_dir: Path, upstream: Upstream, ca_file: Path
+    make_server: Callable[..., MCPServer],
+    data_dir: Path,
+    upstream: Upstream,
+    upstream_ca_file: Path,
 ) -> MakeEgressServer:
     """Servers whose policy names `upstream`, with the secret in the vault beforehand."""
     Vault(vault_path(data_dir), load_key(data_dir, {})).set(SECRET_NAME, SECRET, ["localhost"])
 
     def make(clock: Callable[[], float] = time.time, **options: Any) -> MCPServer:
-        return make_server(egress_policy(upstream.port, ca_file, **options), clock=clock)
+        return make_server(egress_policy(upstream.port, upstream_ca_file, **options), clock=clock)
 
     return make
 
@@ -318,14 +294,14 @@ else:
 
 
 async def test_egress_works_with_a_data_dir_of_60_characters(
-    sandbox_image: str, upstream: Upstream, ca_file: Path
+    sandbox_image: str, upstream: Upstream, upstream_ca_file: Path
 ) -> None:
     root = Path(tempfile.mkdtemp(prefix="ae-", dir="/tmp"))
     data = root / ("d" * (60 - len(str(root)) - 1))
     assert len(str(data)) == 60
     try:
         Vault(vault_path(data), load_key(data, {})).set(SECRET_NAME, SECRET, ["localhost"])
-        policy = Policy.model_validate(egress_policy(upstream.port, ca_file))
+        policy = Policy.model_validate(egress_policy(upstream.port, upstream_ca_file))
         async with Client(build_server(Config(data_dir=data), policy)) as c:
             cap = await grant(c)
             url = f"https://localhost:{upstream.port}/api/long"
@@ -885,9 +861,9 @@ def ask_policy(port: int, ca_file: Path) -> dict[str, Any]:
 
 @pytest.fixture
 def ask_server(
-    make_server: Callable[..., MCPServer], upstream: Upstream, ca_file: Path
+    make_server: Callable[..., MCPServer], upstream: Upstream, upstream_ca_file: Path
 ) -> Callable[[], MCPServer]:
-    return lambda: make_server(ask_policy(upstream.port, ca_file))
+    return lambda: make_server(ask_policy(upstream.port, upstream_ca_file))
 
 
 class Human:

@@ -6,14 +6,12 @@ HTTPS upstream on 127.0.0.1 holding a `trustme` certificate. No mocks: the only 
 is the clock `Egress` takes, to expire a grant without waiting.
 
 Every test ends by checking the run's records: exactly one per request, none holding the
-secret or a query value. The upstream module parts (`Upstream`) are shared with
-test_egress.py.
+secret or a query value. The upstream is tests/upstream.py, its fixtures are in conftest.py.
 """
 
 from __future__ import annotations
 
 import base64
-import http.server
 import ipaddress
 import json
 import secrets
@@ -21,7 +19,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +33,7 @@ from anyio.streams.tls import TLSAttribute, TLSStream
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 from support import wait_until
+from upstream import Upstream
 
 from airlock.broker import Grant, Grants, RunTokens, Vault, load_key, vault_path
 from airlock.egress import SOCKET_NAME, Egress, RunEgress
@@ -51,191 +50,6 @@ TENANT = "t1"
 SESSION = "ses_proxytest"
 WAIT_S = 10
 LOOPBACK = ("127.0.0.0/8", "::1/128")
-
-
-# ---- the upstream: a real HTTPS server that records what reached it ----------------------
-
-
-@dataclass(frozen=True)
-class Seen:
-    """One request as the upstream received it."""
-
-    method: str
-    path: str
-    headers: tuple[tuple[str, str], ...]
-    body: bytes
-
-    def all(self, name: str) -> list[str]:
-        return [v for k, v in self.headers if k.lower() == name.lower()]
-
-
-class _Handler(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    timeout = 20
-    server: _Server
-
-    def _answer(self) -> None:
-        body = self._read_body()
-        owner = self.server.owner
-        owner.record(Seen(self.command, self.path, tuple(self.headers.items()), body))
-        if self.path.startswith("/api/hold"):
-            # Released by the test (or by close()): a request that is in flight on purpose.
-            owner.release.wait(30)
-        echoed = None
-        if self.path.startswith("/api/echo"):
-            # An upstream that hands the request's credentials back, as echo services do.
-            echoed = self.headers.get("Authorization", "")
-            payload = json.dumps({"headers": dict(self.headers.items())}).encode()
-        elif self.path.startswith("/api/big/"):
-            payload = b"x" * int(self.path.split("/")[3].split("?")[0])
-        else:
-            # Never header values: only facts the sandbox chose itself.
-            payload = json.dumps(
-                {"ok": True, "method": self.command, "path": self.path, "got": len(body)}
-            ).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        if echoed is not None:
-            self.send_header("X-Echo-Authorization", echoed)
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(payload)
-
-    def _read_body(self) -> bytes:
-        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-            data = b""
-            while True:
-                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
-                if size == 0:
-                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                        pass
-                    return data
-                data += self.rfile.read(size)
-                self.rfile.readline()
-        length = int(self.headers.get("Content-Length") or 0)
-        return self.rfile.read(length) if length else b""
-
-    do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = do_PATCH = do_OPTIONS = _answer
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
-class _Server(http.server.ThreadingHTTPServer):
-    # Handler threads are joined on close, after their sockets were shut down.
-    daemon_threads = False
-    block_on_close = True
-
-    def __init__(self, owner: Upstream) -> None:
-        self.owner = owner
-        super().__init__(("127.0.0.1", 0), _Handler)
-
-    def finish_request(self, request: Any, client_address: Any) -> None:
-        request.settimeout(20)
-        context = self.owner.tls_context
-        if context is None:
-            self.owner.track(request)
-            self.RequestHandlerClass(request, client_address, self)
-            return
-        try:
-            tls = context.wrap_socket(request, server_side=True)
-        except (ssl.SSLError, OSError):
-            return
-        with tls:
-            self.owner.track(tls)
-            self.owner.handshakes.append(tls.session_reused)
-            self.RequestHandlerClass(tls, client_address, self)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        pass  # clients that hang up mid-request are part of these tests
-
-
-class Upstream:
-    """A threaded stdlib HTTP(S) server on 127.0.0.1 that records each request.
-
-    It answers JSON describing the method and path only (never a header value), except
-    `/api/echo`, which hands the request's headers back in its body and its Authorization
-    in a header; it serves `/api/big/<n>` as n bytes, and holds `/api/hold` until
-    `release` is set.
-    """
-
-    def __init__(self, cert: trustme.LeafCert | None) -> None:
-        self.tls_context: ssl.SSLContext | None = None
-        if cert is not None:
-            self.tls_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-            cert.configure_cert(self.tls_context)
-        self.seen: list[Seen] = []
-        self.handshakes: list[bool] = []
-        """One entry per TLS connection accepted: whether it resumed an earlier session."""
-        self.release = threading.Event()
-        self._lock = threading.Lock()
-        self._sockets: list[socket.socket] = []
-        self._server = _Server(self)
-        self.port: int = self._server.server_address[1]
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-        self._thread.start()
-
-    def record(self, seen: Seen) -> None:
-        with self._lock:
-            self.seen.append(seen)
-
-    def track(self, sock: socket.socket) -> None:
-        with self._lock:
-            self._sockets.append(sock)
-
-    def paths(self) -> list[str]:
-        with self._lock:
-            return [s.path for s in self.seen]
-
-    def close(self) -> None:
-        self.release.set()
-        self._server.shutdown()
-        with self._lock:
-            for sock in self._sockets:
-                with suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
-        self._server.server_close()
-        self._thread.join(10)
-
-
-@pytest.fixture(scope="session")
-def upstream_ca() -> trustme.CA:
-    return trustme.CA()
-
-
-@pytest.fixture(scope="session")
-def upstream_ca_file(upstream_ca: trustme.CA, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("upstream-ca") / "ca.pem"
-    upstream_ca.cert_pem.write_to_path(str(path))
-    return path
-
-
-def start_upstream(ca: trustme.CA | None) -> Upstream:
-    return Upstream(ca.issue_cert("localhost", "127.0.0.1") if ca is not None else None)
-
-
-@pytest.fixture
-def upstream(upstream_ca: trustme.CA) -> Iterator[Upstream]:
-    server = start_upstream(upstream_ca)
-    yield server
-    server.close()
-
-
-@pytest.fixture
-def other_upstream(upstream_ca: trustme.CA) -> Iterator[Upstream]:
-    server = start_upstream(upstream_ca)
-    yield server
-    server.close()
-
-
-@pytest.fixture
-def plain_upstream() -> Iterator[Upstream]:
-    server = start_upstream(None)
-    yield server
-    server.close()
 
 
 # ---- raw HTTP over the proxy socket ------------------------------------------------------

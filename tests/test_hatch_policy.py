@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support import AIRLOCK
 
 from airlock.errors import PolicyInvalid
 from airlock.policies import DEFAULT_PROTECTED, Policy, glob_matches, load_policy, protecting_glob
-
-AIRLOCK = str(Path(sys.executable).with_name("airlock"))
 
 
 def _problems(tmp_path: Path, text: str) -> list[str]:

@@ -32,13 +32,12 @@ from mcp import MCPError
 from mcp.client import Client
 from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult
-from support import text_of, wait_until
+from support import AIRLOCK, text_of, wait_until
 from test_http import client, http_server
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
 
 MakeServer = Callable[..., MCPServer]
-AIRLOCK = str(Path(sys.executable).with_name("airlock"))
 CALL_TIMEOUT_S = 120
 PATCH_ID = re.compile(r"pat_[a-z2-7]{26}")
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import signal
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -19,13 +18,12 @@ from anyio.abc import Process
 from mcp import MCPError
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
-from support import NO_POOL_TOML, free_port, make_wheel, serving_http, text_of, wait_until
+from support import AIRLOCK, NO_POOL_TOML, free_port, make_wheel, serving_http, text_of, wait_until
 
 from airlock.server.auth import generate_api_key
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
 
-AIRLOCK = str(Path(sys.executable).with_name("airlock"))
 MODES = pytest.mark.parametrize("mode", ["auto", "legacy"])
 
 

@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -20,7 +19,7 @@ from typing import Any
 
 import anyio
 import pytest
-from support import serving_http
+from support import AIRLOCK, serving_http
 
 from airlock.server.auth import generate_api_key
 
@@ -38,7 +37,6 @@ INSTALL = [
     str(INSPECTOR_DIR),
     f"@modelcontextprotocol/inspector@{INSPECTOR_VERSION}",
 ]
-AIRLOCK = Path(sys.executable).with_name("airlock")
 CALL_S = 120  # one Inspector run: node start, server start, one call
 
 
@@ -86,7 +84,7 @@ async def run_inspector(
         era,
         *args,
         "--",
-        str(AIRLOCK),
+        AIRLOCK,
         "serve",
         "--data-dir",
         str(tmp_path / "data"),

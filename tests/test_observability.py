@@ -19,10 +19,9 @@ from typing import Any
 
 import anyio
 import pytest
-import trustme
 from mcp.client import Client
 from mcp.server.mcpserver import MCPServer
-from test_egress_proxy import Upstream, start_upstream
+from upstream import Upstream
 
 from airlock.broker import Vault, load_key, vault_path
 from airlock.server.audit import run_detail
@@ -106,25 +105,14 @@ def data_dir() -> Iterator[Path]:
     shutil.rmtree(root, ignore_errors=True)
 
 
-@pytest.fixture(scope="module")
-def ca() -> trustme.CA:
-    return trustme.CA()
-
-
-@pytest.fixture
-def upstream(ca: trustme.CA) -> Iterator[Upstream]:
-    server = start_upstream(ca)
-    yield server
-    server.close()
-
-
 @pytest.fixture
 def egress_server(
-    make_server: Callable[..., MCPServer], data_dir: Path, upstream: Upstream, ca: trustme.CA
+    make_server: Callable[..., MCPServer],
+    data_dir: Path,
+    upstream: Upstream,
+    upstream_ca_file: Path,
 ) -> MCPServer:
     Vault(vault_path(data_dir), load_key(data_dir, {})).set(SECRET_NAME, SECRET, ["localhost"])
-    ca_file = data_dir.parent / "ca.pem"
-    ca.cert_pem.write_to_path(str(ca_file))
     return make_server(
         {
             "capabilities": {
@@ -139,7 +127,7 @@ def egress_server(
                     "allow_private": ["127.0.0.0/8", "::1/128"],
                 }
             },
-            "egress": {"upstream_ca_file": str(ca_file)},
+            "egress": {"upstream_ca_file": str(upstream_ca_file)},
         }
     )
 

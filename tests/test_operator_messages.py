@@ -12,7 +12,6 @@ import pty
 import signal
 import socket
 import subprocess
-import sys
 import time
 import tomllib
 from pathlib import Path
@@ -21,6 +20,7 @@ import httpx
 import pytest
 from joserfc.jwk import OKPKey
 from mcp.client import Client
+from support import AIRLOCK
 
 from airlock.errors import AuthConfigInvalid, EngineUnavailable
 from airlock.policies import Policy, default_policy_toml
@@ -28,8 +28,6 @@ from airlock.sandbox import connect
 from airlock.server import Config, build_server
 from airlock.server.auth import AuthConfig, generate_api_key, hash_api_key, load_auth_config
 from airlock.server.http import http_app
-
-AIRLOCK = str(Path(sys.executable).with_name("airlock"))
 
 CAPABILITY_WITH_SECRET = """
 [capabilities.github-read]

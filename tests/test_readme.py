@@ -12,13 +12,13 @@ import json
 import re
 import shlex
 import subprocess
-import sys
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support import AIRLOCK
 
 from airlock.policies import Policy
 from airlock.server.auth import load_auth_config
@@ -26,7 +26,6 @@ from airlock.server.cli import _parser
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
-AIRLOCK = str(Path(sys.executable).with_name("airlock"))
 FENCE = re.compile(r"^(?P<indent> *)```(?P<lang>\w*)\n(?P<body>.*?)^(?P=indent)```", re.M | re.S)
 SEPARATORS = {"&&", "||", "|", ";"}
 

@@ -33,6 +33,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 from support import (
+    AIRLOCK,
     NO_POOL_TOML,
     containers,
     none_left,
@@ -47,7 +48,6 @@ from airlock.store.instances import ENDED_BY_DEATH
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
 
-AIRLOCK = Path(sys.executable).with_name("airlock")
 # Prints once it runs, then outlives every wait in these tests.
 LONG_RUN = "import time; print('x', flush=True); time.sleep(120)"
 APPEAR_S = 60  # until a started run's container runs
@@ -107,7 +107,7 @@ async def airlock_serve(
     log_path = tmp_path / f"{name}.stderr"
     with log_path.open("wb") as log:
         process = await anyio.open_process(
-            [str(AIRLOCK), *serve_args(data_dir)], env=server_env(tmp_path), stderr=log
+            [AIRLOCK, *serve_args(data_dir)], env=server_env(tmp_path), stderr=log
         )
     pids.append(process.pid)
     served = Served(process, log_path)
@@ -216,7 +216,7 @@ async def test_sdk_stdio_client_runs_code_and_its_exit_stops_the_server_without_
 ) -> None:
     log_path = tmp_path / "server.stderr"
     params = StdioServerParameters(
-        command=str(AIRLOCK), args=serve_args(tmp_path / "data"), env=server_env(tmp_path)
+        command=AIRLOCK, args=serve_args(tmp_path / "data"), env=server_env(tmp_path)
     )
     outcome: list[object] = []
 

@@ -5,18 +5,17 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
+from support import AIRLOCK
 
 from airlock.store import ApprovalRecord, Database, EgressRecord, GrantRecord, SessionRecord
 from airlock.tools.context import iso_time
 
-AIRLOCK = str(Path(sys.executable).with_name("airlock"))
 DAY = 86_400
 NOW = time.time()
 MIRRORS = [f"mirror{i}.example.com" for i in range(11)]
