@@ -16,7 +16,8 @@ server's: on a real deployment the client is the sandbox and the upstream is els
         Runs GETs alternately direct and through the proxy and prints per-request times.
         With "keepalive" false, each request opens a new connection (TCP or unix socket
         and CONNECT, then TLS) on both paths: a first request. With "keepalive" true,
-        each path opens one connection first and sends every request on it.
+        each path opens one connection first and sends every request on it. The order
+        is ABBA (direct first), or BAAB with "proxy_first" true.
 
 Only the standard library is used, so the client's own overhead is the same on both paths:
 blocking sockets, `ssl`, and a minimal HTTP/1.1 reader. Every TCP socket sets TCP_NODELAY
@@ -193,9 +194,11 @@ def client(config: dict[str, Any]) -> None:
     kept = {name: paths[name]() for name in paths} if config.get("keepalive") else {}
     times: dict[str, list[float]] = {"direct": [], "proxy": []}
     warmup, count, path = config["warmup"], config["count"], config["path"]
+    flip = 1 if config.get("proxy_first") else 0
     for i in range(warmup + count):
-        # ABBA order, so a drift in machine load falls on both paths alike.
-        order = ("direct", "proxy") if i % 2 == 0 else ("proxy", "direct")
+        # ABBA order, so a drift in machine load falls on both paths alike; a caller
+        # making one request each way per run flips the start from run to run.
+        order = ("direct", "proxy") if (i + flip) % 2 == 0 else ("proxy", "direct")
         for name in order:
             if kept:
                 elapsed = _get_on(kept[name], path, authority, buffer)

@@ -65,12 +65,15 @@ ratio of two things measured in the same run, interleaved:
   the kept-alive one again while another run (limit 50 requests) floods its own proxy
   with denied CONNECTs from a third process;
   throughput = body bytes / time of /big (50 MB), one fresh run per transfer (the per-run
-  response cap is 100 MiB), median over the repeats, with the secret injected (so the
-  proxy scrubs the answer for it) and again under a grant without a secret. The upstream
-  sets TCP_NODELAY, as production servers do: Python's http.server writes the head and
-  the body separately, and with Nagle on, that meets delayed ACKs and costs 40 ms a
-  request on either path, depending on the client's socket options (the proxy's asyncio
-  sockets and the direct client both set TCP_NODELAY).
+  response cap is 100 MiB), direct and proxied once per run in ABBA order across the runs,
+  median over the repeats (the per-pair ratios are in the JSON), and the CPU seconds one
+  50 MB transfer costs the proxy (this process's CPU time, nothing else running in it),
+  the client and the upstream (a load-independent view of the relay's cost), with the
+  secret injected (so the proxy scrubs the answer for it) and again under a grant without
+  a secret. The upstream sets TCP_NODELAY, as production servers do: Python's http.server
+  writes the head and the body separately, and with Nagle on, that meets delayed ACKs and
+  costs 40 ms a request on either path, depending on the client's socket options (the
+  proxy's asyncio sockets and the direct client both set TCP_NODELAY).
 * teardown (pool 0, so every container carries the session label): N concurrent
   `time.sleep(60)` calls in one session; once N containers with that session label are
   running, `end_session` is called and the clock runs until the engine lists none of them.
@@ -93,6 +96,7 @@ import json
 import math
 import os
 import platform
+import resource
 import shutil
 import sqlite3
 import statistics
@@ -170,7 +174,7 @@ FULL = Counts(
     concurrent=32,
     egress_small=200,
     egress_big_bytes=50_000_000,
-    egress_big_repeats=3,
+    egress_big_repeats=6,
     teardown=20,
     rss_blocks=(100, 250, 500, 750, 1000),
 )
@@ -185,6 +189,18 @@ QUICK = Counts(
     teardown=5,
     rss_blocks=(20, 60, 100),
 )
+
+
+def _cpu_now(upstream_pid: int) -> tuple[float, float, float]:
+    """CPU seconds so far of this process, of its ended children, and of the upstream."""
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    fields = Path(f"/proc/{upstream_pid}/stat").read_text().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return (
+        time.process_time(),
+        children.ru_utime + children.ru_stime,
+        (int(fields[11]) + int(fields[12])) / tick,
+    )
 
 
 def progress(text: str) -> None:
@@ -844,7 +860,13 @@ async def section_egress(b: Bench) -> dict[str, Any]:
         )
 
         async def client(
-            path: str, count: int, warmup: int, *, keepalive: bool = False, secret: bool = True
+            path: str,
+            count: int,
+            warmup: int,
+            *,
+            keepalive: bool = False,
+            secret: bool = True,
+            proxy_first: bool = False,
         ) -> dict[str, list[float]]:
             nonlocal runs
             runs += 1
@@ -865,18 +887,22 @@ async def section_egress(b: Bench) -> dict[str, Any]:
                     "count": count,
                     "warmup": warmup,
                     "keepalive": keepalive,
+                    "proxy_first": proxy_first,
                 }
+                before = _cpu_now(upstream.pid)
                 done = await anyio.run_process(
                     [sys.executable, str(WORKER), "client", json.dumps(config)],
                     check=False,
                     stderr=None,
                 )
+                used = [b - a for a, b in zip(before, _cpu_now(upstream.pid), strict=True)]
                 if done.returncode != 0:
                     raise RuntimeError(f"egress client failed ({done.returncode})")
                 denied = [r for r in run.records if r.decision != "allow"]
                 if denied:
                     raise RuntimeError(f"proxy refused requests: {denied[0]}")
                 result: dict[str, list[float]] = json.loads(done.stdout)
+                result["cpu_proxy_client_upstream"] = used
                 return result
 
         n = b.counts.egress_small
@@ -911,16 +937,23 @@ async def section_egress(b: Bench) -> dict[str, Any]:
         flood_records = len(flood_run.records)
         size = b.counts.egress_big_bytes
         big: dict[str, list[float]] = {"direct": [], "proxy": []}
+        # CPU seconds of one run's transfers (one direct, one proxied): this process's is
+        # the proxy's alone (nothing else runs in it meanwhile); the client's and the
+        # upstream's cover both transfers, so half is one transfer's.
+        cpu: list[list[float]] = []
         progress(f"egress: {b.counts.egress_big_repeats} x {size / 1e6:.0f} MB each way")
         await client(f"/big/{size}", 1, warmup=0)  # warm-up, left out
-        for _ in range(b.counts.egress_big_repeats):
-            one = await client(f"/big/{size}", 1, warmup=0)
+        # One transfer each way per run, the order flipped from one run to the next (ABBA).
+        for i in range(b.counts.egress_big_repeats):
+            one = await client(f"/big/{size}", 1, warmup=0, proxy_first=i % 2 == 1)
             for k in big:
                 big[k].extend(one[k])
+            proxy_cpu, client_cpu, upstream_cpu = one["cpu_proxy_client_upstream"]
+            cpu.append([proxy_cpu, client_cpu / 2, upstream_cpu / 2])
         progress(f"egress: {b.counts.egress_big_repeats} x {size / 1e6:.0f} MB, no secret")
         bare: dict[str, list[float]] = {"direct": [], "proxy": []}
-        for _ in range(b.counts.egress_big_repeats):
-            one = await client(f"/big/{size}", 1, warmup=0, secret=False)
+        for i in range(b.counts.egress_big_repeats):
+            one = await client(f"/big/{size}", 1, warmup=0, secret=False, proxy_first=i % 2 == 1)
             for k in bare:
                 bare[k].extend(one[k])
         await upstream.stdin.aclose()
@@ -966,6 +999,12 @@ async def section_egress(b: Bench) -> dict[str, Any]:
         f"{mbps['direct']:.0f} / {mbps['proxy']:.0f} MB/s",
     )
     b.row(section, "throughput ratio", f"{ratio * 100:.0f} %", ">= 80 %", ratio >= 0.8)
+    cpu_median = [statistics.median(run[i] for run in cpu) for i in range(3)]
+    b.row(
+        section,
+        f"CPU per {size / 1e6:.0f} MB: proxy / client / upstream",
+        " / ".join(f"{seconds:.3f}" for seconds in cpu_median) + " s",
+    )
     b.row(
         section,
         f"{size / 1e6:.0f} MB GET, no secret (no scrubbing)",
@@ -994,9 +1033,12 @@ async def section_egress(b: Bench) -> dict[str, Any]:
         "big_bytes": size,
         "big_s": big,
         "big_mb_per_s": mbps,
+        "big_cpu_s_proxy_client_upstream": cpu,
+        "big_pair_ratios": [d / p for d, p in zip(big["direct"], big["proxy"], strict=True)],
         "throughput_ratio": ratio,
         "bare_s": bare,
         "bare_mb_per_s": bare_mbps,
+        "bare_pair_ratios": [d / p for d, p in zip(bare["direct"], bare["proxy"], strict=True)],
         "bare_throughput_ratio": bare_ratio,
         "secret_injected": True,
     }
