@@ -20,7 +20,7 @@ import pytest
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult, ElicitRequestParams, ElicitResult
-from support import AIRLOCK, serving_http
+from support import AIRLOCK, serving_http, text_of
 
 from airlock.errors import InvalidRequest
 from airlock.policies import Policy
@@ -56,10 +56,6 @@ approval = "ask"
 APPROVAL_ID = re.compile(r'approval_id="(apr_[a-z0-9]+)"')
 
 
-def text(result: CallToolResult) -> str:
-    return " ".join(getattr(block, "text", "") for block in result.content)
-
-
 async def ask(c: Client, **args: Any) -> CallToolResult:
     with anyio.fail_after(30):
         return await c.call_tool(
@@ -72,7 +68,7 @@ async def pending_id(c: Client) -> tuple[str, str]:
     """Ask from a client without elicitation; the approval id and the session it binds."""
     waiting = await ask(c)
     assert waiting.is_error
-    message = text(waiting)
+    message = text_of(waiting)
     assert "cannot ask its user" in message and "waits until" in message
     match = APPROVAL_ID.search(message)
     assert match is not None, message
@@ -100,20 +96,20 @@ async def test_operator_approval_from_another_process_grants_once_to_the_asking_
         assert code == 0 and approval in listed and "read acme" in listed
 
         still = await ask(c, approval_id=approval, session_id=session)
-        assert still.is_error and "waits until" in text(still)
+        assert still.is_error and "waits until" in text_of(still)
 
         code, out, err = await airlock(data_dir, "approve", approval)
         assert code == 0, err
         assert f"{approval} approved" in out
         granted = await ask(c, approval_id=approval, session_id=session)
-        assert not granted.is_error, text(granted)
+        assert not granted.is_error, text_of(granted)
         assert granted.structured_content is not None
         assert granted.structured_content["approved_by"] == "operator"
         assert granted.structured_content["scope"]["paths"] == ["/orgs/acme/**"]
         assert granted.structured_content["session_id"] == session
 
         again = await ask(c, approval_id=approval, session_id=session)
-        assert again.is_error and "already used" in text(again)
+        assert again.is_error and "already used" in text_of(again)
         twice, _, err = await airlock(data_dir, "approve", approval)
         assert twice == 1 and "is used, not pending" in err
 
@@ -121,7 +117,7 @@ async def test_operator_approval_from_another_process_grants_once_to_the_asking_
         with anyio.fail_after(30):
             await c.call_tool("end_session", {"session_id": session})
         foreign = await ask(c, approval_id=approval)
-        assert foreign.is_error and "unknown approval" in text(foreign)
+        assert foreign.is_error and "unknown approval" in text_of(foreign)
 
     db = await Database.open(data_dir / "airlock.db")
     try:
@@ -144,7 +140,7 @@ async def test_operator_denial_is_a_denial_and_session_end_expires_what_waits(
         code, out, _ = await airlock(data_dir, "deny", denied)
         assert code == 0 and f"{denied} denied" in out
         refused = await ask(c, approval_id=denied, session_id=session)
-        assert refused.is_error and "the operator denied" in text(refused)
+        assert refused.is_error and "the operator denied" in text_of(refused)
 
         left, _ = await pending_id(c)
         with anyio.fail_after(30):
@@ -163,7 +159,7 @@ async def test_an_explicit_no_from_the_human_stays_a_denial(tmp_path: Path) -> N
     server = build_server(Config(data_dir=data_dir), Policy.model_validate(POLICY))
     async with Client(server, elicitation_callback=decline) as c:
         refused = await ask(c)
-    assert refused.is_error and "did not approve" in text(refused)
+    assert refused.is_error and "did not approve" in text_of(refused)
     code, listed, _ = await airlock(data_dir, "list", "--all")
     assert code == 0 and listed.strip() == "no approvals recorded"
 
@@ -265,6 +261,6 @@ async def test_admin_keys_decide_their_own_tenants_approvals_over_http(tmp_path:
         assert approved.status_code == 200 and approved.json()["status"] == "approved"
         assert approved.json()["decided_by"] == "http:acme-admin"
         assert again.status_code == 409
-        assert not granted.is_error, text(granted)
+        assert not granted.is_error, text_of(granted)
         assert granted.structured_content is not None
         assert granted.structured_content["approved_by"] == "operator"

@@ -11,6 +11,7 @@ import anyio
 import pytest
 from mcp.client import Client
 from mcp.types import CallToolResult
+from support import text_of
 
 from airlock.policies import Policy
 from airlock.server import Config, build_server
@@ -65,10 +66,6 @@ async def grant(c: Client, session_id: str | None = None) -> CallToolResult:
     return await call(c, "request_capability", args)
 
 
-def text(r: CallToolResult) -> str:
-    return " ".join(getattr(block, "text", "") for block in r.content)
-
-
 async def audited_revocation(tmp_path: Path, session_id: str) -> float | None:
     db = await Database.open(tmp_path / "data" / "airlock.db")
     try:
@@ -87,7 +84,7 @@ async def test_a_refused_revoke_of_another_sessions_capability_revokes_nothing(
     )
     async with Client(plain) as c:
         a = await grant(c)
-        assert not a.is_error, text(a)
+        assert not a.is_error, text_of(a)
         cap_a, session_a = a.structured_content["capability_id"], a.structured_content["session_id"]
         # Session B of the same tenant (a fresh lease) tries to revoke A's capability.
         b = await call(c, "list_workspace", {})
@@ -96,28 +93,28 @@ async def test_a_refused_revoke_of_another_sessions_capability_revokes_nothing(
         refused = await call(
             c, "revoke_capability", {"capability_id": cap_a, "session_id": session_b}
         )
-        assert refused.is_error and "unknown capability id" in text(refused)
+        assert refused.is_error and "unknown capability id" in text_of(refused)
         # A's grant is still live: A's session is still at its quota of one...
         again = await grant(c, session_a)
-        assert again.is_error and "max_per_session = 1" in text(again), text(again)
+        assert again.is_error and "max_per_session = 1" in text_of(again), text_of(again)
         # ...and the audit says so too, until A itself revokes it.
         assert await audited_revocation(tmp_path, session_a) is None
         mine = await call(c, "revoke_capability", {"capability_id": cap_a, "session_id": session_a})
-        assert not mine.is_error, text(mine)
+        assert not mine.is_error, text_of(mine)
     assert await audited_revocation(tmp_path, session_a) is not None
 
 
 async def test_the_tenants_own_quotas_hold_not_the_servers(tmp_path: Path) -> None:
     async with Client(server(tmp_path)) as c:
         first = await grant(c)
-        assert not first.is_error, text(first)
+        assert not first.is_error, text_of(first)
         session = first.structured_content["session_id"]
         second = await grant(c, session)
-        assert second.is_error and "max_per_session = 1" in text(second), text(second)
+        assert second.is_error and "max_per_session = 1" in text_of(second), text_of(second)
         other = await grant(c)  # a new lease: the tenant's second live grant
-        assert not other.is_error, text(other)
+        assert not other.is_error, text_of(other)
         third = await grant(c)
-        assert third.is_error and "max_live_per_tenant = 2" in text(third), text(third)
+        assert third.is_error and "max_live_per_tenant = 2" in text_of(third), text_of(third)
 
 
 async def test_the_request_capability_description_names_no_policys_offer(tmp_path: Path) -> None:
@@ -137,7 +134,7 @@ async def test_the_scope_shown_is_the_scope_granted_and_recorded(tmp_path: Path)
     policy = Policy.model_validate({"capabilities": {"tunnel": tunnel}})
     async with Client(build_server(Config(data_dir=tmp_path / "data"), policy)) as c:
         granted = await call(c, "request_capability", {"capability": "tunnel", "reason": "db"})
-        assert not granted.is_error, text(granted)
+        assert not granted.is_error, text_of(granted)
         assert granted.structured_content is not None
         shown = granted.structured_content["scope"]
         session_id = granted.structured_content["session_id"]

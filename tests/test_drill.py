@@ -9,10 +9,7 @@ lets every run reach 127.0.0.1 through the proxy (the only address it opens), wh
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import docker
@@ -33,14 +30,6 @@ methods = ["GET"]
 paths = ["/**"]
 allow_private = ["127.0.0.0/8"]
 """
-
-
-@pytest.fixture
-def data_dir() -> Iterator[Path]:
-    # Short: the egress socket of a drill run with a proxy lives below it.
-    root = Path(tempfile.mkdtemp(prefix="ad-", dir="/tmp"))
-    yield root / "data"
-    shutil.rmtree(root, ignore_errors=True)
 
 
 def airlock(*args: str) -> subprocess.CompletedProcess[str]:

@@ -108,15 +108,6 @@ def report(**facts):
 # ---- fixtures and helpers -----------------------------------------------------------------
 
 
-@pytest.fixture
-def data_dir() -> Iterator[Path]:
-    """A short data dir: the proxy socket lives 56 characters below it, and unix socket
-    paths end at 107 (test_egress_works_with_a_data_dir_of_60_characters)."""
-    root = Path(tempfile.mkdtemp(prefix="ae-", dir="/tmp"))
-    yield root / "data"
-    shutil.rmtree(root, ignore_errors=True)
-
-
 def egress_policy(
     port: int,
     ca_file: Path,

@@ -11,9 +11,7 @@ import json
 import logging
 import re
 import secrets
-import shutil
-import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -95,14 +93,6 @@ def test_run_line_counts_egress_decisions() -> None:
 
 
 # ---- end to end ---------------------------------------------------------------------------
-
-
-@pytest.fixture
-def data_dir() -> Iterator[Path]:
-    # The proxy socket lives deep below the data dir; unix socket paths end at 107 bytes.
-    root = Path(tempfile.mkdtemp(prefix="ao-", dir="/tmp"))
-    yield root / "data"
-    shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture

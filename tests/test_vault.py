@@ -25,11 +25,6 @@ def mode_of(path: Path) -> int:
 
 
 @pytest.fixture
-def data_dir(tmp_path: Path) -> Path:
-    return tmp_path / "data"
-
-
-@pytest.fixture
 def key(data_dir: Path) -> bytes:
     return load_key(data_dir, {})
 
