@@ -18,8 +18,8 @@ from airlock.broker import Grants, RunTokens, Vault, load_key, vault_path
 from airlock.egress import Egress
 from airlock.policies import Policy
 from airlock.sandbox.instance import Instance
-from airlock.server.app import _housekeeping
 from airlock.server.engine import Engine
+from airlock.server.running import _housekeeping
 from airlock.server.sessions import Leases
 from airlock.store import BlobStore, Database
 from airlock.tools import Services

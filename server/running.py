@@ -1,0 +1,169 @@
+"""A serving Airlock: what the server's lifespan builds, in order, and takes down in reverse.
+
+`serving` is the composition root. It opens the store and claims this server instance
+(ending the runs of instances that died), builds the broker, the egress proxy and the
+services, starts the engine and the housekeeping loop, and yields `Running`: the MCP SDK
+hands that to every request as its lifespan context. On the way out it ends every session
+(cancelling their runs, removing their containers) before it stops the engine's background
+work, removes what containers remain and closes the store; every step of the way out is
+shielded, so a cancelled server still takes it. Tools, schemas and the transport are
+`app.py`'s; nothing here knows MCP.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+
+import anyio
+
+from airlock.broker import Grants, RunTokens, Vault, load_key, vault_path
+from airlock.egress import Egress
+from airlock.errors import AirlockError
+from airlock.policies import Policy
+from airlock.sandbox.instance import Instance
+from airlock.store import BlobStore, Database, claim_instance
+from airlock.tools import Services
+from airlock.tools.approvals import expire_pending
+
+from .config import Config
+from .engine import Engine
+from .metrics import LiveState
+from .secret_check import warn_missing_secrets
+from .sessions import Leases
+
+log = logging.getLogger(__name__)
+
+SWEEP_INTERVAL_S = 10.0
+REAP_INTERVAL_S = 60.0
+
+
+@dataclass(frozen=True)
+class Running:
+    """What a serving Airlock is made of, for the tools (as the SDK's lifespan context)."""
+
+    services: Services
+    leases: Leases
+    engine: Engine
+    """The same engine as `services.engine`, with what only the server sees (the pool)."""
+
+    def live_state(self) -> LiveState:
+        """The gauges `/metrics` reports."""
+        services = self.services
+        backend = self.engine.connected()
+        pool = backend.pool if backend is not None else None
+        now = services.clock()
+        grants: dict[str, int] = {}
+        for grant in services.grants.all():
+            if grant.live(now):
+                grants[grant.tenant] = grants.get(grant.tenant, 0) + 1
+        return LiveState(
+            sessions=len(self.leases.live_ids()),
+            runs_in_progress=self.leases.running_by_tenant(),
+            live_grants=grants,
+            pool_size=services.policy.pool.size,
+            pool_ready=pool.ready_count() if pool is not None else 0,
+            pool_hits=pool.hits if pool is not None else 0,
+            pool_misses=pool.misses if pool is not None else 0,
+        )
+
+
+@asynccontextmanager
+async def serving(
+    config: Config,
+    policy: Policy,
+    *,
+    tenant_policies: Mapping[str, Policy],
+    clock: Callable[[], float],
+) -> AsyncIterator[Running]:
+    """Airlock, serving, for the duration of the block."""
+    every_policy = [policy, *tenant_policies.values()]
+    instance = Instance.current()
+    # Each step registers its own undoing as it succeeds; they run last-in, first-out.
+    async with AsyncExitStack() as undo:
+        db = await Database.open(config.db_path)
+        undo.push_async_callback(_shielded(db.close))
+        claim = await claim_instance(db, config.instances_dir, instance.id, now=clock())
+        # Runs after every later step's undoing, so after every run of this instance ended.
+        undo.callback(claim.release, forget=True)
+        engine = Engine(policy, instance)
+        undo.callback(engine.close)
+        undo.push_async_callback(_shielded(lambda: _remove_remaining(engine)))
+        grants = Grants(
+            max_per_session=policy.broker.max_capabilities_per_session,
+            max_live_per_tenant=policy.broker.max_live_grants_per_tenant,
+        )
+        tokens = RunTokens()
+        vault = Vault(vault_path(config.data_dir), load_key(config.data_dir, os.environ))
+        await anyio.to_thread.run_sync(
+            warn_missing_secrets, every_policy, config.data_dir, os.environ
+        )
+        services = Services(
+            db=db,
+            blobs=BlobStore(config.blobs_dir),
+            engine=engine,
+            policy=policy,
+            grants=grants,
+            tokens=tokens,
+            vault=vault,
+            egress=Egress(settings=policy.egress, grants=grants, tokens=tokens, vault=vault),
+            instance_id=instance.id,
+            clock=clock,
+            tenant_policies=dict(tenant_policies),
+        )
+        leases = Leases(services)
+        background = await undo.enter_async_context(anyio.create_task_group())
+        undo.callback(background.cancel_scope.cancel)
+        # Sessions first (their runs are cancelled, their containers removed), then the
+        # engine's background work (pool, pending removals).
+        undo.push_async_callback(_shielded(lambda: leases.end_all(reason="server shutdown")))
+        background.start_soon(engine.serve)
+        interval = min(map(_sweep_interval, every_policy))
+        background.start_soon(_housekeeping, leases, engine, interval)
+        yield Running(services, leases, engine)
+
+
+def _shielded(step: Callable[[], Awaitable[object]]) -> Callable[[], Awaitable[None]]:
+    async def shielded() -> None:
+        with anyio.CancelScope(shield=True):
+            await step()
+
+    return shielded
+
+
+def _sweep_interval(policy: Policy) -> float:
+    # Often enough that a lease ends within a fraction of its TTL of expiring.
+    shortest = min(policy.sessions.idle_ttl_s, policy.sessions.max_lifetime_s)
+    return min(SWEEP_INTERVAL_S, max(0.5, shortest / 4))
+
+
+async def _housekeeping(leases: Leases, engine: Engine, interval: float) -> None:
+    """End expired sessions, forget ended grants and expired run tokens (their records
+    are in the store), and reap containers past their deadline, until cancelled."""
+    last_reap = time.monotonic()
+    while True:
+        await anyio.sleep(interval)
+        try:
+            await leases.sweep()
+            now = leases.services.clock()
+            leases.services.grants.forget_ended(now)
+            leases.services.tokens.forget_expired(now)
+            await expire_pending(leases.services)
+            backend = engine.connected()
+            if backend is not None and time.monotonic() - last_reap >= REAP_INTERVAL_S:
+                last_reap = time.monotonic()
+                await backend.reap(time.time())
+        except AirlockError as exc:
+            log.warning("housekeeping failed: %s", exc)
+
+
+async def _remove_remaining(engine: Engine) -> None:
+    backend = engine.connected()
+    if backend is not None:
+        removed = await backend.remove_all()
+        if removed:
+            log.info("removed %d remaining container(s) at shutdown", removed)
