@@ -13,7 +13,8 @@ run's proxy binds its socket there once the container is taken, and the director
 goes with the container.
 
 Blocking Docker SDK calls run in worker threads; the attach stream is read
-asynchronously.
+asynchronously, from the descriptor `docker_attach.py` takes out of the SDK (the one
+place that touches the SDK's privates).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from airlock.errors import (
     SandboxError,
 )
 
+from .docker_attach import attach
 from .environment import CA_BUNDLE, EGRESS_MOUNT, RELAY_PORT
 from .exchange import Exchange, RunnerReport
 from .hatch import pack_inputs, read_listing, read_outputs
@@ -330,7 +332,7 @@ class DockerBackend:
         container_id = await self._create_container(profile, labels, "creating a pooled container")
         try:
             fd = await self._call(
-                "attaching to a pooled container", lambda: _attach(self.client, container_id)
+                "attaching to a pooled container", lambda: attach(self.client, container_id)
             )
             self._attached[container_id] = fd
             await self._call(
@@ -372,7 +374,7 @@ class DockerBackend:
         fd = self._attached.pop(container_id, None)
         if fd is None:
             fd = await self._call(
-                "attaching to the container", lambda: _attach(self.client, container_id)
+                "attaching to the container", lambda: attach(self.client, container_id)
             )
         try:
             if start:
@@ -548,28 +550,6 @@ class DockerSandbox:
             raise SandboxError("this job has egress but its sandbox was taken without it")
         self._used = True
         return await self._backend._exchange(self.container_id, job, start=not self._started)
-
-
-def _attach(client: docker.DockerClient, container_id: str) -> int:
-    """The attach connection as a bare file descriptor the caller owns.
-
-    The SDK's `attach_socket` leaves the socket shared with an HTTP response object
-    that closes it again (or warns) whenever it is collected. Taking the descriptor
-    out and closing the response gives the stream one owner. Nothing can be left in
-    the response's read buffer: every container is attached before it starts (a
-    pooled one when it is made), and the runner writes nothing before it gets its job.
-    Uses SDK internals, hence the pinned `docker` major version.
-    """
-    api: Any = client.api
-    response = api._post(
-        api._url("/containers/{0}/attach", container_id),
-        params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1},
-        stream=True,
-    )
-    api._raise_for_status(response)
-    fd: int = response.raw._fp.fp.raw._sock.detach()
-    response.close()
-    return fd
 
 
 def _job_payload(job: JobSpec) -> dict[str, Any]:
