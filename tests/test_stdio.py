@@ -25,9 +25,10 @@ import docker
 import docker.errors
 import mcp_types
 import pytest
-from anyio.abc import Process
+from anyio.abc import Process, TaskGroup
 from anyio.streams.buffered import BufferedByteReceiveStream
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from docker.models.containers import Container
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
@@ -211,6 +212,22 @@ async def long_call(client: Client, session_id: str, outcome: list[object]) -> N
         outcome.append(exc)
 
 
+async def running_long_call(
+    client: Client,
+    session_id: str,
+    tg: TaskGroup,
+    outcome: list[object],
+    docker_client: docker.DockerClient,
+    log: Callable[[], str],
+) -> Container:
+    """The container of a long call started in `tg`, once it runs."""
+    tg.start_soon(long_call, client, session_id, outcome)
+    [box] = await wait_for_containers(
+        docker_client, f"airlock.session={session_id}", running(1), within=APPEAR_S, log=log
+    )
+    return box
+
+
 async def test_sdk_stdio_client_runs_code_and_its_exit_stops_the_server_without_leftovers(
     tmp_path: Path, docker_client: docker.DockerClient, started_pids: list[int]
 ) -> None:
@@ -245,14 +262,7 @@ async def test_sdk_stdio_client_runs_code_and_its_exit_stops_the_server_without_
                 assert "artifact" in text_of(fetched)
 
                 session_id = ran.structured_content["session_id"]
-                tg.start_soon(long_call, client, session_id, outcome)
-                [box] = await wait_for_containers(
-                    docker_client,
-                    f"airlock.session={session_id}",
-                    running(1),
-                    within=APPEAR_S,
-                    log=log,
-                )
+                box = await running_long_call(client, session_id, tg, outcome, docker_client, log)
                 pid = int(box.labels["airlock.pid"])
                 started_pids.append(pid)
                 instance = box.labels["airlock.instance"]
@@ -275,13 +285,8 @@ async def test_stdin_eof_ends_the_server_with_exit_0_and_removes_its_containers(
         async with anyio.create_task_group() as tg:
             async with Client(pipe_transport(served.process)) as client:
                 session_id = await start_session(client, served.log, docker_client)
-                tg.start_soon(long_call, client, session_id, outcome)
-                [box] = await wait_for_containers(
-                    docker_client,
-                    f"airlock.session={session_id}",
-                    running(1),
-                    within=APPEAR_S,
-                    log=served.log,
+                box = await running_long_call(
+                    client, session_id, tg, outcome, docker_client, served.log
                 )
                 assert box.labels["airlock.pid"] == str(served.process.pid)
             # Leaving the client closed the server's stdin, and nothing else.
@@ -312,14 +317,7 @@ async def test_signal_ends_the_server_with_exit_0_and_removes_its_containers(
         Client(pipe_transport(served.process)) as client,
     ):
         session_id = await start_session(client, served.log, docker_client)
-        tg.start_soon(long_call, client, session_id, outcome)
-        [box] = await wait_for_containers(
-            docker_client,
-            f"airlock.session={session_id}",
-            running(1),
-            within=APPEAR_S,
-            log=served.log,
-        )
+        box = await running_long_call(client, session_id, tg, outcome, docker_client, served.log)
         served.process.send_signal(signum)
         # The client keeps stdin open: the signal alone must stop the server.
         left = await poll_containers(
@@ -377,11 +375,8 @@ async def test_sigkilled_server_leaves_its_container_for_the_next_server_to_reap
         Client(pipe_transport(first.process)) as client,
     ):
         session_id = await start_session(client, first.log, docker_client)
+        box = await running_long_call(client, session_id, tg, outcome, docker_client, first.log)
         label = f"airlock.session={session_id}"
-        tg.start_soon(long_call, client, session_id, outcome)
-        [box] = await wait_for_containers(
-            docker_client, label, running(1), within=APPEAR_S, log=first.log
-        )
         assert box.labels["airlock.pid"] == str(first.process.pid)
         first.process.kill()
         # Reaping the child matters: a zombie still has its /proc entry.
@@ -402,16 +397,9 @@ async def test_a_sigkilled_servers_run_is_ended_at_the_next_start_and_a_live_ser
     data_dir = tmp_path / "data"
     outcomes: list[object] = []
 
-    async def long_run(served: Served, client: Client, tg: anyio.abc.TaskGroup) -> str:
+    async def long_run(served: Served, client: Client, tg: TaskGroup) -> str:
         session_id = await start_session(client, served.log, docker_client)
-        tg.start_soon(long_call, client, session_id, outcomes)
-        [box] = await wait_for_containers(
-            docker_client,
-            f"airlock.session={session_id}",
-            running(1),
-            within=APPEAR_S,
-            log=served.log,
-        )
+        box = await running_long_call(client, session_id, tg, outcomes, docker_client, served.log)
         return box.labels["airlock.run"]
 
     async with (
