@@ -18,6 +18,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import anyio
 
@@ -26,7 +27,7 @@ from airlock.egress import Egress
 from airlock.errors import AirlockError
 from airlock.policies import Policy
 from airlock.sandbox.instance import Instance
-from airlock.store import BlobStore, Database, claim_instance
+from airlock.store import BlobStore, Database, claim_instance, end_runs_of_dead_instances
 from airlock.tools import Services
 from airlock.tools.approvals import expire_pending
 
@@ -123,7 +124,7 @@ async def serving(
         undo.push_async_callback(_shielded(lambda: leases.end_all(reason="server shutdown")))
         background.start_soon(engine.serve)
         interval = min(map(_sweep_interval, every_policy))
-        background.start_soon(_housekeeping, leases, engine, interval)
+        background.start_soon(_housekeeping, leases, engine, interval, config.instances_dir)
         yield Running(services, leases, engine)
 
 
@@ -141,18 +142,23 @@ def _sweep_interval(policy: Policy) -> float:
     return min(SWEEP_INTERVAL_S, max(0.5, shortest / 4))
 
 
-async def _housekeeping(leases: Leases, engine: Engine, interval: float) -> None:
+async def _housekeeping(
+    leases: Leases, engine: Engine, interval: float, instances_dir: Path
+) -> None:
     """End expired sessions, forget ended grants and expired run tokens (their records
-    are in the store), and reap containers past their deadline, until cancelled."""
+    are in the store), end the runs of server instances that died, and reap containers
+    past their deadline, until cancelled."""
+    services = leases.services
     last_reap = time.monotonic()
     while True:
         await anyio.sleep(interval)
         try:
             await leases.sweep()
-            now = leases.services.clock()
-            leases.services.grants.forget_ended(now)
-            leases.services.tokens.forget_expired(now)
-            await expire_pending(leases.services)
+            now = services.clock()
+            services.grants.forget_ended(now)
+            services.tokens.forget_expired(now)
+            await expire_pending(services)
+            await end_runs_of_dead_instances(services.db, instances_dir, now=now)
             backend = engine.connected()
             if backend is not None and time.monotonic() - last_reap >= REAP_INTERVAL_S:
                 last_reap = time.monotonic()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from .blobs import BlobStore
 from .db import SCHEMA_VERSION, Database
-from .instances import InstanceLock, claim_instance
+from .instances import InstanceLock, claim_instance, end_runs_of_dead_instances
 from .records import (
     ApprovalRecord,
     ApprovalStatus,
@@ -65,4 +65,5 @@ __all__ = [
     "ancestors",
     "claim_instance",
     "diff",
+    "end_runs_of_dead_instances",
 ]

@@ -5,7 +5,8 @@ another live server is running must never be ended by this one. Each server hold
 exclusive `flock` on its own file, `instances/<instance id>.lock`, for its whole life. The
 kernel drops the lock when the process ends however it ends (SIGKILL and the OOM killer
 included), so a file whose lock can be taken names a server that died, and its runs still
-`running` can be ended `killed`.
+`running` can be ended `killed`: by the next server to start, and by the housekeeping of
+every live one.
 
 Why a lock rather than a heartbeat: a heartbeat needs a staleness threshold, and a live
 server that is only slow (a loaded machine, a suspended laptop) would miss it and have its
@@ -108,29 +109,49 @@ def dead_instances(directory: Path) -> list[InstanceLock]:
 async def claim_instance(
     db: Database, directory: Path, instance_id: str, *, now: float
 ) -> InstanceLock:
-    """Claim `instance_id` for this server, then end the runs of every instance that died:
-    their runs still `running` become `killed`, as do runs recorded before Airlock
-    recorded owners (only an older, stopped Airlock left those)."""
+    """Claim `instance_id` for this server, then end the runs of every instance that died,
+    and the runs recorded before Airlock recorded owners (only an older, stopped Airlock
+    left those)."""
     try:
         mine = await anyio.to_thread.run_sync(claim, directory, instance_id)
-        dead = await anyio.to_thread.run_sync(dead_instances, directory)
     except OSError as exc:
         raise StoreError(f"cannot claim a server instance under {directory}: {exc}") from exc
     try:
+        await _end_runs_of_dead(db, directory, now=now, unowned=True)
+    except BaseException:
+        mine.release(forget=True)
+        raise
+    return mine
+
+
+async def end_runs_of_dead_instances(db: Database, directory: Path, *, now: float) -> int:
+    """End the runs of every instance in `directory` that died since it was last looked at
+    (a live server's housekeeping calls this, so a dead peer's runs do not wait for the
+    next start); how many runs it ended."""
+    return await _end_runs_of_dead(db, directory, now=now, unowned=False)
+
+
+async def _end_runs_of_dead(db: Database, directory: Path, *, now: float, unowned: bool) -> int:
+    try:
+        dead = await anyio.to_thread.run_sync(dead_instances, directory)
+    except OSError as exc:
+        raise StoreError(f"cannot look for dead server instances in {directory}: {exc}") from exc
+    if not dead and not unowned:
+        return 0
+    try:
         ended = await db.mark_unfinished_runs(
-            instance_ids=["", *(d.instance_id for d in dead)],
+            instance_ids=[*([""] if unowned else []), *(d.instance_id for d in dead)],
             status="killed",
             error=ENDED_BY_DEATH,
             finished_at=now,
         )
     except BaseException:
-        # Not forgotten: the next server to start tries again.
+        # Not forgotten: the next look tries again.
         for lock in dead:
             lock.release(forget=False)
-        mine.release(forget=True)
         raise
     for lock in dead:
         lock.release(forget=True)
     if ended:
         log.warning("ended %d run(s) left running by server(s) that stopped", ended)
-    return mine
+    return ended

@@ -1,11 +1,16 @@
-"""The server's housekeeping loop: ended grants and expired run tokens do not pile up.
+"""The server's housekeeping loop: ended grants and expired run tokens do not pile up, and
+a dead server's runs do not stay `running` while a live one serves.
 
 No container is involved: the loop runs on the real store, broker and an engine that was
-never started, with a clock the test moves.
+never started, with a clock the test moves; the other servers are real processes holding
+(or having held) an instance claim.
 """
 
 from __future__ import annotations
 
+import signal
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
@@ -13,6 +18,8 @@ import pytest
 from support import wait_until
 from test_grants import T0
 from test_grants import make as make_grant
+from test_instances import holder
+from test_store import run, session
 
 from airlock.broker import Grants, RunTokens, Vault, load_key, vault_path
 from airlock.egress import Egress
@@ -22,48 +29,85 @@ from airlock.server.engine import Engine
 from airlock.server.running import _housekeeping
 from airlock.server.sessions import Leases
 from airlock.store import BlobStore, Database
+from airlock.store.instances import ENDED_BY_DEATH
 from airlock.tools import Services
 
 pytestmark = pytest.mark.anyio
 
+NOW = [T0]
 
-async def test_housekeeping_forgets_ended_grants_and_expired_run_tokens(tmp_path: Path) -> None:
-    now = [T0]
+
+@pytest.fixture
+async def services(tmp_path: Path) -> AsyncIterator[Services]:
+    """The real store, broker and an engine that is never started, on the clock `NOW`."""
     policy = Policy()
     db = await Database.open(tmp_path / "airlock.db")
-    try:
-        grants = Grants(max_per_session=3, max_live_per_tenant=5)
-        tokens = RunTokens()
-        vault = Vault(vault_path(tmp_path), load_key(tmp_path, {}))
-        engine = Engine(policy, Instance.current())
-        services = Services(
-            db=db,
-            blobs=BlobStore(tmp_path / "blobs"),
-            engine=engine,
-            policy=policy,
-            grants=grants,
-            tokens=tokens,
-            vault=vault,
-            egress=Egress(settings=policy.egress, grants=grants, tokens=tokens, vault=vault),
-            instance_id="test",
-            clock=lambda: now[0],
-        )
-        ended = make_grant(grants, session_id="s1", ttl_s=10, now=T0)
-        live = make_grant(grants, session_id="s2", ttl_s=100, now=T0)
-        tokens.mint(
-            tenant="t1",
-            session_id="s1",
-            run_id="run_1",
-            grant_ids=[ended.id],
-            expires_at=T0 + 10,
-            now=T0,
-        )
-        now[0] = T0 + 11
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(_housekeeping, Leases(services), engine, 0.01)
-            await wait_until(lambda: grants.all() == [live], within=10)
-            tg.cancel_scope.cancel()
-        # Already forgotten by the loop, so nothing is left to drop.
-        assert tokens.forget_expired(now[0]) == 0
-    finally:
-        await db.close()
+    grants = Grants(max_per_session=3, max_live_per_tenant=5)
+    tokens = RunTokens()
+    vault = Vault(vault_path(tmp_path), load_key(tmp_path, {}))
+    NOW[0] = T0
+    yield Services(
+        db=db,
+        blobs=BlobStore(tmp_path / "blobs"),
+        engine=Engine(policy, Instance.current()),
+        policy=policy,
+        grants=grants,
+        tokens=tokens,
+        vault=vault,
+        egress=Egress(settings=policy.egress, grants=grants, tokens=tokens, vault=vault),
+        instance_id="test",
+        clock=lambda: NOW[0],
+    )
+    await db.close()
+
+
+@asynccontextmanager
+async def housekeeping(services: Services, instances_dir: Path) -> AsyncIterator[None]:
+    """The loop, ticking every 10 ms, for the duration of the block."""
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_housekeeping, Leases(services), services.engine, 0.01, instances_dir)
+        yield
+        tg.cancel_scope.cancel()
+
+
+async def test_housekeeping_forgets_ended_grants_and_expired_run_tokens(
+    services: Services, tmp_path: Path
+) -> None:
+    grants, tokens = services.grants, services.tokens
+    ended = make_grant(grants, session_id="s1", ttl_s=10, now=T0)
+    live = make_grant(grants, session_id="s2", ttl_s=100, now=T0)
+    tokens.mint(
+        tenant="t1",
+        session_id="s1",
+        run_id="run_1",
+        grant_ids=[ended.id],
+        expires_at=T0 + 10,
+        now=T0,
+    )
+    NOW[0] = T0 + 11
+    async with housekeeping(services, tmp_path / "instances"):
+        await wait_until(lambda: grants.all() == [live], within=10)
+    # Already forgotten by the loop, so nothing is left to drop.
+    assert tokens.forget_expired(NOW[0]) == 0
+
+
+async def test_housekeeping_ends_the_runs_of_a_server_that_died_and_not_a_live_ones(
+    services: Services, tmp_path: Path
+) -> None:
+    directory = tmp_path / "instances"
+    db = services.db
+    await db.create_session(session())
+    await db.create_run(run("run-of-alive", instance="alive"))
+    await db.create_run(run("run-of-dead", instance="dead"))
+    async with holder(directory, "alive"), holder(directory, "dead") as dead:
+        dead.send_signal(signal.SIGKILL)
+        with anyio.fail_after(60):
+            await dead.wait()
+        async with housekeeping(services, directory):
+            # Forgotten only once its runs are ended.
+            await wait_until(lambda: not (directory / "dead.lock").exists(), within=30)
+        ended = await db.get_run("run-of-dead")
+        assert ended is not None
+        assert (ended.status, ended.error) == ("killed", ENDED_BY_DEATH)
+        assert await db.get_run("run-of-alive") == run("run-of-alive", instance="alive")
+        assert [p.name for p in directory.glob("*.lock")] == ["alive.lock"]
