@@ -9,7 +9,7 @@ out as `StoreError`; a record that is not there is `None` (or an empty list), ne
 
 from __future__ import annotations
 
-from .blobs import BlobStore
+from .blobs import BlobStore, Draft, DraftWriter, Staging
 from .db import SCHEMA_VERSION, Database
 from .instances import InstanceLock, claim_instance, end_runs_of_dead_instances
 from .records import (
@@ -45,6 +45,8 @@ __all__ = [
     "ArtifactRecord",
     "BlobStore",
     "Database",
+    "Draft",
+    "DraftWriter",
     "DrillRecord",
     "EgressCount",
     "EgressRecord",
@@ -57,6 +59,7 @@ __all__ = [
     "RunRecord",
     "RunStatus",
     "SessionRecord",
+    "Staging",
     "WorkspaceCommit",
     "WorkspaceConflict",
     "WorkspaceDelta",

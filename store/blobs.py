@@ -3,6 +3,12 @@
 Holds contents only; what a blob is (artifact, workspace file, output) and who may read it
 lives in the database. A blob is `root/ab/cdef...`: the first two hex digits of its sha256
 name a directory, the other 62 the file. OSError leaves this module as `StoreError`.
+
+Content too large to hold in memory (what a run leaves behind) comes in through a
+`Staging` area: a private directory in the root where each file is written as a draft,
+hashed chunk by chunk as it is written. A draft is no blob: nothing is visible under its
+hash until `Staging.keep` moves it in (atomically, same filesystem), and leaving the
+staging context removes every draft that was not kept, whatever ended the run.
 """
 
 from __future__ import annotations
@@ -10,14 +16,21 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
 import tempfile
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import IO
 
+import anyio
 import anyio.to_thread
+from pydantic import BaseModel, ConfigDict
 
 from airlock.errors import StoreError
 
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+_DRAFT_PREFIX = "draft-"
 
 
 class BlobStore:
@@ -47,9 +60,7 @@ class BlobStore:
         target = self.path(sha256)
         if target.is_file():
             return sha256
-        # mkdir(parents=True) ignores `mode` for the parents it creates, so make each level.
-        self._root.mkdir(mode=0o700, parents=True, exist_ok=True)
-        target.parent.mkdir(mode=0o700, exist_ok=True)
+        self._make_dirs(target)
         # The temporary file sits in root (same filesystem, so os.replace is atomic) and is
         # created 0600 by mkstemp; readers see the whole blob or none of it.
         fd, tmp = tempfile.mkstemp(dir=self._root, prefix=".tmp-")
@@ -61,6 +72,50 @@ class BlobStore:
             Path(tmp).unlink(missing_ok=True)
             raise
         return sha256
+
+    def _make_dirs(self, target: Path) -> None:
+        # mkdir(parents=True) ignores `mode` for the parents it creates, so make each level.
+        self._root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        target.parent.mkdir(mode=0o700, exist_ok=True)
+
+    def open_blob(self, sha256: str) -> IO[bytes]:
+        """The blob for reading, from its start. Blocking: call it in a worker thread.
+
+        A missing blob is a `StoreError`, as for `read`.
+        """
+        try:
+            return self.path(sha256).open("rb")
+        except OSError as exc:
+            raise StoreError(f"cannot read blob {sha256}: {exc}") from exc
+
+    @asynccontextmanager
+    async def staging(self) -> AsyncIterator[Staging]:
+        """A private drafts directory for one run's incoming content, removed with every
+        draft not kept when the block ends, however it ends."""
+
+        def make() -> Path:
+            self._root.mkdir(mode=0o700, parents=True, exist_ok=True)
+            # A leading dot: never a two-hex-digit blob directory.
+            return Path(tempfile.mkdtemp(dir=self._root, prefix=".staging-"))
+
+        try:
+            directory = await anyio.to_thread.run_sync(make)
+        except OSError as exc:
+            raise StoreError(f"cannot make a staging directory under {self._root}: {exc}") from exc
+        try:
+            yield Staging(self, directory)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(lambda: shutil.rmtree(directory, ignore_errors=True))
+
+    def _keep(self, draft_path: Path, sha256: str) -> None:
+        target = self.path(sha256)
+        if target.is_file():
+            # The same content is already stored; the draft is not needed.
+            draft_path.unlink(missing_ok=True)
+            return
+        self._make_dirs(target)
+        os.replace(draft_path, target)
 
     async def read(self, sha256: str, offset: int = 0, length: int | None = None) -> bytes:
         """Up to `length` bytes of the blob from `offset` (to the end if `length` is None).
@@ -88,3 +143,86 @@ class BlobStore:
             return await anyio.to_thread.run_sync(path.is_file)
         except OSError as exc:
             raise StoreError(f"cannot check blob {sha256}: {exc}") from exc
+
+
+class Draft(BaseModel):
+    """A file written into a `Staging` area and hashed there: not a blob until kept."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    """The draft's file name inside its staging directory."""
+    sha256: str
+    size: int
+
+
+class DraftWriter:
+    """One draft being written: bytes in, hashed as they go, nothing held in memory.
+
+    Blocking: use it in a worker thread. `finish` closes it and returns the `Draft`;
+    `discard` removes it (also after `finish`).
+    """
+
+    def __init__(self, directory: Path) -> None:
+        fd, name = tempfile.mkstemp(dir=directory, prefix=_DRAFT_PREFIX)
+        self._path = Path(name)
+        self._file = os.fdopen(fd, "wb")
+        self._digest = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data: bytes) -> None:
+        self._file.write(data)
+        self._digest.update(data)
+        self.size += len(data)
+
+    def finish(self) -> Draft:
+        self._file.close()
+        return Draft(name=self._path.name, sha256=self._digest.hexdigest(), size=self.size)
+
+    def discard(self) -> None:
+        self._file.close()
+        self._path.unlink(missing_ok=True)
+
+
+class Staging:
+    """One run's drafts directory in the blob store's root (see `BlobStore.staging`)."""
+
+    def __init__(self, store: BlobStore, directory: Path) -> None:
+        self.store = store
+        self._directory = directory
+
+    def writer(self) -> DraftWriter:
+        """A new draft. Blocking: call it in a worker thread (OSError as raised)."""
+        return DraftWriter(self._directory)
+
+    def temporary_file(self, in_memory: int) -> IO[bytes]:
+        """An anonymous scratch file in the staging area, in memory up to `in_memory`
+        bytes. Blocking past that point: use it in a worker thread."""
+        spool: IO[bytes] = tempfile.SpooledTemporaryFile(  # noqa: SIM115 (the caller closes it)
+            max_size=in_memory, dir=str(self._directory)
+        )
+        return spool
+
+    def discard(self, draft: Draft) -> None:
+        """Remove a draft that will not be kept. Blocking: call it in a worker thread."""
+        self._draft_path(draft).unlink(missing_ok=True)
+
+    async def keep(self, draft: Draft) -> str:
+        """Make the draft the blob of its hash (a no-op when that blob exists) and return
+        the hash. Keeping one draft twice is harmless."""
+        path = self._draft_path(draft)
+        try:
+            await anyio.to_thread.run_sync(self.store._keep, path, draft.sha256)
+        except FileNotFoundError:
+            # Kept already (moved in); the blob must be there now.
+            if not await self.store.exists(draft.sha256):
+                raise StoreError(f"draft of blob {draft.sha256} is gone") from None
+        except OSError as exc:
+            raise StoreError(f"cannot keep blob {draft.sha256}: {exc}") from exc
+        return draft.sha256
+
+    def _draft_path(self, draft: Draft) -> Path:
+        # The name is ours (mkstemp's), but it must never point outside the directory.
+        if "/" in draft.name or not draft.name.startswith(_DRAFT_PREFIX):
+            raise ValueError(f"not a draft name: {draft.name!r}")
+        return self._directory / draft.name

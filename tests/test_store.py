@@ -532,6 +532,56 @@ async def test_missing_blob_does_not_exist_and_reading_it_raises_store_error(
     assert isinstance(info.value.__cause__, FileNotFoundError)
 
 
+async def test_a_kept_draft_becomes_its_blob_and_the_rest_go_with_the_staging_area(
+    tmp_path: Path,
+) -> None:
+    blobs = BlobStore(tmp_path / "blobs")
+    async with blobs.staging() as staging:
+        kept = staging.writer()
+        for piece in (b"hello, ", b"streamed ", b"blob"):
+            kept.write(piece)
+        draft = kept.finish()
+        dropped = staging.writer()
+        dropped.write(b"never a blob")
+        dropped.finish()
+        cut = staging.writer()
+        cut.write(b"half")
+        cut.discard()
+        assert draft.sha256 == hashlib.sha256(b"hello, streamed blob").hexdigest()
+        assert draft.size == 20
+        # A draft is no blob until it is kept.
+        assert not await blobs.exists(draft.sha256)
+        assert await staging.keep(draft) == draft.sha256
+        assert await staging.keep(draft) == draft.sha256  # twice is harmless
+    assert await blobs.read(draft.sha256) == b"hello, streamed blob"
+    assert mode(blobs.path(draft.sha256)) == 0o600
+    files = [p for p in (tmp_path / "blobs").rglob("*") if p.is_file()]
+    assert files == [blobs.path(draft.sha256)]
+    assert [p.name for p in (tmp_path / "blobs").iterdir()] == [draft.sha256[:2]]
+
+
+async def test_keeping_content_already_stored_leaves_one_file(tmp_path: Path) -> None:
+    blobs = BlobStore(tmp_path / "blobs")
+    sha = await blobs.put(b"same")
+    async with blobs.staging() as staging:
+        writer = staging.writer()
+        writer.write(b"same")
+        assert await staging.keep(writer.finish()) == sha
+    files = [p for p in (tmp_path / "blobs").rglob("*") if p.is_file()]
+    assert files == [blobs.path(sha)]
+
+
+async def test_the_staging_area_goes_when_its_block_fails(tmp_path: Path) -> None:
+    blobs = BlobStore(tmp_path / "blobs")
+    with pytest.raises(RuntimeError):
+        async with blobs.staging() as staging:
+            writer = staging.writer()
+            writer.write(b"x" * 100_000)
+            writer.finish()
+            raise RuntimeError("the run failed")
+    assert list((tmp_path / "blobs").iterdir()) == []
+
+
 def _egress(run_id: str, seq: int, **overrides: Any) -> EgressRecord:
     fields: dict[str, Any] = {
         "time": float(seq),
