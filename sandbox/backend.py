@@ -11,6 +11,8 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
+from airlock.store import Staging
+
 from .spec import JobOutcome, JobSpec
 
 
@@ -28,8 +30,11 @@ class Sandbox(Protocol):
         """The OCI runtime the sandbox runs under (runc, runsc)."""
         ...
 
-    async def run(self, job: JobSpec) -> JobOutcome:
-        """Run the sandbox's one job; a second call is a `SandboxError`."""
+    async def run(self, job: JobSpec, staging: Staging) -> JobOutcome:
+        """Run the sandbox's one job; a second call is a `SandboxError`.
+
+        The job's files are read from `staging.store`; the files the run leaves come
+        back as drafts in `staging`, for the caller to keep or let go."""
         ...
 
 

@@ -29,7 +29,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 import anyio
 import anyio.abc
@@ -45,13 +45,16 @@ from airlock.errors import (
     ImageUnavailable,
     RunnerFailed,
     SandboxError,
+    StoreError,
 )
+from airlock.store import Staging
 
 from .docker_attach import attach
 from .environment import CA_BUNDLE, EGRESS_MOUNT, RELAY_PORT
 from .exchange import Exchange, RunnerReport
-from .hatch import pack_inputs, read_listing, read_outputs
+from .hatch import pack_inputs, read_listing
 from .instance import LABEL_INSTANCE, Instance
+from .intake import Intake
 from .pool import MAX_AGE_S as POOL_MAX_AGE_S
 from .pool import Profile, WarmPool
 from .runner import SANDBOX_UID, encode_job
@@ -73,6 +76,9 @@ RUNNER_CAPABILITIES = ["SETUID", "SETGID", "SETPCAP", "KILL"]
 # Container start and packing the workspace happen outside the user's timeout.
 EXCHANGE_GRACE_S = 15.0
 RECEIVE_CHUNK = 65536
+SEND_CHUNK = 65536
+# The input tar stays in memory up to this size, then moves to a file in the run's staging area.
+INPUT_TAR_IN_MEMORY = 1024 * 1024
 ENGINE_CONCURRENCY = 16
 # Under gVisor the host's pids cgroup counts the Sentry's and gofer's threads, not the
 # code's tasks: on the ptrace platform each task costs a Sentry thread plus a stub
@@ -369,65 +375,96 @@ class DockerBackend:
                 if not active:
                     del self._active[session_id]
 
-    async def _exchange(self, container_id: str, job: JobSpec, *, start: bool) -> JobOutcome:
+    async def _exchange(
+        self, container_id: str, job: JobSpec, staging: Staging, *, start: bool
+    ) -> JobOutcome:
         started = time.monotonic()
-        fd = self._attached.pop(container_id, None)
-        if fd is None:
-            fd = await self._call(
-                "attaching to the container", lambda: attach(self.client, container_id)
-            )
+        inputs = staging.temporary_file(INPUT_TAR_IN_MEMORY)
+        intake = Intake(staging, job.artifact_caps)
         try:
-            if start:
-                await self._call(
-                    "starting the container", lambda: self.client.api.start(container_id)
+            # The workspace goes in as a tar built from its blobs chunk by chunk, kept
+            # in memory only while small.
+            with _disk_errors("packing the workspace to send in"):
+                input_bytes = await anyio.to_thread.run_sync(
+                    pack_inputs, inputs, job.files, job.dirs, staging.store.open_blob
                 )
-        except BaseException:
-            os.close(fd)
-            raise
-        exchange = Exchange(job)
-        stream = await anyio.abc.SocketStream.from_socket(fd)
-        async with stream:
-            await stream.send(encode_job(_job_payload(job), pack_inputs(job.files, job.dirs)))
-            with anyio.move_on_after(job.timeout_s + EXCHANGE_GRACE_S) as scope:
-                try:
-                    while not exchange.done:
-                        try:
-                            exchange.feed(await stream.receive(RECEIVE_CHUNK))
-                        except (anyio.EndOfStream, anyio.BrokenResourceError):
-                            break
-                        self._received[job.run_id] = len(exchange.stdout) + len(exchange.stderr)
-                finally:
-                    self._received.pop(job.run_id, None)
-            # Read while the container still exists: the runner waits for us to hang up.
-            usage, oom_killed = await self._final_state(container_id)
-        elapsed_ms = int((time.monotonic() - started) * 1000)
-        if exchange.report is None and exchange.runner_log:
-            # The runner's own stderr is for the operator; it never reaches the agent.
-            log.warning(
-                "runner of %s ended without a report: %r", job.run_id, bytes(exchange.runner_log)
-            )
-        if exchange.fault is not None and exchange.report is None:
-            raise RunnerFailed(
-                "the sandbox runner failed; retry the call, and tell the operator if it "
-                "keeps failing",
-                run_id=job.run_id,
-                reported=exchange.fault,
-            )
-        host_timeout = scope.cancelled_caught
-        try:
-            # Reading and hashing up to the artifact cap is work for a thread, not the loop.
-            return await anyio.to_thread.run_sync(
-                lambda: _outcome(
-                    job,
-                    exchange,
-                    usage,
-                    oom_killed=oom_killed,
-                    host_timeout=host_timeout,
-                    elapsed_ms=elapsed_ms,
+                await anyio.to_thread.run_sync(inputs.seek, 0)
+            fd = self._attached.pop(container_id, None)
+            if fd is None:
+                fd = await self._call(
+                    "attaching to the container", lambda: attach(self.client, container_id)
                 )
-            )
+            try:
+                if start:
+                    await self._call(
+                        "starting the container", lambda: self.client.api.start(container_id)
+                    )
+            except BaseException:
+                os.close(fd)
+                raise
+            exchange = Exchange(job)
+            stream = await anyio.abc.SocketStream.from_socket(fd)
+            async with stream:
+                await stream.send(encode_job(_job_payload(job), input_bytes))
+                while chunk := await _read_chunk(inputs):
+                    await stream.send(chunk)
+                with anyio.move_on_after(job.timeout_s + EXCHANGE_GRACE_S) as scope:
+                    try:
+                        await self._receive(stream, exchange, intake, job.run_id)
+                    finally:
+                        self._received.pop(job.run_id, None)
+                # Read while the container still exists: the runner waits for us to hang up.
+                usage, oom_killed = await self._final_state(container_id)
+            elapsed_ms = int((time.monotonic() - started) * 1000)
+            if exchange.report is None and exchange.runner_log:
+                # The runner's own stderr is for the operator; it never reaches the agent.
+                log.warning(
+                    "runner of %s ended without a report: %r",
+                    job.run_id,
+                    bytes(exchange.runner_log),
+                )
+            if exchange.fault is not None and exchange.report is None:
+                raise RunnerFailed(
+                    "the sandbox runner failed; retry the call, and tell the operator if it "
+                    "keeps failing",
+                    run_id=job.run_id,
+                    reported=exchange.fault,
+                )
+            host_timeout = scope.cancelled_caught
+            # Matching drafts with the listing touches files: work for a thread.
+            with _disk_errors("keeping the run's files"):
+                return await anyio.to_thread.run_sync(
+                    lambda: _outcome(
+                        job,
+                        exchange,
+                        intake,
+                        usage,
+                        oom_killed=oom_killed,
+                        host_timeout=host_timeout,
+                        elapsed_ms=elapsed_ms,
+                    )
+                )
         finally:
-            exchange.close()
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(inputs.close)
+                # A draft cut short by a failure; the staging area removes the rest.
+                await anyio.to_thread.run_sync(intake.close)
+
+    async def _receive(
+        self, stream: anyio.abc.SocketStream, exchange: Exchange, intake: Intake, run_id: str
+    ) -> None:
+        """Feed the exchange until it is done or the stream ends, handing the tar's bytes
+        to the intake as they come (a frame at most is held in memory)."""
+        while not exchange.done:
+            try:
+                exchange.feed(await stream.receive(RECEIVE_CHUNK))
+            except (anyio.EndOfStream, anyio.BrokenResourceError):
+                break
+            tar = exchange.take_tar()
+            if tar:
+                with _disk_errors("writing the run's files"):
+                    await anyio.to_thread.run_sync(intake.feed, tar)
+            self._received[run_id] = len(exchange.stdout) + len(exchange.stderr)
 
     async def _final_state(self, container_id: str) -> tuple[Usage, bool]:
         # Reading a few sysfs files doesn't block in any way that matters.
@@ -543,13 +580,29 @@ class DockerSandbox:
     def runtime(self) -> str:
         return self._runtime
 
-    async def run(self, job: JobSpec) -> JobOutcome:
+    async def run(self, job: JobSpec, staging: Staging) -> JobOutcome:
         if self._used:
             raise SandboxError("a sandbox takes exactly one job; take a new one")
         if job.egress is not None and self._egress_dir is None:
             raise SandboxError("this job has egress but its sandbox was taken without it")
         self._used = True
-        return await self._backend._exchange(self.container_id, job, start=not self._started)
+        return await self._backend._exchange(
+            self.container_id, job, staging, start=not self._started
+        )
+
+
+@contextmanager
+def _disk_errors(action: str) -> Iterator[None]:
+    """The host's own files failing (a full disk, a lost blob) is a `StoreError`."""
+    try:
+        yield
+    except OSError as exc:
+        raise StoreError(f"{action} failed on the server's disk: {exc}") from exc
+
+
+async def _read_chunk(spool: IO[bytes]) -> bytes:
+    with _disk_errors("reading the workspace to send in"):
+        return await anyio.to_thread.run_sync(spool.read, SEND_CHUNK)
 
 
 def _job_payload(job: JobSpec) -> dict[str, Any]:
@@ -596,6 +649,7 @@ def _engine_state(client: docker.DockerClient, container_id: str) -> tuple[Usage
 def _outcome(
     job: JobSpec,
     exchange: Exchange,
+    intake: Intake,
     usage: Usage,
     *,
     oom_killed: bool,
@@ -611,18 +665,20 @@ def _outcome(
     files: tuple[OutputFile, ...] = ()
     if report is not None and not report.listing_sent:
         notes.append("the code's processes could not be stopped; no files were kept")
-    elif report is not None and not exchange.overflow:
+    if report is not None and report.listing_sent and not exchange.overflow:
         listing, complete, listing_notes = read_listing(
             exchange.entries, complete=report.listing_complete, caps=job.artifact_caps
         )
-        kept, refused = read_outputs(exchange.tar(), listing, job.artifact_caps)
-        files = tuple(kept)
+        files = tuple(intake.match(listing))
         notes.extend(exchange.notes)
         if exchange.notes_dropped:
             notes.append(f"and {exchange.notes_dropped} more notes from the runner")
         notes.extend(_at_most(listing_notes, 100))
-        notes.extend(_at_most(refused, 100))
+        notes.extend(_at_most(intake.notes, 100))
         workspace = tuple(listing)
+    else:
+        # No file of this run is kept: none of its content may become a blob.
+        intake.discard_all()
     if report is not None:
         usage = Usage(
             cpu_seconds=usage.cpu_seconds if usage.cpu_seconds is not None else report.cpu_seconds,

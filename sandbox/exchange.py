@@ -6,18 +6,17 @@ headed chunks; the runner's stdout in turn carries its own frames (see
 produced, holding every buffer to a cap, so a hostile stream costs bounded
 memory. No single frame limits what a run can report: the listing and the notes
 arrive in as many frames as they need, and the RESULT says how many to expect.
-The outgoing files' tar is spooled to a temporary file past its first MiB, so a run
-leaving 128 MiB of artifacts does not hold them in the server's memory twice over.
-It never touches sockets, Docker or the clock.
+The outgoing files' tar is not kept here: its bytes wait in `take_tar` only until the
+caller hands them on (to `intake.Intake`, which writes each file to a draft blob), so
+what a run leaves costs the server a frame or so of memory, whatever its size.
+It never touches sockets, Docker, files or the clock.
 """
 
 from __future__ import annotations
 
-import io
 import json
 import struct
-import tempfile
-from typing import IO, Any
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
@@ -30,8 +29,6 @@ _DOCKER_STDERR = 2
 RUNNER_LOG_CAP = 16 * 1024
 # tar headers and padding on top of the files themselves
 TAR_OVERHEAD = 1024 * 1024
-# Tar bytes kept in memory before the spool moves to a temporary file.
-TAR_IN_MEMORY = 1024 * 1024
 # Notes kept from the runner, and the longest kept note; the rest are counted.
 MAX_NOTES = 60
 MAX_NOTE_CHARS = 1000
@@ -88,8 +85,7 @@ class Exchange:
         self._frames = FrameDecoder()
         self.stdout = bytearray()
         self.stderr = bytearray()
-        # Opened by the first TAR frame; `close` ends it (the backend does, in a finally).
-        self._tar: IO[bytes] | None = None
+        self._tar = bytearray()
         self.tar_bytes = 0
         self._max_entries = job.artifact_caps.max_entries
         self.entries: list[WorkspaceEntry] = []
@@ -131,11 +127,12 @@ class Exchange:
                 _append_capped(self.stderr, body, self._stream_cap)
             elif kind == TAR:
                 if self.tar_bytes + len(body) > self._tar_cap:
-                    self.overflow = f"output files exceed {self._tar_cap} bytes"
+                    self.overflow = (
+                        f"output files exceed {self._tar_cap} bytes (the policy's [files] "
+                        "max_artifact_total_bytes and room for the archive's headers)"
+                    )
                     return
-                if self._tar is None:
-                    self._tar = tempfile.SpooledTemporaryFile(max_size=TAR_IN_MEMORY)  # noqa: SIM115
-                self._tar.write(body)
+                self._tar += body
                 self.tar_bytes += len(body)
             elif kind == ENTRIES:
                 if not self._take_entries(body):
@@ -159,16 +156,11 @@ class Exchange:
                 self.fault = _fault_text(body)
                 return
 
-    def tar(self) -> IO[bytes]:
-        """The outgoing files' tar as received, rewound; valid until `close`."""
-        if self._tar is None:
-            return io.BytesIO()
-        self._tar.seek(0)
-        return self._tar
-
-    def close(self) -> None:
-        if self._tar is not None:
-            self._tar.close()
+    def take_tar(self) -> bytes:
+        """The outgoing files' tar bytes received since the last call (they are not kept)."""
+        taken = bytes(self._tar)
+        self._tar.clear()
+        return taken
 
     def _take_entries(self, body: bytes) -> bool:
         try:

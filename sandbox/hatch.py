@@ -1,28 +1,26 @@
 """The hatch: files into a sandbox and out of it, never trusting what comes out.
 
 In: validated relative paths (directories, even empty ones, and files with their
-modes and mtimes) packed into a tar the runner unpacks in /workspace.
+modes and mtimes) packed into a tar the runner unpacks in /workspace, each file's
+content copied from its blob in chunks, never whole.
 Out: the runner's final listing is checked as a tree (plain relative paths, parents
 that are directories, only files and directories kept, setuid/setgid/sticky
-dropped, a cap on entries); its tar is read member by member, never extracted:
-regular files only, caps on count and sizes, and each file's hash must match the
-listing. `settle` then decides the content of every listed file, taking from what
-came in only what the host itself sent. Nothing here touches the host filesystem.
+dropped, a cap on entries); its tar is read member by member into drafts, never
+extracted (`intake.py`). `settle` then decides the content of every listed file,
+taking from what came in only what the host itself sent.
 """
 
 from __future__ import annotations
 
-import hashlib
-import io
 import tarfile
 import unicodedata
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import IO
 
 from airlock.errors import UnsafePath
-from airlock.store import WorkspaceFile
+from airlock.store import Draft, WorkspaceFile
 
 from .runner import SANDBOX_UID
 from .spec import ArtifactCaps, InputDir, InputFile, OutputFile, WorkspaceEntry
@@ -67,27 +65,36 @@ def safe_relative_path(path: str, *, max_length: int = 255) -> str:
     return normalized
 
 
-def pack_inputs(files: Iterable[InputFile], dirs: Iterable[InputDir] = ()) -> bytes:
-    """A tar of `dirs` then `files` (paths already validated), owned by the sandbox user.
+def pack_inputs(
+    out: IO[bytes],
+    files: Iterable[InputFile],
+    dirs: Iterable[InputDir],
+    open_blob: Callable[[str], IO[bytes]],
+) -> int:
+    """Write to `out` a tar of `dirs` then `files` (paths already validated), owned by the
+    sandbox user, and return its size (0, and nothing written, when there is nothing).
 
-    Modes and mtimes go in as given (permission bits only); directories come first,
-    parents before children, so the runner's extraction creates them with their modes.
+    Each file's content is copied from `open_blob(sha256)` in chunks (tarfile's copy),
+    so the tar costs memory of one chunk whatever the workspace holds. Modes and mtimes
+    go in as given (permission bits only); directories come first, parents before
+    children, so the runner's extraction creates them with their modes. Blocking.
     """
     files = list(files)
     dirs = sorted(dirs, key=lambda d: d.path)
     if not files and not dirs:
-        return b""
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        return 0
+    start = out.tell()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for directory in dirs:
             info = _owned(directory.path, directory.mode, directory.mtime)
             info.type = tarfile.DIRTYPE
             tar.addfile(info)
         for file in files:
             info = _owned(file.path, file.mode, file.mtime)
-            info.size = len(file.data)
-            tar.addfile(info, io.BytesIO(file.data))
-    return buffer.getvalue()
+            info.size = file.size
+            with open_blob(file.sha256) as content:
+                tar.addfile(info, content)
+    return out.tell() - start
 
 
 def _owned(path: str, mode: int, mtime: int) -> tarfile.TarInfo:
@@ -185,85 +192,14 @@ def _listing_problem(
     return None
 
 
-def read_outputs(
-    data: bytes | IO[bytes], listing: Sequence[WorkspaceEntry], caps: ArtifactCaps
-) -> tuple[list[OutputFile], list[str]]:
-    """Validated file contents from the runner's tar, plus a note for each one refused.
-
-    `data` is the tar, in memory or as a seekable file (read from where it stands).
-
-    A member is kept only if it is a regular file with a safe path, within the
-    caps, listed as a file (in the checked listing) with the same size and hash.
-    The user's code may have written any of it, so none of that is assumed.
-    """
-    expected = {entry.path: entry for entry in listing if entry.kind == "file"}
-    kept: list[OutputFile] = []
-    notes: list[str] = []
-    total = 0
-    source = io.BytesIO(data) if isinstance(data, bytes) else data
-    start = source.tell()
-    if not source.read(1):
-        return kept, notes
-    source.seek(start)
-    try:
-        with tarfile.open(fileobj=source, mode="r:") as tar:
-            for member in tar:
-                refusal = _refusal(member, expected, caps, len(kept), total)
-                if refusal:
-                    notes.append(refusal)
-                    continue
-                extracted = tar.extractfile(member)
-                content = extracted.read() if extracted else b""
-                sha = hashlib.sha256(content).hexdigest()
-                entry = expected.pop(member.name)
-                if sha != entry.sha256 or len(content) != entry.size:
-                    notes.append(
-                        f"{member.name}: content does not match the reported hash; not kept"
-                    )
-                    continue
-                total += len(content)
-                kept.append(OutputFile(path=member.name, data=content, sha256=sha))
-    except (tarfile.TarError, EOFError, OSError) as exc:
-        notes.append(f"output archive is damaged ({exc}); files after that point were not kept")
-    return kept, notes
-
-
-def _refusal(
-    member: tarfile.TarInfo,
-    expected: dict[str, WorkspaceEntry],
-    caps: ArtifactCaps,
-    count: int,
-    total: int,
-) -> str | None:
-    name = member.name
-    if not member.isreg():
-        return f"{name}: not a regular file; not kept"
-    try:
-        if safe_relative_path(name) != name:
-            return f"{name}: not a normalized path; not kept"
-    except UnsafePath as exc:
-        return f"{name!r}: {exc}; not kept"
-    if name.startswith(RESERVED_PREFIX):
-        return f"{name}: the {RESERVED_PREFIX} directory is reserved for Airlock; not kept"
-    if name not in expected:
-        return f"{name}: not listed as a file (or sent twice); not kept"
-    if count >= caps.max_files:
-        return f"{name}: over the limit of {caps.max_files} files; not kept"
-    if member.size > caps.max_file_bytes:
-        limit = caps.max_file_bytes
-        return f"{name}: {member.size} bytes is over the per-file limit of {limit}; not kept"
-    if total + member.size > caps.max_total_bytes:
-        return f"{name}: would exceed the total limit of {caps.max_total_bytes} bytes; not kept"
-    return None
-
-
 @dataclass
 class Settled:
     """The final state of /workspace as the host will keep it, with each file's content."""
 
     entries: list[WorkspaceFile] = field(default_factory=list)
-    contents: dict[str, bytes] = field(default_factory=dict)
-    """Content by sha256 for every file entry."""
+    drafts: dict[str, Draft] = field(default_factory=dict)
+    """The draft, by sha256, of every file entry whose content came back from the run;
+    the other entries' content is a blob the host sent in."""
     notes: list[str] = field(default_factory=list)
 
 
@@ -292,19 +228,16 @@ def settle(
         got = by_path.get(entry.path)
         given = sent.get(entry.path)
         if got is not None and got.sha256 == entry.sha256:
-            result.contents[got.sha256] = got.data
+            result.drafts[got.sha256] = got.blob
             result.entries.append(_workspace_entry(entry))
-        elif given is not None and hashlib.sha256(given.data).hexdigest() == entry.sha256:
-            result.contents[entry.sha256] = given.data
+        elif given is not None and given.sha256 == entry.sha256:
             result.entries.append(_workspace_entry(entry))
         elif given is not None:
-            sha = hashlib.sha256(given.data).hexdigest()
-            result.contents[sha] = given.data
             result.entries.append(
                 WorkspaceFile(
                     path=given.path,
-                    sha256=sha,
-                    size=len(given.data),
+                    sha256=given.sha256,
+                    size=given.size,
                     mode=given.mode,
                     mtime=given.mtime,
                 )

@@ -143,9 +143,10 @@ class FrameDecoder:
         return len(self._buffer)
 
 
-def encode_job(job: dict[str, Any], input_tar: bytes) -> bytes:
-    body = json.dumps(dict(job, input_tar_bytes=len(input_tar))).encode()
-    return LENGTH.pack(len(body)) + body + input_tar
+def encode_job(job: dict[str, Any], input_tar_bytes: int) -> bytes:
+    """The job's length and JSON; the host then streams `input_tar_bytes` bytes of tar."""
+    body = json.dumps(dict(job, input_tar_bytes=input_tar_bytes)).encode()
+    return LENGTH.pack(len(body)) + body
 
 
 # ---- everything below runs inside the container ----

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from airlock.languages import Language
 from airlock.policies import Policy
+from airlock.store import Draft
 
 Status = Literal["ok", "error", "timeout", "oom", "killed"]
 
@@ -53,12 +54,14 @@ class ArtifactCaps(BaseModel):
 
 
 class InputFile(BaseModel):
-    """One file to place under /workspace; `path` is already validated."""
+    """One file to place under /workspace: a blob of the store, never its bytes (the
+    backend streams it in); `path` is already validated."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     path: str
-    data: bytes
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    size: int = Field(ge=0)
     mode: int = 0o644
     """Permission bits (`& 0o777` only)."""
     mtime: int = 0
@@ -117,13 +120,22 @@ class StreamCapture(BaseModel):
 
 
 class OutputFile(BaseModel):
-    """A new or changed regular file of /workspace, validated by the hatch."""
+    """A new or changed regular file of /workspace, validated by the hatch: its content
+    is a draft in the run's staging area (hashed as it was written), not bytes in memory.
+    The caller keeps the drafts it records; the staging area drops the rest."""
 
     model_config = ConfigDict(frozen=True)
 
     path: str
-    data: bytes
-    sha256: str
+    blob: Draft
+
+    @property
+    def sha256(self) -> str:
+        return self.blob.sha256
+
+    @property
+    def size(self) -> int:
+        return self.blob.size
 
 
 EntryKind = Literal["file", "dir", "other"]

@@ -1199,6 +1199,46 @@ async def test_a_flood_of_runner_notes_is_capped_and_sanitized_in_both_copies(
         assert len(json.dumps(r.structured_content)) + len(r.content[0].text) < 512 * 1024
 
 
+@pytest.mark.parametrize(
+    ("archive", "refusal"),
+    [
+        (
+            "overflow",
+            "output files exceed 3145728 bytes (the policy's [files] max_artifact_total_bytes",
+        ),
+        (
+            "oversized",
+            "wide.bin: 1572865 bytes is over the per-file limit of 1572864 "
+            "([files] max_artifact_file_bytes); not kept",
+        ),
+    ],
+)
+async def test_a_cap_broken_mid_stream_names_the_cap_and_leaves_no_blob_behind(
+    make_server: Any, hostile_image: str, data_dir: Path, archive: str, refusal: str
+) -> None:
+    caps = {"max_artifact_total_bytes": 2 * MIB, "max_artifact_file_bytes": 3 * MIB // 2}
+    policy = {**SMALL, "files": caps, "sandbox": {"image": hostile_image}}
+    blobs = data_dir / "blobs"
+    async with Client(make_server(policy)) as c:
+        result = await run(c, f"# tar {archive}")
+        assert any(refusal in note for note in result["notes"]), result["notes"]
+        kept = hashlib.sha256(b"K" * MIB).hexdigest()
+        if archive == "overflow":
+            # Nothing of a run over the total is kept, not even the file that fit.
+            assert result["artifacts"] == []
+            assert not (blobs / kept[:2] / kept[2:]).exists()
+        else:
+            assert [(a["path"], a["sha256"]) for a in result["artifacts"]] == [("kept.bin", kept)]
+        # No byte of the refused content became a blob, and no draft is left.
+        for data in (b"H" * (3 * MIB), b"W" * (MIB + MIB // 2 + 1)):
+            sha = hashlib.sha256(data).hexdigest()
+            assert not (blobs / sha[:2] / sha[2:]).exists()
+        assert not list(blobs.glob(".*"))
+        assert tree_size(blobs) < 2 * MIB
+        after = await run(c, "# real\nprint('after')")
+        assert after["stdout"]["text"] == "after\n"
+
+
 # ---- 16. results with a size ----------------------------------------------------------
 
 HOSTILE_NOTE_NAMES = r"""

@@ -16,6 +16,7 @@ import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -38,6 +39,7 @@ from airlock.sandbox import (
 from airlock.sandbox.environment import sandbox_environment
 from airlock.sandbox.instance import LABEL_INSTANCE, Instance
 from airlock.sandbox.pool import Profile
+from airlock.store import BlobStore, Staging
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
 
@@ -51,6 +53,9 @@ class Harness:
     image: str
     runtime: str
     engine: docker.DockerClient
+    blobs: BlobStore
+    staging: Staging
+    """Where the jobs' files come from and where what they leave arrives (as drafts)."""
 
     @asynccontextmanager
     async def backend(
@@ -119,15 +124,23 @@ class Harness:
 
 
 @pytest.fixture
-def harness(
-    docker_client: docker.DockerClient, sandbox_image: str, sandbox_runtime: str
-) -> Harness:
-    return Harness(image=sandbox_image, runtime=sandbox_runtime, engine=docker_client)
+async def harness(
+    docker_client: docker.DockerClient, sandbox_image: str, sandbox_runtime: str, tmp_path: Path
+) -> AsyncIterator[Harness]:
+    blobs = BlobStore(tmp_path / "blobs")
+    async with blobs.staging() as staging:
+        yield Harness(
+            image=sandbox_image,
+            runtime=sandbox_runtime,
+            engine=docker_client,
+            blobs=blobs,
+            staging=staging,
+        )
 
 
-async def run_one(backend: DockerBackend, job: JobSpec) -> JobOutcome:
+async def run_one(harness: Harness, backend: DockerBackend, job: JobSpec) -> JobOutcome:
     async with backend.sandbox(job, egress=False) as box:
-        return await box.run(job)
+        return await box.run(job, harness.staging)
 
 
 def report(outcome: JobOutcome) -> Any:
@@ -159,8 +172,8 @@ async def test_each_job_gets_a_fresh_sandbox_with_no_network_and_only_its_enviro
     harness: Harness, pool_size: int
 ) -> None:
     async with harness.backend(pool_size) as backend:
-        first = report(await run_one(backend, harness.job(PROBE)))
-        second = report(await run_one(backend, harness.job(PROBE)))
+        first = report(await run_one(harness, backend, harness.job(PROBE)))
+        second = report(await run_one(harness, backend, harness.job(PROBE)))
     assert first["hostname"] != second["hostname"]
     # What one job left in /workspace and /tmp never reaches the next.
     assert "mark" not in second["seen_before"]
@@ -182,14 +195,18 @@ async def test_files_go_in_and_changed_files_come_out_with_streams_and_exit_code
         "open('out.txt', 'w').write(data.upper())\n"
         "print('to stdout'); print('to stderr', file=sys.stderr); sys.exit(3)\n"
     )
-    job = harness.job(code, files=(InputFile(path="in/data.txt", data=b"hello"),))
+    sha = await harness.blobs.put(b"hello")
+    job = harness.job(code, files=(InputFile(path="in/data.txt", sha256=sha, size=5),))
     async with harness.backend(pool_size) as backend:
-        outcome = await run_one(backend, job)
+        outcome = await run_one(harness, backend, job)
     assert outcome.status == "error"
     assert outcome.exit_code == 3
     assert outcome.stdout.data == b"to stdout\n"
     assert outcome.stderr.data == b"to stderr\n"
-    assert {f.path: f.data for f in outcome.files} == {"out.txt": b"HELLO"}
+    kept = {f.path: await harness.staging.keep(f.blob) for f in outcome.files}
+    assert {path: await harness.blobs.read(sha) for path, sha in kept.items()} == {
+        "out.txt": b"HELLO"
+    }
     assert outcome.workspace is not None
     assert {e.path for e in outcome.workspace} == {"in", "in/data.txt", "out.txt"}
 
@@ -212,9 +229,11 @@ async def test_limits_hold_memory_pids_and_time(harness: Harness, pool_size: int
     # ptrace platform every task costs a few MiB of the container's memory.
     few_tasks = ContainerLimits(memory_mb=1024, cpus=1.0, pids=32, workspace_mb=16, tmp_mb=16)
     async with harness.backend(pool_size) as backend:
-        oom = await run_one(backend, harness.job(memory))
-        pids = await run_one(backend, harness.job(forks, limits=few_tasks))
-        slow = await run_one(backend, harness.job("import time; time.sleep(60)", timeout_s=2))
+        oom = await run_one(harness, backend, harness.job(memory))
+        pids = await run_one(harness, backend, harness.job(forks, limits=few_tasks))
+        slow = await run_one(
+            harness, backend, harness.job("import time; time.sleep(60)", timeout_s=2)
+        )
     assert oom.status == "oom", oom
     assert b"survived" not in oom.stdout.data
     count, code = pids.stdout.data.split()
@@ -262,7 +281,7 @@ print(json.dumps(facts))
                 egress_job = job.model_copy(
                     update={"egress": EgressMount(ca_pem=ca.cert_pem.bytes().decode())}
                 )
-                outcome = await box.run(egress_job)
+                outcome = await box.run(egress_job, harness.staging)
                 tg.cancel_scope.cancel()
             egress_dir = box.egress_dir
         await wait_until(lambda: not egress_dir.exists(), within=30)
@@ -308,15 +327,15 @@ async def test_a_sandbox_takes_exactly_one_job(harness: Harness) -> None:
     async with harness.backend(1) as backend:
         job = harness.job("print(1)")
         async with backend.sandbox(job, egress=False) as box:
-            assert (await box.run(job)).status == "ok"
+            assert (await box.run(job, harness.staging)).status == "ok"
             with pytest.raises(SandboxError, match="exactly one job"):
-                await box.run(job)
+                await box.run(job, harness.staging)
 
 
 @POOLED
 async def test_a_sandbox_is_gone_once_its_block_ends(harness: Harness, pool_size: int) -> None:
     async with harness.backend(pool_size) as backend:
-        facts = report(await run_one(backend, harness.job(PROBE)))
+        facts = report(await run_one(harness, backend, harness.job(PROBE)))
         await wait_until(lambda: not harness.exists(facts["hostname"]), within=30)
 
 
@@ -340,14 +359,14 @@ async def test_a_backend_stopped_while_its_pool_fills_leaves_no_sandbox(
 
 
 async def run_killable(
-    backend: DockerBackend, job: JobSpec, names: list[str], endings: list[str]
+    harness: Harness, backend: DockerBackend, job: JobSpec, names: list[str], endings: list[str]
 ) -> None:
     """Run `job`, noting its sandbox's name and how it ended: "killed" when it was killed
     mid-run, "refused" when it was killed before it could start."""
     try:
         async with backend.sandbox(job, egress=False) as box:
             names.append(box.container_id)
-            endings.append((await box.run(job)).status)
+            endings.append((await box.run(job, harness.staging)).status)
     except SandboxError:
         endings.append("refused")
 
@@ -366,7 +385,7 @@ async def test_ending_a_session_kills_its_running_sandboxes(
             async with anyio.create_task_group() as tg:
                 for _ in range(2):
                     job = harness.job(LONG, session_id="ses_doomed")
-                    tg.start_soon(run_killable, backend, job, names, endings)
+                    tg.start_soon(run_killable, harness, backend, job, names, endings)
                 await wait_until(lambda: harness.taken(backend) == 2)
                 assert await backend.remove_session("ses_doomed") == 2
     assert len(names) == 2
@@ -390,7 +409,7 @@ async def test_sandboxes_of_a_dead_server_are_reaped_by_the_next(
     async with harness.backend(pool_size, instance=dead) as orphaned:
         with anyio.fail_after(60):
             async with anyio.create_task_group() as tg:
-                tg.start_soon(run_killable, orphaned, harness.job(LONG), names, endings)
+                tg.start_soon(run_killable, harness, orphaned, harness.job(LONG), names, endings)
                 await wait_until(lambda: harness.taken(orphaned) == 1)
                 async with harness.backend(instance=alive) as survivor:
                     assert await survivor.reap(now=0) >= 1

@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import io
 import tarfile
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,11 +14,13 @@ from airlock.errors import UnsafePath
 from airlock.sandbox.hatch import (
     pack_inputs,
     read_listing,
-    read_outputs,
     safe_relative_path,
     settle,
 )
+from airlock.sandbox.intake import Intake
 from airlock.sandbox.spec import ArtifactCaps, InputDir, InputFile, OutputFile, WorkspaceEntry
+from airlock.sandbox.tarstream import MAX_PAX_BYTES
+from airlock.store import BlobStore, Draft, Staging
 
 CAPS = ArtifactCaps(max_files=3, max_file_bytes=100, max_total_bytes=150)
 
@@ -78,12 +82,58 @@ def _entry(path: str, data: bytes) -> WorkspaceEntry:
     return WorkspaceEntry(path=path, sha256=hashlib.sha256(data).hexdigest(), size=len(data))
 
 
-def test_keeps_listed_regular_files() -> None:
+@pytest.fixture
+def staging(tmp_path: Path) -> Staging:
+    directory = tmp_path / "blobs" / ".staging-test"
+    directory.mkdir(parents=True)
+    return Staging(BlobStore(tmp_path / "blobs"), directory)
+
+
+def read_outputs(
+    staging: Staging,
+    data: bytes,
+    listing: list[WorkspaceEntry],
+    caps: ArtifactCaps = CAPS,
+    *,
+    piece: int = 1,
+) -> tuple[list[tuple[str, bytes]], list[str]]:
+    """The intake fed `data` in pieces of `piece` bytes: (path, content) kept, notes.
+    Every draft not kept is gone from the staging area."""
+    intake = Intake(staging, caps)
+    for start in range(0, len(data), piece):
+        intake.feed(data[start : start + piece])
+    kept = intake.match(listing)
+    drafts = sorted(p.name for p in _staging_dir(staging).iterdir())
+    assert drafts == sorted(f.blob.name for f in kept)
+    return [(f.path, (_staging_dir(staging) / f.blob.name).read_bytes()) for f in kept], (
+        intake.notes
+    )
+
+
+def _staging_dir(staging: Staging) -> Path:
+    return staging.store.path("0" * 64).parent.parent / ".staging-test"
+
+
+def test_keeps_listed_regular_files_fed_byte_by_byte(staging: Staging) -> None:
     data = _tar([_file("a.txt", b"hello"), _file("d/b.bin", b"\x00\x01")])
     kept, notes = read_outputs(
-        data, [_entry("a.txt", b"hello"), _entry("d/b.bin", b"\x00\x01")], CAPS
+        staging, data, [_entry("a.txt", b"hello"), _entry("d/b.bin", b"\x00\x01")]
     )
-    assert [(f.path, f.data) for f in kept] == [("a.txt", b"hello"), ("d/b.bin", b"\x00\x01")]
+    assert kept == [("a.txt", b"hello"), ("d/b.bin", b"\x00\x01")]
+    assert notes == []
+
+
+def test_keeps_long_and_non_ascii_names_from_pax_headers(staging: Staging) -> None:
+    long = "d/" + "n" * 180 + ".txt"
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+        for name, data in ((long, b"long"), ("caf\u00e9.txt", b"accent")):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    listing = [_entry(long, b"long"), _entry("caf\u00e9.txt", b"accent")]
+    kept, notes = read_outputs(staging, buffer.getvalue(), listing, piece=7)
+    assert kept == [(long, b"long"), ("caf\u00e9.txt", b"accent")]
     assert notes == []
 
 
@@ -97,36 +147,47 @@ def test_keeps_listed_regular_files() -> None:
         _special("dir", tarfile.DIRTYPE),
     ],
 )
-def test_refuses_links_devices_and_fifos(member: tuple[tarfile.TarInfo, bytes]) -> None:
+def test_refuses_links_devices_and_fifos(
+    staging: Staging, member: tuple[tarfile.TarInfo, bytes]
+) -> None:
     name = member[0].name
-    kept, notes = read_outputs(_tar([member]), [_entry(name, b"")], CAPS)
+    kept, notes = read_outputs(staging, _tar([member]), [_entry(name, b"")])
     assert kept == []
     assert notes and "not a regular file" in notes[0]
 
 
 @pytest.mark.parametrize("name", ["../escape.txt", "/abs.txt", "a/../../b.txt"])
-def test_refuses_members_with_unsafe_names(name: str) -> None:
-    kept, notes = read_outputs(_tar([_file(name, b"x")]), [_entry(name, b"x")], CAPS)
+def test_refuses_members_with_unsafe_names(staging: Staging, name: str) -> None:
+    kept, notes = read_outputs(staging, _tar([_file(name, b"x")]), [_entry(name, b"x")])
     assert kept == []
     assert notes
 
 
-def test_refuses_files_not_listed_or_with_a_different_hash() -> None:
+def test_refuses_files_not_listed_or_with_a_different_hash(staging: Staging) -> None:
     data = _tar([_file("unlisted.txt", b"x"), _file("lied.txt", b"real")])
-    kept, notes = read_outputs(data, [_entry("lied.txt", b"claimed")], CAPS)
+    kept, notes = read_outputs(staging, data, [_entry("lied.txt", b"claimed")])
     assert kept == []
     assert any("not listed" in n for n in notes)
     assert any("does not match" in n for n in notes)
 
 
-def test_refuses_the_reserved_directory() -> None:
+def test_refuses_a_file_sent_twice(staging: Staging) -> None:
+    data = _tar([_file("a", b"first"), _file("a", b"second")])
+    kept, notes = read_outputs(staging, data, [_entry("a", b"first")])
+    assert kept == [("a", b"first")]
+    assert any("a: sent twice" in n for n in notes)
+
+
+def test_refuses_the_reserved_directory(staging: Staging) -> None:
     data = _tar([_file(".airlock/stdout", b"forged")])
-    kept, notes = read_outputs(data, [_entry(".airlock/stdout", b"forged")], CAPS)
+    kept, notes = read_outputs(staging, data, [_entry(".airlock/stdout", b"forged")])
     assert kept == []
     assert "reserved" in notes[0]
 
 
-def test_enforces_count_file_size_and_total_caps() -> None:
+def test_enforces_count_file_size_and_total_caps_naming_the_policy_setting(
+    staging: Staging,
+) -> None:
     files = [
         ("a", b"x" * 90),
         ("big", b"x" * 101),
@@ -136,32 +197,71 @@ def test_enforces_count_file_size_and_total_caps() -> None:
         ("e", b"x"),
     ]
     data = _tar([_file(n, d) for n, d in files])
-    kept, notes = read_outputs(data, [_entry(n, d) for n, d in files], CAPS)
-    assert [f.path for f in kept] == ["a", "c", "d"]
-    assert any("per-file limit" in n for n in notes)
-    assert any("total limit" in n for n in notes)
-    assert any("limit of 3 files" in n for n in notes)
+    kept, notes = read_outputs(staging, data, [_entry(n, d) for n, d in files], piece=100)
+    assert [path for path, _ in kept] == ["a", "c", "d"]
+    assert any("per-file limit" in n and "max_artifact_file_bytes" in n for n in notes)
+    assert any("total limit" in n and "max_artifact_total_bytes" in n for n in notes)
+    assert any("limit of 3 files" in n and "max_artifact_files" in n for n in notes)
 
 
-def test_reports_a_damaged_archive_instead_of_failing() -> None:
-    data = _tar([_file("a.txt", b"hello")])
-    kept, notes = read_outputs(data[:514], [_entry("a.txt", b"hello")], CAPS)
+@pytest.mark.parametrize("cut", [100, 514, 600, 1024])
+def test_reports_a_damaged_archive_and_keeps_no_part_of_a_cut_file(
+    staging: Staging, cut: int
+) -> None:
+    data = _tar([_file("a.txt", b"hello" * 200)])
+    kept, notes = read_outputs(staging, data[:cut], [_entry("a.txt", b"hello" * 200)])
     assert kept == []
-    assert any("damaged" in n or "missing" in n for n in notes)
+    assert any("damaged" in n for n in notes), notes
+
+
+def test_a_bad_header_checksum_is_damage_and_what_came_before_stays(staging: Staging) -> None:
+    data = bytearray(_tar([_file("a", b"A"), _file("b", b"B")]))
+    data[1024 + 148] ^= 0x01  # b's header checksum
+    kept, notes = read_outputs(staging, bytes(data), [_entry("a", b"A"), _entry("b", b"B")])
+    assert kept == [("a", b"A")]
+    assert any("damaged (bad member header" in n for n in notes), notes
+
+
+def test_an_oversized_pax_header_is_damage_not_memory(staging: Staging) -> None:
+    info = tarfile.TarInfo("x")
+    info.pax_headers = {"comment": "c" * (MAX_PAX_BYTES + 1)}
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        tar.addfile(info, io.BytesIO(b""))
+    kept, notes = read_outputs(staging, buffer.getvalue(), [_entry("x", b"")], piece=4096)
+    assert kept == []
+    assert any("pax header" in n for n in notes), notes
+
+
+def _pack(files: list[InputFile], dirs: list[InputDir], contents: dict[str, bytes]) -> bytes:
+    out = io.BytesIO()
+    size = pack_inputs(out, files, dirs, lambda sha: io.BytesIO(contents[sha]))
+    assert size == len(out.getvalue())
+    return out.getvalue()
+
+
+def _input(path: str, data: bytes, **fields: Any) -> tuple[InputFile, dict[str, bytes]]:
+    sha = hashlib.sha256(data).hexdigest()
+    return InputFile(path=path, sha256=sha, size=len(data), **fields), {sha: data}
 
 
 def test_inputs_are_packed_owned_by_the_sandbox_user() -> None:
-    packed = pack_inputs([InputFile(path="d/a.txt", data=b"abc")])
+    file, contents = _input("d/a.txt", b"abc")
+    packed = _pack([file], [], contents)
     with tarfile.open(fileobj=io.BytesIO(packed)) as tar:
         (member,) = tar.getmembers()
+        extracted = tar.extractfile(member)
+        assert extracted is not None and extracted.read() == b"abc"
     assert (member.name, member.size, member.uid, member.mode) == ("d/a.txt", 3, 1000, 0o644)
-    assert pack_inputs([]) == b""
+    assert _pack([], [], {}) == b""
 
 
 def test_inputs_carry_directories_modes_and_mtimes_without_special_bits() -> None:
-    packed = pack_inputs(
-        [InputFile(path="bin/run.sh", data=b"#!/bin/sh\n", mode=0o4755, mtime=1700000000)],
+    file, contents = _input("bin/run.sh", b"#!/bin/sh\n", mode=0o4755, mtime=1700000000)
+    packed = _pack(
+        [file],
         [InputDir(path="empty", mode=0o700, mtime=1600000000), InputDir(path="bin")],
+        contents,
     )
     with tarfile.open(fileobj=io.BytesIO(packed)) as tar:
         members = {m.name: m for m in tar.getmembers()}
@@ -229,7 +329,12 @@ def test_incomplete_listing_from_the_runner_is_reported() -> None:
 
 
 def _out(path: str, data: bytes) -> OutputFile:
-    return OutputFile(path=path, data=data, sha256=hashlib.sha256(data).hexdigest())
+    sha = hashlib.sha256(data).hexdigest()
+    return OutputFile(path=path, blob=Draft(name="draft-" + path, sha256=sha, size=len(data)))
+
+
+def _in(path: str, data: bytes, **fields: Any) -> InputFile:
+    return _input(path, data, **fields)[0]
 
 
 def test_settle_takes_content_sent_back_or_sent_in_at_the_same_path_only() -> None:
@@ -243,15 +348,16 @@ def test_settle_takes_content_sent_back_or_sent_in_at_the_same_path_only() -> No
         WorkspaceEntry(path="big", sha256="f" * 64, size=999, mode=0o600),
     ]
     sent = {
-        "same": InputFile(path="same", data=b"s"),
-        "big": InputFile(path="big", data=b"old", mode=0o640, mtime=7),
-        "elsewhere": InputFile(path="elsewhere", data=secret),
+        "same": _in("same", b"s"),
+        "big": _in("big", b"old", mode=0o640, mtime=7),
+        "elsewhere": _in("elsewhere", secret),
     }
     settled = settle(listing, [_out("new", b"n")], sent)
     by_path = {e.path: e for e in settled.entries}
     assert sorted(by_path) == ["big", "new", "same"]
     assert by_path["big"].sha256 == hashlib.sha256(b"old").hexdigest()
     assert (by_path["big"].mode, by_path["big"].mtime) == (0o640, 7)
-    assert hashlib.sha256(secret).hexdigest() not in settled.contents
+    # Only the run's own draft is to be kept; the rest is what the host sent in.
+    assert list(settled.drafts) == [hashlib.sha256(b"n").hexdigest()]
     assert any("probe: its content did not come back; not kept" in n for n in settled.notes)
     assert any("big: its new content did not come back" in n for n in settled.notes)

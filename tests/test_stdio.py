@@ -11,6 +11,7 @@ seconds, which would blur the EOF path with the signal path.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -19,6 +20,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import anyio
 import docker
@@ -92,23 +94,29 @@ def server_env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
-def serve_args(data_dir: Path) -> list[str]:
+def serve_args(data_dir: Path, policy_toml: str = NO_POOL_TOML) -> list[str]:
     # These tests watch a session's containers by label, so no warm pool (support.NO_POOL).
-    policy = data_dir.parent / "no-pool.toml"
-    policy.write_text(NO_POOL_TOML)
+    policy = data_dir.parent / "policy.toml"
+    policy.write_text(policy_toml)
     return ["serve", "--data-dir", str(data_dir), "--policy", str(policy)]
 
 
 @asynccontextmanager
 async def airlock_serve(
-    tmp_path: Path, data_dir: Path, pids: list[int], name: str = "server"
+    tmp_path: Path,
+    data_dir: Path,
+    pids: list[int],
+    name: str = "server",
+    policy_toml: str = NO_POOL_TOML,
 ) -> AsyncIterator[Served]:
     """`airlock serve` as a child process; on the way out stdin closes and the process
     gets EXIT_S to end before it is killed."""
     log_path = tmp_path / f"{name}.stderr"
     with log_path.open("wb") as log:
         process = await anyio.open_process(
-            [AIRLOCK, *serve_args(data_dir)], env=server_env(tmp_path), stderr=log
+            [AIRLOCK, *serve_args(data_dir, policy_toml)],
+            env=server_env(tmp_path),
+            stderr=log,
         )
     pids.append(process.pid)
     served = Served(process, log_path)
@@ -435,3 +443,90 @@ async def test_a_sigkilled_servers_run_is_ended_at_the_next_start_and_a_live_ser
         assert ended.instance_id != untouched.instance_id
         assert untouched.status == "running", untouched
         live_calls.cancel_scope.cancel()
+
+
+# ---- memory per run ------------------------------------------------------------------
+
+MIB = 1024 * 1024
+BIG_FILES = 4
+BIG_FILE_MIB = 50
+# Caps raised so that 200 MiB of artifacts is allowed and kept; runc for speed.
+BIG_POLICY = f"""
+[pool]
+size = 0
+[sandbox]
+runtime = "runc"
+[limits]
+memory_mb = 768
+workspace_mb = 320
+[files]
+max_artifact_file_bytes = {64 * MIB}
+max_artifact_total_bytes = {256 * MIB}
+"""
+WRITE_FILES = """
+import hashlib, json
+count, size = {count}, {size}
+sums = {{}}
+for i in range(count):
+    data = bytes([65 + i]) * size
+    open(f"big{{i}}.bin", "wb").write(data)
+    sums[f"big{{i}}.bin"] = hashlib.sha256(data).hexdigest()
+print(json.dumps(sums))
+"""
+# What the server may gain in peak memory for the whole run, whatever the files' total:
+# a few frames and chunks in flight, plus allocator slack (today's cost is their total).
+RSS_BOUND = 48 * MIB
+
+
+def peak_rss(pid: int) -> int:
+    """The process's peak resident memory so far (VmHWM), in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmHWM for pid {pid}")
+
+
+async def run_writing(client: Client, count: int, size: int, log: Callable[[], str]) -> Any:
+    args = {"code": WRITE_FILES.format(count=count, size=size), "timeout_s": 300}
+    with anyio.fail_after(600):
+        result = await client.call_tool("run_code", args)
+    assert result.structured_content is not None, f"{text_of(result)}\n{log()}"
+    assert result.structured_content["status"] == "ok", text_of(result)
+    return result.structured_content
+
+
+async def test_a_run_leaving_200_mib_of_artifacts_costs_the_server_constant_memory(
+    tmp_path: Path, started_pids: list[int]
+) -> None:
+    data_dir = tmp_path / "data"
+    async with airlock_serve(tmp_path, data_dir, started_pids, policy_toml=BIG_POLICY) as served:
+        pid = served.process.pid
+        async with Client(pipe_transport(served.process)) as client:
+            # The same code paths once with small files, so what is measured next is the
+            # run's own cost, not first-use allocations (imports, threads, caches).
+            await run_writing(client, BIG_FILES, MIB, served.log)
+            before = peak_rss(pid)
+            result = await run_writing(client, BIG_FILES, BIG_FILE_MIB * MIB, served.log)
+            grown = peak_rss(pid) - before
+            sums = json.loads(result["stdout"]["text"])
+            assert {a["path"]: (a["size"], a["sha256"]) for a in result["artifacts"]} == {
+                name: (BIG_FILE_MIB * MIB, sha) for name, sha in sums.items()
+            }
+            # Each file is whole in the blob store, and fetchable.
+            page = await client.call_tool(
+                "fetch_artifact",
+                {"run_id": result["run_id"], "path": "big3.bin", "offset": 50 * MIB - 4},
+            )
+            assert not page.is_error, text_of(page)
+            assert page.structured_content is not None
+            assert page.structured_content["returned_bytes"] == 4
+    total = BIG_FILES * BIG_FILE_MIB * MIB
+    assert grown < RSS_BOUND, (
+        f"peak RSS grew by {grown / MIB:.1f} MiB for a run leaving {total / MIB:.0f} MiB "
+        f"of artifacts (bound {RSS_BOUND / MIB:.0f} MiB)\n{served.log()}"
+    )
+    blobs = data_dir / "blobs"
+    for sha in sums.values():
+        assert (blobs / sha[:2] / sha[2:]).stat().st_size == BIG_FILE_MIB * MIB
+    # Nothing of the run's staging is left behind.
+    assert not list(blobs.glob(".*"))

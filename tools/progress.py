@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 import anyio
 
 from airlock.sandbox import Backend, JobOutcome, JobSpec, Sandbox
+from airlock.store import Staging
 
 log = logging.getLogger(__name__)
 
@@ -24,12 +25,12 @@ Progress = Callable[[float, str], Awaitable[None]]
 
 
 async def run_reporting(
-    backend: Backend, box: Sandbox, job: JobSpec, progress: Progress | None
+    backend: Backend, box: Sandbox, job: JobSpec, staging: Staging, progress: Progress | None
 ) -> JobOutcome:
-    """`box.run(job)` (a sandbox of `backend`), reporting progress each second after the
-    first."""
+    """`box.run(job, staging)` (a sandbox of `backend`), reporting progress each second
+    after the first."""
     if progress is None:
-        return await box.run(job)
+        return await box.run(job, staging)
     started = time.monotonic()
 
     async def tick() -> None:
@@ -53,7 +54,7 @@ async def run_reporting(
         # Kept out of the task group, which would wrap it in an ExceptionGroup that
         # tool_errors cannot map (a runner fault became "Error executing tool").
         try:
-            outcome = await box.run(job)
+            outcome = await box.run(job, staging)
         except Exception as exc:
             failure = exc
         tg.cancel_scope.cancel()

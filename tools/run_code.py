@@ -43,6 +43,7 @@ from airlock.store import (
     ArtifactRecord,
     EgressRecord,
     RunRecord,
+    Staging,
     WorkspaceCommit,
     WorkspaceConflict,
     WorkspaceDelta,
@@ -81,6 +82,10 @@ MAX_NOTE_CHARS = 1000
 MAX_NOTES_CHARS = 16 * 1024
 MAX_LISTED_ARTIFACTS = 100
 MAX_LISTED_EGRESS = 50
+# An artifact's type is sniffed from all of its bytes up to this size (an image must end
+# with its end marker), from its first bytes past it: memory per run stays a constant.
+SNIFF_WHOLE_BYTES = 4 * 1024 * 1024
+SNIFF_HEAD_BYTES = 64 * 1024
 STREAM_PATHS = {"stdout": f"{RESERVED_PREFIX}stdout", "stderr": f"{RESERVED_PREFIX}stderr"}
 
 
@@ -101,7 +106,12 @@ async def run_code(
         raise LimitExceeded(
             f"code is over {MAX_CODE_BYTES} bytes; put large data in `files` instead"
         )
-    call_files = _decode_files(files, policy, mtime=int(services.clock()))
+    call_data = _decode_files(files, policy)
+    mtime = int(services.clock())
+    call_files = {
+        path: InputFile(path=path, sha256=_sha256(data), size=len(data), mtime=mtime)
+        for path, data in call_data.items()
+    }
     grants = live_grants(services, session, list(capabilities))
     backend, image, runtime = await services.engine.ready(policy.image)
     head, inputs, dirs = await _workspace_inputs(services, session, call_files)
@@ -119,8 +129,10 @@ async def run_code(
         runtime=runtime,
         instance_id=services.instance_id,
     )
-    async with recorded_run(services, record) as run:
-        await _keep_inputs(services, run_id, inputs, call_files)
+    # The files the run leaves arrive as drafts in a staging area, never whole in memory;
+    # only those recorded below become blobs, and the block's end removes the rest.
+    async with services.blobs.staging() as staging, recorded_run(services, record) as run:
+        await _keep_inputs(services, run_id, inputs, call_data)
         job = JobSpec(
             run_id=run_id,
             session_id=session.id,
@@ -163,15 +175,18 @@ async def run_code(
                             "egress": EgressMount(ca_pem=plan.ca_pem),
                         }
                     )
-                    outcome = await run_reporting(backend, box, job, progress)
+                    outcome = await run_reporting(backend, box, job, staging, progress)
             else:
-                outcome = await run_reporting(backend, box, job, progress)
+                outcome = await run_reporting(backend, box, job, staging, progress)
         run.ran(outcome)
         # What the code left is kept even if the call is cancelled now: it ran.
         with anyio.CancelScope(shield=True):
-            kept = await _keep_workspace(services, session, run_id, head, inputs, outcome)
+            kept = await _keep_workspace(services, session, run_id, head, inputs, outcome, staging)
             stream_uris = await _keep_streams(services, session, run_id, outcome)
-    return _result(policy, timeout, session, record, outcome, kept, stream_uris, run.egress)
+    pictures = await _pictures(services, kept)
+    return _result(
+        policy, timeout, session, record, outcome, kept, stream_uris, run.egress, pictures
+    )
 
 
 def _timeout(timeout_s: int | None, policy: Policy) -> int:
@@ -188,11 +203,12 @@ def _timeout(timeout_s: int | None, policy: Policy) -> int:
     return timeout_s
 
 
-def _decode_files(files: Sequence[FileArg], policy: Policy, *, mtime: int) -> dict[str, InputFile]:
+def _decode_files(files: Sequence[FileArg], policy: Policy) -> dict[str, bytes]:
+    """The call's files by validated path."""
     caps = policy.files
     if len(files) > caps.max_input_files:
         raise LimitExceeded(f"{len(files)} files given; at most {caps.max_input_files} per call")
-    decoded: dict[str, InputFile] = {}
+    decoded: dict[str, bytes] = {}
     total = 0
     for arg in files:
         path = safe_relative_path(arg.path, max_length=caps.max_path_length)
@@ -209,7 +225,7 @@ def _decode_files(files: Sequence[FileArg], policy: Policy, *, mtime: int) -> di
                 f"files total more than {caps.max_input_bytes} bytes; send less per call "
                 "(files written by earlier runs of the session are already in /workspace)"
             )
-        decoded[path] = InputFile(path=path, data=data, mtime=mtime)
+        decoded[path] = data
     for path in decoded:
         inside = next((a for a in ancestors(path) if a in decoded), None)
         if inside is not None:
@@ -258,7 +274,8 @@ async def _workspace_inputs(
         elif entry.path not in call_files:
             inputs[entry.path] = InputFile(
                 path=entry.path,
-                data=await services.blobs.read(entry.sha256),
+                sha256=entry.sha256,
+                size=entry.size,
                 mode=entry.mode,
                 mtime=entry.mtime,
             )
@@ -267,18 +284,16 @@ async def _workspace_inputs(
 
 
 async def _keep_inputs(
-    services: Services, run_id: str, inputs: dict[str, InputFile], call_files: dict[str, InputFile]
+    services: Services, run_id: str, inputs: dict[str, InputFile], call_data: dict[str, bytes]
 ) -> None:
     """The listing of what the run started from, for the audit; the call's own files are
-    kept too (the workspace's already are), so every hash in the listing can be read."""
-    for file in call_files.values():
-        await services.blobs.put(file.data)
+    kept too (the workspace's already are), so every hash in the listing can be read, and
+    the backend streams each input from its blob."""
+    for data in call_data.values():
+        await services.blobs.put(data)
     await services.db.add_run_inputs(
         run_id,
-        [
-            WorkspaceFile(path=f.path, sha256=_sha256(f.data), size=len(f.data))
-            for f in inputs.values()
-        ],
+        [WorkspaceFile(path=f.path, sha256=f.sha256, size=f.size) for f in inputs.values()],
     )
 
 
@@ -291,6 +306,8 @@ class _Kept:
     commit: WorkspaceCommit | None = None
     artifacts: list[ArtifactInfo] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    produced: list[ArtifactRecord] = field(default_factory=list)
+    """The records behind `artifacts`."""
 
 
 async def _keep_workspace(
@@ -300,12 +317,15 @@ async def _keep_workspace(
     head: WorkspaceHead,
     inputs: Mapping[str, InputFile],
     outcome: JobOutcome,
+    staging: Staging,
 ) -> _Kept:
     """Store the run's changed files as its artifacts, then commit its delta.
 
     Every file the delta writes becomes an artifact of this run (so a version a later run
     overwrites stays fetchable from this one); the result lists as artifacts only those
     whose content the code produced, not the call's own files passed through unchanged.
+    A file's content is a draft of the run (kept here, just before its record is written)
+    or a blob the host sent in.
     """
     if outcome.workspace is None:
         return _Kept(base=head, delta=WorkspaceDelta(base_version=head.version))
@@ -323,20 +343,21 @@ async def _keep_workspace(
     for entry in delta.upserts:
         if entry.kind != "file":
             continue
-        data = settled.contents[entry.sha256]
-        await services.blobs.put(data)
+        draft = settled.drafts.get(entry.sha256)
+        if draft is not None:
+            await staging.keep(draft)
         record = ArtifactRecord(
             run_id=run_id,
             path=entry.path,
             size=entry.size,
             sha256=entry.sha256,
-            mime_type=guess_mime_type(entry.path, data),
+            mime_type=await _mime_type(services, entry.path, entry.sha256, entry.size),
             tenant=session.tenant,
             created_at=now,
         )
         records.append(record)
         given = inputs.get(entry.path)
-        if given is None or _sha256(given.data) != entry.sha256:
+        if given is None or given.sha256 != entry.sha256:
             produced.append(record)
     await services.db.add_artifacts(records)
     commit = await services.db.commit_workspace(session.id, delta, writer=run_id, at=now)
@@ -350,7 +371,30 @@ async def _keep_workspace(
         )
         for r in produced
     ]
-    return _Kept(base=head, delta=delta, commit=commit, artifacts=artifacts, notes=settled.notes)
+    return _Kept(
+        base=head,
+        delta=delta,
+        commit=commit,
+        artifacts=artifacts,
+        notes=settled.notes,
+        produced=produced,
+    )
+
+
+async def _mime_type(services: Services, path: str, sha256: str, size: int) -> str:
+    """The artifact's type from its bytes: all of them up to SNIFF_WHOLE_BYTES (an image is
+    checked to its end marker), the first SNIFF_HEAD_BYTES of a larger file."""
+    if size <= SNIFF_WHOLE_BYTES:
+        return guess_mime_type(path, await services.blobs.read(sha256))
+    head = await services.blobs.read(sha256, 0, SNIFF_HEAD_BYTES)
+    # A multi-byte character cut at the end of the sample is not binary.
+    for cut in range(4):
+        try:
+            head[: len(head) - cut].decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+        return guess_mime_type(path, head[: len(head) - cut])
+    return guess_mime_type(path, head)
 
 
 async def _keep_streams(
@@ -390,6 +434,7 @@ def _result(
     kept: _Kept,
     stream_uris: dict[str, str],
     egress_log: Sequence[EgressRecord],
+    pictures: Sequence[ImageContent],
 ) -> CallToolResult:
     artifacts = kept.artifacts
     conflicts = list(kept.commit.conflicts) if kept.commit else []
@@ -430,7 +475,7 @@ def _result(
     )
     summary = _summary_text(result, _limit_hit(result.status, timeout, policy))
     content: list[Any] = [TextContent(type="text", text=summary)]
-    content.extend(_pictures(outcome))
+    content.extend(pictures)
     content.extend(
         ResourceLink(
             type="resource_link", name=a.path, uri=a.uri, mime_type=a.mime_type, size=a.size
@@ -474,19 +519,22 @@ def _conflict(conflict: WorkspaceConflict) -> ConflictInfo:
     )
 
 
-def _pictures(outcome: JobOutcome) -> list[ImageContent]:
+async def _pictures(services: Services, kept: _Kept) -> list[ImageContent]:
     """The run's image artifacts, so the model sees its plots: only files whose bytes are a
     well-formed PNG, JPEG, GIF or WebP, up to a size and count cap (the rest stay links)."""
     pictures: list[ImageContent] = []
-    for file in outcome.files:
+    for record in kept.produced:
         if len(pictures) == MAX_IMAGES_PER_RESULT:
             break
-        picture = sniff_image(file.data) if len(file.data) <= MAX_IMAGE_BYTES else None
+        if record.size > MAX_IMAGE_BYTES or not record.mime_type.startswith("image/"):
+            continue
+        data = await services.blobs.read(record.sha256)
+        picture = sniff_image(data)
         if picture is not None:
             pictures.append(
                 ImageContent(
                     type="image",
-                    data=base64.b64encode(file.data).decode(),
+                    data=base64.b64encode(data).decode(),
                     mime_type=picture.mime_type,
                 )
             )
