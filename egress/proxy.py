@@ -32,6 +32,7 @@ from airlock.broker import RunClaims, Secret
 from .conversation import Conversation, RunContext
 from .decision import Rule
 from .ledger import RunLedger
+from .socketchannel import SocketChannel
 from .steps import (
     Action,
     ClientClosed,
@@ -350,7 +351,7 @@ class RunProxy:
     async def _dial(self, link: _Link, action: Dial) -> Event:
         session_key = (action.host, action.port)
         try:
-            stream: anyio.abc.ByteStream = await anyio.connect_tcp(action.address, action.port)
+            stream: anyio.abc.ByteStream = await SocketChannel.connect(action.address, action.port)
             if action.tls:
                 stream = await TLSChannel.wrap(
                     stream,

@@ -7,6 +7,9 @@ for) in one `receive`, and encrypts a large `send` into many records with one so
 write. It wraps an already connected stream (the sandbox's, after CONNECT, or the
 upstream's) with `ssl.SSLObject` over memory BIOs, the way anyio does, and accepts a
 TLS session to resume (upstream connections of the same run reuse their sessions).
+Records are decrypted into one buffer per channel, and over an upstream `SocketChannel`
+the ciphertext goes from that channel's buffer into the TLS object with no bytes object
+in between.
 
 Belongs here: the TLS record pump. Does not belong here: certificates (`egress.tls`),
 verification policy (the contexts passed in), HTTP.
@@ -22,6 +25,8 @@ from typing import Any, cast
 import anyio
 import anyio.abc
 from anyio.streams.tls import TLSAttribute
+
+from .socketchannel import SocketChannel
 
 HANDSHAKE_TIMEOUT = 30.0
 TRANSPORT_READ = 256 * 1024
@@ -74,9 +79,16 @@ class TLSChannel(anyio.abc.ByteStream):
                     break
                 except ssl.SSLWantReadError:
                     await channel._flush()
-                    incoming.write(await transport.receive(TRANSPORT_READ))
+                    await channel._fill(TRANSPORT_READ)
             await channel._flush()
         return channel
+
+    async def _fill(self, max_bytes: int) -> None:
+        """Feed the TLS object the transport's next bytes (a view, where it lends one)."""
+        if isinstance(self.transport, SocketChannel):
+            self._incoming.write(await self.transport.receive_view(max_bytes))
+        else:
+            self._incoming.write(await self.transport.receive(max_bytes))
 
     async def _flush(self) -> None:
         pending = self._outgoing.read()
@@ -110,8 +122,7 @@ class TLSChannel(anyio.abc.ByteStream):
                     return view[:size].tobytes()
                 if self._eof:
                     raise anyio.EndOfStream
-                data = await self.transport.receive(max(max_bytes, TRANSPORT_READ))
-                self._incoming.write(data)
+                await self._fill(max(max_bytes, TRANSPORT_READ))
         finally:
             view.release()
 
