@@ -1,8 +1,10 @@
-"""A run's record ends on every path: failing to keep its files, cancelled.
+"""A run's record ends on every path: ran, failing to keep its files, failing before it
+ran, cancelled.
 
-Real server, real engine, real store. Keeping fails for real: the blob a file's bytes would
-be stored as is taken by a directory, so writing it fails inside the store as a full or
-broken disk would, for that one content only.
+The end each path writes is a table over `OpenRun.end`; the paths themselves run on a real
+server, engine and store. Keeping fails for real there: the blob a file's bytes would be
+stored as is taken by a directory, so writing it fails inside the store as a full or broken
+disk would, for that one content only.
 """
 
 from __future__ import annotations
@@ -20,9 +22,13 @@ from mcp.client import Client
 from mcp.server.mcpserver import MCPServer
 from support import NO_POOL, text_of, wait_until
 
+from airlock.errors import RunnerFailed, StoreError
+from airlock.sandbox import JobOutcome, StreamCapture
+from airlock.sandbox.spec import Usage
 from airlock.store import Database, RunRecord
+from airlock.tools.run_record import OpenRun
 
-pytestmark = [pytest.mark.anyio, pytest.mark.docker]
+pytestmark = pytest.mark.anyio
 
 MakeServer = Callable[..., MCPServer]
 KEPT = b"bytes whose blob cannot be written\n"
@@ -34,6 +40,88 @@ def block_blob(data_dir: Path, data: bytes) -> None:
     (data_dir / "blobs" / sha[:2] / sha[2:] / "in-the-way").mkdir(parents=True)
 
 
+RUNNING = RunRecord(
+    id="run_1",
+    session_id="ses_1",
+    tenant="t1",
+    language="python",
+    status="running",
+    created_at=100.0,
+    timeout_s=30,
+    limits={},
+    code_sha256="c" * 64,
+    runtime="runc",
+    instance_id="i1",
+)
+OUTCOME = JobOutcome(
+    status="oom",
+    exit_code=137,
+    duration_ms=1500,
+    stdout=StreamCapture(data=b"out", total_bytes=3, sha256="a" * 64),
+    stderr=StreamCapture(),
+    usage=Usage(cpu_seconds=1.25, peak_memory_bytes=1 << 20),
+)
+RAN = {
+    "status": "oom",
+    "exit_code": 137,
+    "duration_ms": 1500,
+    "cpu_seconds": 1.25,
+    "peak_memory_bytes": 1 << 20,
+    "stdout_bytes": 3,
+    "stdout_sha256": "a" * 64,
+    "stderr_bytes": 0,
+    "stderr_sha256": "",
+    "finished_at": 200.0,
+}
+
+
+@pytest.mark.parametrize(
+    ("outcome", "failure", "expected"),
+    [
+        (OUTCOME, None, RAN),
+        (
+            OUTCOME,
+            StoreError("disk full"),
+            {
+                **RAN,
+                "status": "error",
+                "error": "the run finished, but keeping what it left failed: StoreError: disk full",
+            },
+        ),
+        (
+            None,
+            "cancelled",
+            {"status": "killed", "finished_at": 200.0, "error": "the call was cancelled"},
+        ),
+        (
+            None,
+            RunnerFailed("the sandbox runner failed", run_id="run_1", reported="bad\x1b[2J"),
+            {
+                "status": "killed",
+                "finished_at": 200.0,
+                "error": "RunnerFailed: the sandbox runner failed; the runner reported: bad",
+            },
+        ),
+        (
+            None,
+            None,
+            {"status": "killed", "finished_at": 200.0, "error": "the sandbox reported no outcome"},
+        ),
+    ],
+    ids=["ran", "keeping-failed", "cancelled", "runner-failed", "no-outcome"],
+)
+async def test_a_run_ends_with_what_its_path_says(
+    outcome: JobOutcome | None, failure: BaseException | str | None, expected: dict[str, object]
+) -> None:
+    if failure == "cancelled":  # the class exists only under a running event loop
+        failure = anyio.get_cancelled_exc_class()()
+    assert not isinstance(failure, str)
+    run = OpenRun(RUNNING)
+    if outcome is not None:
+        run.ran(outcome)
+    assert run.end(failure, at=200.0) == RUNNING.model_copy(update=expected)
+
+
 async def the_runs(data_dir: Path) -> list[RunRecord]:
     db = await Database.open(data_dir / "airlock.db")
     try:
@@ -42,6 +130,7 @@ async def the_runs(data_dir: Path) -> list[RunRecord]:
         await db.close()
 
 
+@pytest.mark.docker
 async def test_a_run_whose_input_cannot_be_kept_ends_with_an_error_not_running(
     make_server: MakeServer, data_dir: Path
 ) -> None:
@@ -59,6 +148,7 @@ async def test_a_run_whose_input_cannot_be_kept_ends_with_an_error_not_running(
     assert run.error is not None and "cannot write blob" in run.error, run.error
 
 
+@pytest.mark.docker
 async def test_a_cancelled_call_ends_its_run_killed(
     make_server: MakeServer, data_dir: Path, docker_client: docker.DockerClient
 ) -> None:
