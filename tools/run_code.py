@@ -5,7 +5,7 @@ modes, mtimes) with the call's files laid over it. What the run changed relative
 version is its delta: changed files become artifacts of the run, and the delta is
 committed onto the workspace head, merging with what parallel calls committed meanwhile
 (conflicts are reported, never dropped). Output goes back in the untrusted envelope. The
-run record is completed on every path, cancellation included.
+run record is completed on every path, cancellation included (`run_record.py`).
 """
 
 from __future__ import annotations

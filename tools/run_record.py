@@ -10,8 +10,7 @@ decisions, writes the run's end once and emits `RunFinished` once:
   `killed`, with why.
 
 The end is written shielded, so a cancelled call still records it. Nothing else writes a
-run's end, except the start of a later server for the runs of one that died
-(`store.instances`).
+run's end, except another server for the runs of one that died (`store/instances.py`).
 """
 
 from __future__ import annotations
