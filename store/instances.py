@@ -15,6 +15,9 @@ are labelled with (`sandbox/instance.py`): servers in different pid namespaces (
 may share a data dir, and a pid means nothing across them, where a lock on a shared file
 does. (A data dir is on a local filesystem: SQLite needs that too.)
 
+The lock's descriptor is not inheritable (Python's default, kept here), so a process the
+server starts (an image build) cannot keep a dead server's claim alive after it.
+
 A claim's file is locked before it gets its name (made under `.claiming/`, locked, renamed
 into place), so a server looking for dead instances never finds a live one's file unlocked.
 Only this module touches these files; the runs themselves are `db.py`'s.
