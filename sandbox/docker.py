@@ -61,7 +61,7 @@ from .runner import SANDBOX_UID, encode_job
 from .runtime import GVISOR
 from .seccomp import gvisor_security_opt
 from .spec import JobOutcome, JobSpec, OutputFile, Status, StreamCapture, Usage, WorkspaceEntry
-from .usage import read_usage
+from .usage import UsageWatch
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +75,12 @@ RUNNER_USER = "0:0"
 RUNNER_CAPABILITIES = ["SETUID", "SETGID", "SETPCAP", "KILL"]
 # Container start and packing the workspace happen outside the user's timeout.
 EXCHANGE_GRACE_S = 15.0
+# How often a running container's cgroup is read, so its usage is known if it vanishes.
+USAGE_LOOK_INTERVAL_S = 0.05
+# The share of its memory limit at which a sandbox that died without a report is taken
+# to have died of it (its last look can come a little before the end).
+AT_MEMORY_LIMIT = 0.9
+MIB = 1 << 20
 RECEIVE_CHUNK = 65536
 SEND_CHUNK = 65536
 # The input tar stays in memory up to this size, then moves to a file in the run's staging area.
@@ -408,13 +414,16 @@ class DockerBackend:
                 await stream.send(encode_job(_job_payload(job), input_bytes))
                 while chunk := await _read_chunk(inputs):
                     await stream.send(chunk)
+                watch = UsageWatch(container_id)
                 with anyio.move_on_after(job.timeout_s + EXCHANGE_GRACE_S) as scope:
                     try:
-                        await self._receive(stream, exchange, intake, job.run_id)
+                        await self._receive(stream, exchange, intake, job.run_id, watch)
                     finally:
                         self._received.pop(job.run_id, None)
                 # Read while the container still exists: the runner waits for us to hang up.
-                usage, oom_killed = await self._final_state(container_id)
+                usage, oom_killed = await self._final_state(
+                    watch, died=exchange.report is None, memory_mb=job.limits.memory_mb
+                )
             elapsed_ms = int((time.monotonic() - started) * 1000)
             if exchange.report is None and exchange.runner_log:
                 # The runner's own stderr is for the operator; it never reaches the agent.
@@ -451,29 +460,56 @@ class DockerBackend:
                 await anyio.to_thread.run_sync(intake.close)
 
     async def _receive(
-        self, stream: anyio.abc.SocketStream, exchange: Exchange, intake: Intake, run_id: str
+        self,
+        stream: anyio.abc.SocketStream,
+        exchange: Exchange,
+        intake: Intake,
+        run_id: str,
+        watch: UsageWatch,
     ) -> None:
         """Feed the exchange until it is done or the stream ends, handing the tar's bytes
-        to the intake as they come (a frame at most is held in memory)."""
+        to the intake as they come (a frame at most is held in memory), and looking at
+        the container's usage every USAGE_LOOK_INTERVAL_S meanwhile."""
+        next_look = 0.0
         while not exchange.done:
-            try:
-                exchange.feed(await stream.receive(RECEIVE_CHUNK))
-            except (anyio.EndOfStream, anyio.BrokenResourceError):
-                break
+            if time.monotonic() >= next_look:
+                watch.look()
+                next_look = time.monotonic() + USAGE_LOOK_INTERVAL_S
+            data = b""
+            # Cancelling a receive that is waiting loses nothing.
+            with anyio.move_on_after(USAGE_LOOK_INTERVAL_S):
+                try:
+                    data = await stream.receive(RECEIVE_CHUNK)
+                except (anyio.EndOfStream, anyio.BrokenResourceError):
+                    break
+            if not data:
+                continue
+            exchange.feed(data)
             tar = exchange.take_tar()
             if tar:
                 with _disk_errors("writing the run's files"):
                     await anyio.to_thread.run_sync(intake.feed, tar)
             self._received[run_id] = len(exchange.stdout) + len(exchange.stderr)
 
-    async def _final_state(self, container_id: str) -> tuple[Usage, bool]:
-        # Reading a few sysfs files doesn't block in any way that matters.
-        cgroup = read_usage(container_id)
+    async def _final_state(
+        self, watch: UsageWatch, *, died: bool, memory_mb: int
+    ) -> tuple[Usage, bool]:
+        cgroup = watch.look()
+        oom_killed = cgroup is not None and cgroup.oom_kills > 0
+        if cgroup is None and died and watch.last is not None:
+            # The sandbox went with its cgroup before its end was read: under gVisor the
+            # OOM killer takes the whole sandbox, and the engine does not record that as
+            # OOMKilled. A sandbox that died at its memory limit was killed for it.
+            cgroup = watch.last
+            oom_killed = cgroup.oom_kills > 0 or (
+                cgroup.peak_memory_bytes >= memory_mb * MIB * AT_MEMORY_LIMIT
+            )
         if cgroup is not None:
             usage = Usage(
                 cpu_seconds=cgroup.cpu_seconds, peak_memory_bytes=cgroup.peak_memory_bytes
             )
-            return usage, cgroup.oom_kills > 0
+            return usage, oom_killed
+        container_id = watch.container_id
         return await self._call("reading usage", lambda: _engine_state(self.client, container_id))
 
     def output_bytes(self, run_id: str) -> int:

@@ -70,3 +70,19 @@ def _v2(container_id: str) -> CgroupUsage | None:
 def read_usage(container_id: str) -> CgroupUsage | None:
     """The container's usage while it still exists, or None when its cgroup isn't visible."""
     return _v1(container_id) or _v2(container_id)
+
+
+class UsageWatch:
+    """A running container's usage, looked at now and then so that the last look
+    survives a sandbox that vanishes with its cgroup before its end is read."""
+
+    def __init__(self, container_id: str) -> None:
+        self.container_id = container_id
+        self.last: CgroupUsage | None = None
+
+    def look(self) -> CgroupUsage | None:
+        # Reading a few sysfs files doesn't block in any way that matters.
+        seen = read_usage(self.container_id)
+        if seen is not None:
+            self.last = seen
+        return seen
