@@ -613,6 +613,12 @@ def _run(
         os.killpg(proc.pid, signal.SIGKILL)
     returncode = proc.wait()
     selector.close()
+    if relay is not None:
+        # Our own child, so it can be waited for; _stop_everything would find it dying
+        # and pause for it. Still stopped below with everything else if it lingers.
+        relay.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            relay.wait(timeout=STOP_CODE_S)
     stopped = _stop_everything()
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return {
