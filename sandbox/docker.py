@@ -257,9 +257,6 @@ class DockerBackend:
         self._received: dict[str, int] = {}
         # Each egress directory goes when its container goes.
         self._egress_dirs: dict[str, Path] = {}
-        # Pooled containers are attached before they start, so taking one costs no call
-        # to the engine: the attach connection (a descriptor we own) waits here.
-        self._attached: dict[str, int] = {}
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
@@ -343,10 +340,6 @@ class DockerBackend:
         }
         container_id = await self._create_container(profile, labels, "creating a pooled container")
         try:
-            fd = await self._call(
-                "attaching to a pooled container", lambda: attach(self.client, container_id)
-            )
-            self._attached[container_id] = fd
             await self._call(
                 "starting a pooled container", lambda: self.client.api.start(container_id)
             )
@@ -395,11 +388,9 @@ class DockerBackend:
                     pack_inputs, inputs, job.files, job.dirs, staging.store.open_blob
                 )
                 await anyio.to_thread.run_sync(inputs.seek, 0)
-            fd = self._attached.pop(container_id, None)
-            if fd is None:
-                fd = await self._call(
-                    "attaching to the container", lambda: attach(self.client, container_id)
-                )
+            fd = await self._call(
+                "attaching to the container", lambda: attach(self.client, container_id)
+            )
             try:
                 if start:
                     await self._call(
@@ -559,9 +550,6 @@ class DockerBackend:
         try:
             await self._remove_container(container_id)
         finally:
-            fd = self._attached.pop(container_id, None)
-            if fd is not None:
-                os.close(fd)
             egress_dir = self._egress_dirs.pop(container_id, None)
             if egress_dir is not None:
                 shutil.rmtree(egress_dir, ignore_errors=True)

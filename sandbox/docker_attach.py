@@ -24,9 +24,8 @@ SDK_CHANGED = (
 
 def attach(client: docker.DockerClient, container_id: str) -> int:
     """The container's stdin, stdout and stderr as one connected socket's descriptor, which
-    the caller owns (and closes). Nothing can be left in the response's read buffer: every
-    container is attached before it starts (a pooled one when it is made), and the runner
-    writes nothing before it gets its job."""
+    the caller owns (and closes). Nothing can be left in the response's read buffer: the
+    runner (and the egress relay it may start) writes nothing before it gets its job."""
     api: Any = client.api
     try:
         post, url, raise_for_status = api._post, api._url, api._raise_for_status

@@ -454,6 +454,9 @@ def _start_relay(socket_path: str, port: int) -> subprocess.Popen[bytes]:
         [sys.executable, "-I", os.path.abspath(__file__), "--relay", socket_path, str(port)],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
+        # Not the container's stderr: the host may attach to a pooled container after
+        # it started, and expects nothing on the stream before the job.
+        stderr=subprocess.DEVNULL,
         preexec_fn=_become_sandbox_user,  # safe: the runner has no threads
     )
 
@@ -473,7 +476,7 @@ def _ready_egress(egress: dict[str, Any], relay: subprocess.Popen[bytes] | None)
         f.write(bundle)
     assert relay.stdout is not None
     if relay.stdout.readline() != b"ready\n":
-        raise RuntimeError("the egress relay did not start")
+        raise RuntimeError(f"the egress relay did not start (exit status {relay.poll()})")
 
 
 def _relay(socket_path: str, port: int) -> None:

@@ -313,14 +313,12 @@ async def test_pooled_sandboxes_never_taken_leave_nothing_behind_when_the_backen
     harness: Harness,
 ) -> None:
     async with harness.backend(2, egress=True) as backend:
-        # Docker: a pooled container waits attached (the connection its job will use).
-        waiting = dict(backend._attached)
-        egress_dirs = [backend._egress_dirs[name] for name in waiting]
+        # Docker: each pooled container made for egress has its own egress directory.
+        waiting = dict(backend._egress_dirs)
         assert len(waiting) == 2
-    for name in waiting:
+    for name, egress_dir in waiting.items():
         assert not harness.exists(name)
-    assert not any(path.exists() for path in egress_dirs)
-    assert backend._attached == {}
+        assert not egress_dir.exists()
 
 
 async def test_a_sandbox_takes_exactly_one_job(harness: Harness) -> None:
