@@ -493,9 +493,10 @@ async def test_python_fork_bomb_is_stopped_by_the_pids_limit(
         assert found, result["stdout"]
         assert int(found.group(1)) < FORKS["limits"]["pids"]
         assert int(found.group(2)) == errno.EAGAIN
-        # Removal happens right after the reply; it must complete, and promptly.
+        # Removal happens right after the reply and must complete; under gVisor on a
+        # loaded machine it took over 15 s once (the bomb's children are still there).
         await wait_until(
-            lambda: containers_of_session(docker_client, result["session_id"]) == [], within=15
+            lambda: containers_of_session(docker_client, result["session_id"]) == [], within=60
         )
         await assert_alive(c, result["session_id"])
 
