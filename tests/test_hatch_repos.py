@@ -481,8 +481,10 @@ async def test_a_copy_racing_a_running_call_merges_and_reports_the_conflict(
         # The first call's container is removed after its reply; the wait below must see
         # the long run's container, not that one.
         await wait_until(
-            lambda: not docker_client.containers.list(
-                all=True, filters={"label": f"airlock.run={first['run_id']}"}
+            lambda: (
+                not docker_client.containers.list(
+                    all=True, filters={"label": f"airlock.run={first['run_id']}"}
+                )
             ),
             within=60,
         )

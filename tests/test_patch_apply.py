@@ -198,6 +198,7 @@ def test_a_file_changed_during_the_apply_is_not_overwritten(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import airlock.sandbox.patch_apply as applying
+
     _write(tmp_path, BEFORE)
     real_git = applying._git
 
