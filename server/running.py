@@ -88,7 +88,8 @@ async def serving(
     async with AsyncExitStack() as undo:
         db = await Database.open(config.db_path)
         undo.push_async_callback(_shielded(db.close))
-        claim = await claim_instance(db, config.instances_dir, instance.id, now=clock())
+        blobs = BlobStore(config.blobs_dir, owner=instance.id)
+        claim = await claim_instance(db, blobs, config.instances_dir, instance.id, now=clock())
         # Runs after every later step's undoing, so after every run of this instance ended.
         undo.callback(claim.release, forget=True)
         engine = Engine(policy, instance)
@@ -105,7 +106,7 @@ async def serving(
         )
         services = Services(
             db=db,
-            blobs=BlobStore(config.blobs_dir),
+            blobs=blobs,
             engine=engine,
             policy=policy,
             grants=grants,
@@ -158,7 +159,7 @@ async def _housekeeping(
             services.grants.forget_ended(now)
             services.tokens.forget_expired(now)
             await expire_pending(services)
-            await end_runs_of_dead_instances(services.db, instances_dir, now=now)
+            await end_runs_of_dead_instances(services.db, services.blobs, instances_dir, now=now)
             backend = engine.connected()
             if backend is not None and time.monotonic() - last_reap >= REAP_INTERVAL_S:
                 last_reap = time.monotonic()

@@ -18,7 +18,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import IO
@@ -31,13 +31,17 @@ from airlock.errors import StoreError
 
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 _DRAFT_PREFIX = "draft-"
+STAGING_PREFIX = ".staging-"
 
 
 class BlobStore:
     """Immutable blobs under `root`, named by the sha256 of their content."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, owner: str = "") -> None:
         self._root = root
+        # The server instance whose runs stage here: the name of its staging directories,
+        # so that those a dead server left can be told from a live one's.
+        self._owner = owner
 
     def path(self, sha256: str) -> Path:
         """Where the blob `sha256` lives; ValueError unless it is 64 lowercase hex digits.
@@ -96,7 +100,8 @@ class BlobStore:
         def make() -> Path:
             self._root.mkdir(mode=0o700, parents=True, exist_ok=True)
             # A leading dot: never a two-hex-digit blob directory.
-            return Path(tempfile.mkdtemp(dir=self._root, prefix=".staging-"))
+            prefix = f"{STAGING_PREFIX}{self._owner}-" if self._owner else STAGING_PREFIX
+            return Path(tempfile.mkdtemp(dir=self._root, prefix=prefix))
 
         try:
             directory = await anyio.to_thread.run_sync(make)
@@ -107,6 +112,28 @@ class BlobStore:
         finally:
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(lambda: shutil.rmtree(directory, ignore_errors=True))
+
+    def sweep_staging(self, owners: Iterable[str], *, unowned: bool) -> int:
+        """Remove the staging directories of the server instances `owners` (dead ones:
+        none of their drafts was kept, and none ever will be), and with `unowned` those
+        named for no instance (an older Airlock's); how many. Blocking."""
+        prefixes = tuple(f"{STAGING_PREFIX}{owner}-" for owner in owners)
+        try:
+            entries = list(self._root.iterdir())
+        except FileNotFoundError:
+            return 0
+        except OSError as exc:
+            raise StoreError(f"cannot look for staging directories in {self._root}: {exc}") from exc
+        removed = 0
+        for path in entries:
+            name = path.name
+            if not name.startswith(STAGING_PREFIX):
+                continue
+            legacy = "-" not in name[len(STAGING_PREFIX) :]
+            if name.startswith(prefixes) or (unowned and legacy):
+                shutil.rmtree(path, ignore_errors=True)
+                removed += 1
+        return removed
 
     def _keep(self, draft_path: Path, sha256: str) -> None:
         target = self.path(sha256)

@@ -35,6 +35,7 @@ import anyio.to_thread
 
 from airlock.errors import StoreError
 
+from .blobs import BlobStore
 from .db import Database
 
 log = logging.getLogger(__name__)
@@ -110,44 +111,51 @@ def dead_instances(directory: Path) -> list[InstanceLock]:
 
 
 async def claim_instance(
-    db: Database, directory: Path, instance_id: str, *, now: float
+    db: Database, blobs: BlobStore, directory: Path, instance_id: str, *, now: float
 ) -> InstanceLock:
     """Claim `instance_id` for this server, then end the runs of every instance that died,
     and the runs recorded before Airlock recorded owners (only an older, stopped Airlock
-    left those)."""
+    left those), and remove their staging directories."""
     try:
         mine = await anyio.to_thread.run_sync(claim, directory, instance_id)
     except OSError as exc:
         raise StoreError(f"cannot claim a server instance under {directory}: {exc}") from exc
     try:
-        await _end_runs_of_dead(db, directory, now=now, unowned=True)
+        await _end_runs_of_dead(db, blobs, directory, now=now, unowned=True)
     except BaseException:
         mine.release(forget=True)
         raise
     return mine
 
 
-async def end_runs_of_dead_instances(db: Database, directory: Path, *, now: float) -> int:
+async def end_runs_of_dead_instances(
+    db: Database, blobs: BlobStore, directory: Path, *, now: float
+) -> int:
     """End the runs of every instance in `directory` that died since it was last looked at
-    (a live server's housekeeping calls this, so a dead peer's runs do not wait for the
-    next start); how many runs it ended."""
-    return await _end_runs_of_dead(db, directory, now=now, unowned=False)
+    and remove its staging directories (a live server's housekeeping calls this, so a dead
+    peer's leftovers do not wait for the next start); how many runs it ended."""
+    return await _end_runs_of_dead(db, blobs, directory, now=now, unowned=False)
 
 
-async def _end_runs_of_dead(db: Database, directory: Path, *, now: float, unowned: bool) -> int:
+async def _end_runs_of_dead(
+    db: Database, blobs: BlobStore, directory: Path, *, now: float, unowned: bool
+) -> int:
     try:
         dead = await anyio.to_thread.run_sync(dead_instances, directory)
     except OSError as exc:
         raise StoreError(f"cannot look for dead server instances in {directory}: {exc}") from exc
     if not dead and not unowned:
         return 0
+    owners = [d.instance_id for d in dead]
     try:
         ended = await db.mark_unfinished_runs(
-            instance_ids=[*([""] if unowned else []), *(d.instance_id for d in dead)],
+            instance_ids=[*([""] if unowned else []), *owners],
             status="killed",
             error=ENDED_BY_DEATH,
             finished_at=now,
         )
+        # Drafts of runs that ended with their server: never kept, only in the way.
+        await anyio.to_thread.run_sync(lambda: blobs.sweep_staging(owners, unowned=unowned))
     except BaseException:
         # Not forgotten: the next look tries again.
         for lock in dead:

@@ -20,7 +20,7 @@ from anyio.abc import Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 from test_store import run, session
 
-from airlock.store import SCHEMA_VERSION, Database, claim_instance
+from airlock.store import SCHEMA_VERSION, BlobStore, Database, claim_instance
 from airlock.store.instances import ENDED_BY_DEATH, claim
 
 pytestmark = pytest.mark.anyio
@@ -66,7 +66,9 @@ async def test_a_dead_instances_runs_are_ended_and_a_live_ones_are_not(tmp_path:
             with anyio.fail_after(60):
                 assert await dead.wait() == -signal.SIGKILL
 
-            mine = await claim_instance(db, directory, "new", now=500.0)
+            mine = await claim_instance(
+                db, BlobStore(tmp_path / "blobs"), directory, "new", now=500.0
+            )
 
             ended = await db.get_run("run-of-dead")
             assert ended is not None
@@ -86,6 +88,38 @@ async def test_a_dead_instances_runs_are_ended_and_a_live_ones_are_not(tmp_path:
         await db.close()
 
 
+def staged(root: Path) -> list[str]:
+    return sorted(p.name for p in root.iterdir() if p.name.startswith(".staging-"))
+
+
+async def test_the_staging_of_dead_and_ownerless_servers_is_removed_and_a_live_ones_kept(
+    tmp_path: Path,
+) -> None:
+    directory = tmp_path / "instances"
+    root = tmp_path / "blobs"
+    db = await Database.open(tmp_path / "airlock.db")
+    try:
+        async with (
+            holder(directory, "alive"),
+            holder(directory, "dead") as dead,
+            BlobStore(root, owner="alive").staging(),
+            BlobStore(root, owner="dead").staging(),
+            BlobStore(root).staging(),  # as an Airlock before owners named it
+        ):
+            dead.send_signal(signal.SIGKILL)
+            with anyio.fail_after(60):
+                assert await dead.wait() == -signal.SIGKILL
+            assert len(staged(root)) == 3
+
+            mine = await claim_instance(db, BlobStore(root, owner="new"), directory, "new", now=1.0)
+            mine.release(forget=True)
+
+            left = staged(root)
+            assert len(left) == 1 and left[0].startswith(".staging-alive-")
+    finally:
+        await db.close()
+
+
 async def test_two_claims_in_one_process_are_both_alive(tmp_path: Path) -> None:
     # flock is per open file, not per process: a server's own claim is never taken over,
     # even by a second server in the same process (as tests build them).
@@ -94,8 +128,10 @@ async def test_two_claims_in_one_process_are_both_alive(tmp_path: Path) -> None:
     try:
         await db.create_session(session())
         await db.create_run(run("first-run", instance="first"))
-        first = await claim_instance(db, directory, "first", now=1.0)
-        second = await claim_instance(db, directory, "second", now=2.0)
+        first = await claim_instance(db, BlobStore(tmp_path / "blobs"), directory, "first", now=1.0)
+        second = await claim_instance(
+            db, BlobStore(tmp_path / "blobs"), directory, "second", now=2.0
+        )
         assert await db.get_run("first-run") == run("first-run", instance="first")
         second.release(forget=True)
         first.release(forget=True)
@@ -113,7 +149,9 @@ async def test_a_released_claim_that_is_kept_is_taken_over_by_the_next_server(
     try:
         await db.create_session(session())
         await db.create_run(run("left", instance="crashed"))
-        (await claim_instance(db, directory, "next", now=3.0)).release(forget=True)
+        (
+            await claim_instance(db, BlobStore(tmp_path / "blobs"), directory, "next", now=3.0)
+        ).release(forget=True)
         left = await db.get_run("left")
         assert left is not None and left.status == "killed"
         assert list(directory.glob("*.lock")) == []
@@ -141,7 +179,11 @@ async def test_a_schema_3_database_opens_and_its_unowned_running_runs_end_at_the
     try:
         before = await db.get_run("old-running")
         assert before == run("old-running", instance="")
-        (await claim_instance(db, tmp_path / "instances", "new", now=400.0)).release(forget=True)
+        (
+            await claim_instance(
+                db, BlobStore(tmp_path / "blobs"), tmp_path / "instances", "new", now=400.0
+            )
+        ).release(forget=True)
         after = await db.get_run("old-running")
         assert after is not None
         assert (after.status, after.error) == ("killed", ENDED_BY_DEATH)
