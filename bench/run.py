@@ -534,19 +534,19 @@ class Interleaved:
     waits: list[float] = field(default_factory=list)  # untimed wait before each call
 
 
-async def interleaved(
-    n: int,
-    settle: Callable[[], Awaitable[float]],
-    ours: Callable[[], Awaitable[Call]],
-    image: str,
-) -> Interleaved:
-    """n Airlock calls and n baseline runs, ABBA, each after the engine is quiet."""
+async def interleaved(srv: Server, image: str, n: int, *, warmups: int, what: str) -> Interleaved:
+    """After `warmups` calls and one baseline run, n Airlock calls and n baseline runs,
+    ABBA, each after the engine is quiet."""
+    for _ in range(warmups):
+        await srv.run_print()
+    await docker_run(image)
+    progress(what)
     out = Interleaved()
     for i in range(n):
         for kind in ("airlock", "baseline") if i % 2 == 0 else ("baseline", "airlock"):
-            waited = await settle()
+            waited = await srv.settle()
             if kind == "airlock":
-                call = await ours()
+                call = await srv.run_print()
                 out.airlock.append(call.elapsed)
                 out.calls.append(call)
                 out.waits.append(waited)
@@ -560,11 +560,13 @@ async def interleaved(
 async def section_warm(b: Bench, runtime: str) -> dict[str, Any]:
     n = b.counts.warm
     async with b.server(f"warm-{runtime}", runtime=runtime) as srv:
-        for _ in range(3):
-            await srv.run_print()
-        await docker_run(b.image)
-        progress(f"warm: {n} paced calls interleaved with {n} docker runs")
-        raw = await interleaved(n, srv.settle, srv.run_print, b.image)
+        raw = await interleaved(
+            srv,
+            b.image,
+            n,
+            warmups=3,
+            what=f"warm: {n} paced calls interleaved with {n} docker runs",
+        )
         await srv.settle()
         progress(f"warm: {b.counts.unpaced} calls back to back")
         unpaced = []
@@ -612,11 +614,9 @@ async def section_warm(b: Bench, runtime: str) -> dict[str, Any]:
 async def section_cold(b: Bench, runtime: str) -> dict[str, Any]:
     n = b.counts.cold
     async with b.server(f"cold-{runtime}", pooled=False, runtime=runtime) as srv:
-        for _ in range(2):
-            await srv.run_print()
-        await docker_run(b.image)
-        progress(f"cold: {n} calls interleaved with {n} docker runs")
-        raw = await interleaved(n, srv.settle, srv.run_print, b.image)
+        raw = await interleaved(
+            srv, b.image, n, warmups=2, what=f"cold: {n} calls interleaved with {n} docker runs"
+        )
     cold, base = summary(raw.airlock), summary(raw.baseline)
     parts = srv.breakdown(raw.calls)
     section = f"2 cold {runtime}"
@@ -1047,11 +1047,13 @@ async def section_egress(b: Bench) -> dict[str, Any]:
 async def section_egress_run(b: Bench, runtime: str) -> dict[str, Any]:
     n = b.counts.warm
     async with b.server(f"egress-run-{runtime}", runtime=runtime, egress=True) as srv:
-        for _ in range(3):
-            await srv.run_print()
-        await docker_run(b.image)
-        progress(f"egress-run {runtime}: {n} paced calls with egress, interleaved")
-        raw = await interleaved(n, srv.settle, srv.run_print, b.image)
+        raw = await interleaved(
+            srv,
+            b.image,
+            n,
+            warmups=3,
+            what=f"egress-run {runtime}: {n} paced calls with egress, interleaved",
+        )
     warm, base = summary(raw.airlock), summary(raw.baseline)
     parts = srv.breakdown(raw.calls)
     section = f"4 egress run {runtime}"
