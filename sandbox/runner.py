@@ -442,53 +442,70 @@ def _stop_everything() -> bool:
 SYSTEM_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 
 
-def _start_relay(socket_path: str, port: int) -> subprocess.Popen[bytes]:
-    """Start the relay from 127.0.0.1:`port` to the proxy socket, without waiting for it.
+def _start_relay(socket_path: str, port: int) -> int:
+    """Listen on 127.0.0.1:`port` and fork the relay that serves it; the relay's pid.
 
-    Started with the container, before any job is known, so a warm call does not wait
-    for a second interpreter; nothing answers on the socket until the host has taken
-    the container and bound the run's proxy there. The relay runs as the sandbox user:
-    it holds nothing the code does not already have.
+    Started with the container, before any job is known, so a warm call waits for
+    nothing: the socket listens before the fork returns. Nothing answers on the proxy
+    socket until the host has taken the container and bound the run's proxy there.
+    A fork, not a new interpreter: under gVisor starting Python and importing this
+    module again costs tens of milliseconds of CPU, paid by every container a pool
+    starts while a call runs. The relay keeps only its listening socket (never the
+    report channel) and drops to the sandbox user: it holds nothing the code does not
+    already have, and having changed credentials without exec it is not dumpable, so
+    the code cannot trace it either.
     """
-    return subprocess.Popen(
-        [sys.executable, "-I", os.path.abspath(__file__), "--relay", socket_path, str(port)],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        # Not the container's stderr: the host may attach to a pooled container after
-        # it started, and expects nothing on the stream before the job.
-        stderr=subprocess.DEVNULL,
-        preexec_fn=_become_sandbox_user,  # safe: the runner has no threads
-    )
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", port))
+    listener.listen(64)
+    sys.stdout.flush()
+    pid = os.fork()  # safe: the runner has no threads
+    if pid == 0:
+        try:
+            _keep_only(listener.fileno())
+            _become_sandbox_user()
+            _relay(listener, socket_path)
+        finally:
+            os._exit(1)
+    listener.close()
+    return pid
 
 
-def _ready_egress(egress: dict[str, Any], relay: subprocess.Popen[bytes] | None) -> None:
-    """Write the run's CA bundle and wait until the relay listens.
+def _keep_only(keep: int) -> None:
+    """Close every descriptor but `keep`; 0, 1 and 2 become /dev/null."""
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd > 2 and fd != keep:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def _ready_egress(egress: dict[str, Any], relay: int | None) -> None:
+    """Write the run's CA bundle; refuse the job if the relay is not serving.
 
     The bundle holds the system roots too, for hosts a policy passes through untouched.
     It is root's, so the code can read it but not change it.
     """
     if relay is None:
         raise RuntimeError("the job has egress but its container was started without it")
+    ended, status = os.waitpid(relay, os.WNOHANG)
+    if ended:
+        raise RuntimeError(f"the egress relay ended before the job (wait status {status})")
     bundle = egress["ca_pem"]
     with contextlib.suppress(OSError), open(SYSTEM_CA_BUNDLE, encoding="utf-8") as f:
         bundle = f.read() + "\n" + bundle
     with open(egress["ca_bundle"], "w", encoding="utf-8") as f:
         f.write(bundle)
-    assert relay.stdout is not None
-    if relay.stdout.readline() != b"ready\n":
-        raise RuntimeError(f"the egress relay did not start (exit status {relay.poll()})")
 
 
-def _relay(socket_path: str, port: int) -> None:
-    """Accept TCP on loopback and bridge each connection to the proxy's unix socket."""
-    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    server.bind(("127.0.0.1", port))
-    server.listen(64)
-    sys.stdout.write("ready\n")
-    sys.stdout.flush()
+def _relay(listener: socket.socket, socket_path: str) -> None:
+    """Bridge each TCP connection on `listener` to the proxy's unix socket."""
     while True:
-        client, _ = server.accept()
+        client, _ = listener.accept()
         threading.Thread(target=_bridge, args=(client, socket_path), daemon=True).start()
 
 
@@ -556,9 +573,7 @@ def _pump(source: socket.socket, sink: socket.socket) -> None:
             sink.shutdown(socket.SHUT_WR)
 
 
-def _run(
-    job: dict[str, Any], out: BinaryIO, relay: subprocess.Popen[bytes] | None
-) -> dict[str, Any]:
+def _run(job: dict[str, Any], out: BinaryIO, relay: int | None) -> dict[str, Any]:
     argv, filename = _command(job["language"])
     # Root's directory and files: the code reads its program and CA but cannot change them.
     os.makedirs(CODE_DIR, mode=0o755, exist_ok=True)
@@ -619,9 +634,10 @@ def _run(
     if relay is not None:
         # Our own child, so it can be waited for; _stop_everything would find it dying
         # and pause for it. Still stopped below with everything else if it lingers.
-        relay.kill()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            relay.wait(timeout=STOP_CODE_S)
+        os.kill(relay, signal.SIGKILL)
+        deadline = time.monotonic() + STOP_CODE_S
+        while os.waitpid(relay, os.WNOHANG)[0] == 0 and time.monotonic() < deadline:
+            time.sleep(0.0005)
     stopped = _stop_everything()
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return {
@@ -759,7 +775,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--relay"]:
-        _relay(sys.argv[2], int(sys.argv[3]))
-    else:
-        main(sys.argv[1:])
+    main(sys.argv[1:])

@@ -1034,7 +1034,7 @@ else:
     wire = frame(b"r", json.dumps(result).encode())
 me = os.getpid()
 others = sorted(int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != me)
-opened, refused = [], {}
+opened, refused = {}, {}
 for pid in others:
     try:
         fds = os.listdir(f"/proc/{pid}/fd")
@@ -1048,7 +1048,10 @@ for pid in others:
         except OSError as e:
             refused[path] = errno.errorcode.get(e.errno, e.errno)
             continue
-        opened.append(path)
+        try:
+            opened[path] = os.readlink(path)
+        except OSError as e:
+            opened[path] = errno.errorcode.get(e.errno, e.errno)
         try:
             os.write(out, wire)
         except OSError:
@@ -1066,21 +1069,38 @@ for pid in (1, os.getppid()):
     traced[pid] = "attached" if attached else errno.errorcode[ctypes.get_errno()]
 with open("kept.txt", "w") as f:
     f.write("written by the attacked run")
-print(json.dumps({"opened": opened, "refused": refused, "others": others,
+print(json.dumps({"opened": opened, "refused": refused, "others": others, "runner": os.getppid(),
                   "signalled": signalled, "traced": traced}))
 sys.exit(7)
 """
 FORGED_TEXT = ("FORGED-BY-CODE", "SYSTEM:", "maintenance mode")
 
 
+# With egress the sandbox also holds the relay, forked by the runner: a process of the
+# code's own uid, so only its having changed credentials without exec keeps it closed.
+EGRESS_RULE = {
+    "name": "somewhere",
+    "hosts": ["example.com"],
+    "ports": [443],
+    "methods": ["GET"],
+    "paths": ["/**"],
+}
+
+
 @pytest.mark.parametrize("runtime", ["runc", "runsc"])
-@pytest.mark.parametrize("forgery", ["result", "fault", "listing"])
+@pytest.mark.parametrize(
+    ("forgery", "egress"),
+    [("result", False), ("fault", False), ("listing", False), ("result", True)],
+    ids=["result", "fault", "listing", "result-with-relay"],
+)
 async def test_code_cannot_reach_signal_or_trace_the_runner_or_init(
-    make_server: Any, runtime: str, forgery: str
+    make_server: Any, runtime: str, forgery: str, egress: bool
 ) -> None:
     # gVisor's own threads count against the pids limit: 64 is too few for it to start.
     limits = {**SMALL["limits"], "pids": 128}
-    policy = {"limits": limits, "sandbox": {"runtime": runtime}}
+    policy: dict[str, Any] = {"limits": limits, "sandbox": {"runtime": runtime}}
+    if egress:
+        policy["egress"] = {"allow": [EGRESS_RULE]}
     async with Client(make_server(policy)) as c:
         r = await call(c, "run_code", {"code": CHANNEL_ATTACK.replace("@FORGERY@", forgery)})
         # The runner's report, not the code's: no tool error, the real exit status.
@@ -1089,9 +1109,20 @@ async def test_code_cannot_reach_signal_or_trace_the_runner_or_init(
         assert result is not None
         assert (result["status"], result["exit_code"]) == ("error", 7), result
         probe = json.loads(result["stdout"]["text"])
-        assert probe["opened"] == [], probe
+        if egress:
+            # gVisor lets the code open the descriptors of a process of its own uid even
+            # when that one is not dumpable: the relay's. It keeps only /dev/null there.
+            assert set(probe["opened"].values()) <= {"/dev/null"}, probe
+            assert not any(
+                path.startswith(("/proc/1/", f"/proc/{probe['runner']}/"))
+                for path in probe["opened"]
+            ), probe
+        else:
+            assert probe["opened"] == {}, probe
         assert probe["others"], "the probe saw no other process to attack"
         assert 1 in probe["others"]
+        if egress:
+            assert len(probe["others"]) >= 3, "the probe did not see the relay"
         # runc hides the descriptor directories; gVisor lists them but refuses every open.
         assert "/proc/1/fd/1" in probe["refused"] or "1/fd" in probe["refused"], probe
         # Init and the runner are another uid's: no signal, no trace.

@@ -36,7 +36,7 @@ from airlock.sandbox import (
     JobOutcome,
     JobSpec,
 )
-from airlock.sandbox.environment import sandbox_environment
+from airlock.sandbox.environment import RELAY_PORT, sandbox_environment
 from airlock.sandbox.instance import LABEL_INSTANCE, Instance
 from airlock.sandbox.pool import Profile
 from airlock.store import BlobStore, Staging
@@ -108,9 +108,7 @@ class Harness:
         return bool(found)
 
     def commands(self, name: str) -> list[str]:
-        """The command lines of the processes the sandbox user sees in sandbox `name`,
-        looked at from a process the platform starts in there (the sandbox's own job
-        is not involved)."""
+        """The command lines of the processes the sandbox user sees in sandbox `name`."""
         listing = (
             "import os\n"
             "for pid in filter(str.isdigit, os.listdir('/proc')):\n"
@@ -118,9 +116,14 @@ class Harness:
             "    except OSError: continue\n"
             "    print(line.replace(b'\\0', b' ').decode())\n"
         )
-        exec_id = self.engine.api.exec_create(name, ["python3", "-I", "-c", listing], user="1000")
+        return self.in_sandbox(name, listing).splitlines()
+
+    def in_sandbox(self, name: str, program: str) -> str:
+        """What the Python `program` prints as the sandbox user in sandbox `name`, run in
+        a process the platform starts in there (the sandbox's own job is not involved)."""
+        exec_id = self.engine.api.exec_create(name, ["python3", "-I", "-c", program], user="1000")
         output: bytes = self.engine.api.exec_start(exec_id)
-        return output.decode().splitlines()
+        return output.decode()
 
 
 @pytest.fixture
@@ -303,10 +306,25 @@ async def test_an_egress_sandbox_has_its_relay_running_before_it_is_given_a_job(
             assert box.egress_dir is not None
             assert list(box.egress_dir.iterdir()) == []
 
-            def relay_running() -> bool:
-                return any(" --relay " in line for line in harness.commands(box.container_id))
-
-            await wait_until(lambda: relay_running(), within=60, interval=0.5)
+            # The runner listens before it forks the relay, so once a connection is taken
+            # the relay answers it; with no proxy bound, with a 502 naming the reason.
+            probe = (
+                "import socket, time\n"
+                "for _ in range(300):\n"
+                "    try:\n"
+                f"        s = socket.create_connection(('127.0.0.1', {RELAY_PORT}), timeout=30)\n"
+                "        break\n"
+                "    except ConnectionRefusedError:\n"
+                "        time.sleep(0.1)\n"
+                "s.sendall(b'CONNECT example.com:443 HTTP/1.1\\r\\n\\r\\n')\n"
+                "answer = b''\n"
+                "while chunk := s.recv(65536):\n"
+                "    answer += chunk\n"
+                "print(answer.decode())\n"
+            )
+            answer = await anyio.to_thread.run_sync(harness.in_sandbox, box.container_id, probe)
+            assert answer.startswith("HTTP/1.1 502 "), answer
+            assert "the egress relay cannot reach Airlock's proxy (ENOENT)" in answer, answer
 
 
 async def test_pooled_sandboxes_never_taken_leave_nothing_behind_when_the_backend_stops(

@@ -1,4 +1,4 @@
-"""The in-sandbox relay (sandbox/runner.py `--relay`), run on the host as the sandbox runs it.
+"""The in-sandbox relay (sandbox/runner.py `_relay`), run on the host in a process of its own.
 
 The relay bridges the code's TCP connections to the proxy's unix socket. When that socket
 cannot be reached, the code must read a 502 that says why, never a connection closed
@@ -16,26 +16,29 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support import free_port
 
+# The runner listens, then forks the relay with that socket; here a process does the
+# same minus the fork and the drop to the sandbox user (which need root).
+SERVE = """
+import socket, sys
 from airlock.sandbox import runner
-
-RUNNER = Path(runner.__file__).resolve()
+listener = socket.create_server(("127.0.0.1", 0))
+print(listener.getsockname()[1], flush=True)
+runner._relay(listener, sys.argv[1])
+"""
 
 
 @pytest.fixture
 def relay(tmp_path: Path) -> Iterator[tuple[Path, int]]:
     path = tmp_path / "proxy.sock"
-    port = free_port()
     process = subprocess.Popen(
-        [sys.executable, "-I", str(RUNNER), "--relay", str(path), str(port)],
+        [sys.executable, "-c", SERVE, str(path)],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
     )
     assert process.stdout is not None
     try:
-        assert process.stdout.readline() == b"ready\n"
-        yield path, port
+        yield path, int(process.stdout.readline())
     finally:
         process.kill()
         process.wait()
