@@ -50,7 +50,7 @@ from airlock.errors import (
 from airlock.store import Staging
 
 from .docker_attach import attach
-from .environment import CA_BUNDLE, EGRESS_MOUNT, RELAY_PORT
+from .environment import CA_BUNDLE, EGRESS_MOUNT, RELAY_PORT, sandbox_environment
 from .exchange import Exchange, RunnerReport
 from .hatch import pack_inputs, read_listing
 from .instance import LABEL_INSTANCE, Instance
@@ -174,9 +174,10 @@ def container_options(
         "command": ["--egress", f"{EGRESS_MOUNT}/{SOCKET_NAME}", str(RELAY_PORT)]
         if egress_dir
         else None,
-        # The runner's environment comes from the image alone; the user's code
-        # gets the job's environment, which the caller built from an empty dict.
-        "environment": {},
+        # The environment every run's code starts from, built from an empty dict: the
+        # runner starts the code's process in it before the job, whose own environment
+        # (also built from an empty dict) then replaces it.
+        "environment": sandbox_environment(),
         "network_mode": "none",
         "network_disabled": True,
         "cap_drop": ["ALL"],

@@ -54,6 +54,7 @@ from .runner import SANDBOX_UID
 
 RUNNER_PATH: Path = Path(__file__).with_name("runner.py")
 INVENTORY_PATH: Path = Path(__file__).with_name("inventory.py")
+PRESTART_PATH: Path = Path(__file__).with_name("prestart.py")
 FILES_DIR: Path = Path(__file__).with_name("files")
 MANIFEST_PATH = "/opt/airlock/manifest.json"
 
@@ -127,7 +128,7 @@ RUN groupadd -g $uid sandbox \\
 COPY files/pip.conf files/gitconfig files/npmrc /etc/
 COPY files/EXTERNALLY-MANAGED /usr/lib/python3.11/EXTERNALLY-MANAGED
 COPY files/pip /usr/local/bin/pip
-COPY runner.py inventory.py /opt/airlock/
+COPY runner.py prestart.py inventory.py /opt/airlock/
 RUN chmod 755 /usr/local/bin/pip \\
  && ln -s pip /usr/local/bin/pip3 && ln -s pip /usr/local/bin/pip3.11 \\
  && for rc in /usr/local/lib/python3.11/dist-packages/matplotlib/mpl-data/matplotlibrc; do \\
@@ -306,6 +307,7 @@ def _recipe(inputs: ImageInputs, runner: Path) -> _Recipe:
     files: list[tuple[str, bytes]] = []
     for name, path in (
         ("runner.py", runner),
+        ("prestart.py", PRESTART_PATH),
         ("inventory.py", INVENTORY_PATH),
         *((f"files/{name}", FILES_DIR / name) for name in _CONTEXT_FILES),
     ):

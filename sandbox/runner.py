@@ -1,11 +1,12 @@
 """The in-container runner: the entrypoint of every sandbox container.
 
 It starts before any job is known (so a container can wait in a warm pool; one
-created for egress, `--egress SOCKET PORT`, starts its relay to the proxy socket
-then too), reads exactly one job from stdin, runs it as the unprivileged sandbox
-user, streams the output back, sends the changed files of /workspace, reports,
-and then waits for the host to remove the container. It is never given a second
-job.
+created for egress, `--egress SOCKET PORT`, forks its relay to the proxy socket
+then too), starts the process that will become the code (sandbox/prestart.py:
+the interpreter is up before the job comes), reads exactly one job from stdin,
+runs it as the unprivileged sandbox user, streams the output back, sends the
+changed files of /workspace, reports, and then waits for the host to remove the
+container. It is never given a second job.
 
 Privilege separation (why the report channel is the runner's alone): init and the
 runner run as root with every capability dropped except SETUID, SETGID, SETPCAP
@@ -104,6 +105,9 @@ STOP_CODE_S = 5.0
 # beats a closed connection it cannot explain.
 PROXY_CONNECT_PATIENCE_S = 3.0
 PROXY_TRANSIENT = frozenset({errno.ENOENT, errno.ECONNREFUSED, errno.EAGAIN, errno.EINTR})
+PYTHON = "/usr/bin/python3"
+# Shipped next to the runner in the image (sandbox/prestart.py).
+PRESTART = os.path.join(os.path.dirname(os.path.abspath(__file__)), "prestart.py")
 PR_SET_DUMPABLE = 4
 PR_CAPBSET_DROP = 24
 
@@ -347,7 +351,7 @@ def _input_hashes(input_tar: bytes) -> dict[str, str]:
 
 def _command(language: str) -> tuple[list[str], str]:
     if language == "python":
-        return ["/usr/bin/python3", "-u", f"{CODE_DIR}/main.py"], "main.py"
+        return [PYTHON, "-u", f"{CODE_DIR}/main.py"], "main.py"
     if language == "bash":
         return ["/bin/bash", f"{CODE_DIR}/main.sh"], "main.sh"
     raise ValueError(f"unsupported language {language!r}")
@@ -573,7 +577,71 @@ def _pump(source: socket.socket, sink: socket.socket) -> None:
             sink.shutdown(socket.SHUT_WR)
 
 
-def _run(job: dict[str, Any], out: BinaryIO, relay: int | None) -> dict[str, Any]:
+@dataclass
+class _Prestarted:
+    """The code's process, started ahead (sandbox/prestart.py), and where its order goes."""
+
+    process: subprocess.Popen[bytes]
+    control: int
+
+
+def _prestart() -> _Prestarted | None:
+    """Start the process that will become the code, before the job is known.
+
+    It starts as the code would (the sandbox user, its own session, /workspace, pipes
+    for its output) in the environment every run starts from: the container's, as the
+    host set it, less the HOSTNAME the engine adds. None if it cannot be started: the
+    code is then started when its job comes.
+    """
+    order, control = os.pipe()
+    try:
+        process = subprocess.Popen(
+            [PYTHON, "-u", PRESTART, str(order)],
+            cwd=WORKSPACE,
+            env={name: value for name, value in os.environ.items() if name != "HOSTNAME"},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            pass_fds=(order,),
+            preexec_fn=_code_setup,  # safe: the runner has no threads
+        )
+    except OSError:
+        os.close(control)
+        return None
+    finally:
+        os.close(order)
+    return _Prestarted(process, control)
+
+
+def _start_code(
+    argv: list[str], env: dict[str, str], prestarted: _Prestarted | None
+) -> subprocess.Popen[bytes]:
+    """The code's process: the prestarted one given its order, or (when that one is
+    gone) a new one."""
+    if prestarted is not None:
+        try:
+            with open(prestarted.control, "wb") as control:
+                control.write(json.dumps({"argv": argv, "env": env}).encode())
+            if prestarted.process.poll() is None:
+                return prestarted.process
+        except OSError:
+            pass
+    return subprocess.Popen(
+        argv,
+        cwd=WORKSPACE,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        preexec_fn=_code_setup,  # safe: the runner has no threads
+    )
+
+
+def _run(
+    job: dict[str, Any], out: BinaryIO, relay: int | None, prestarted: _Prestarted | None
+) -> dict[str, Any]:
     argv, filename = _command(job["language"])
     # Root's directory and files: the code reads its program and CA but cannot change them.
     os.makedirs(CODE_DIR, mode=0o755, exist_ok=True)
@@ -588,16 +656,7 @@ def _run(job: dict[str, Any], out: BinaryIO, relay: int | None) -> dict[str, Any
     oom_before = _oom_kills()
     started = time.monotonic()
     deadline = started + float(job["timeout_s"])
-    proc = subprocess.Popen(
-        argv,
-        cwd=WORKSPACE,
-        env=job["env"],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-        preexec_fn=_code_setup,  # safe: the runner has no threads
-    )
+    proc = _start_code(argv, job["env"], prestarted)
     assert proc.stdout is not None and proc.stderr is not None
     selector = selectors.DefaultSelector()
     selector.register(proc.stdout, selectors.EVENT_READ, streams["stdout"])
@@ -745,6 +804,7 @@ def main(argv: list[str]) -> None:
         _make_undumpable()
         _check_privileges()
         relay = _start_relay(argv[1], int(argv[2])) if argv[:1] == ["--egress"] else None
+        prestarted = _prestart()
         (size,) = LENGTH.unpack(_read_exact(stdin, LENGTH.size))
         if size > MAX_JOB_JSON:
             raise ValueError(f"job of {size} bytes exceeds {MAX_JOB_JSON}")
@@ -753,7 +813,7 @@ def main(argv: list[str]) -> None:
         if input_tar:
             _as_sandbox_user(_extract_inputs, input_tar)
         before = _input_hashes(input_tar)
-        report = _run(job, out, relay)
+        report = _run(job, out, relay, prestarted)
         # Copying out while something of the code's still runs would let it race the
         # helper; without a clean stop the workspace stays as the host has it.
         listed = (

@@ -39,6 +39,7 @@ from airlock.sandbox import (
 from airlock.sandbox.environment import RELAY_PORT, sandbox_environment
 from airlock.sandbox.instance import LABEL_INSTANCE, Instance
 from airlock.sandbox.pool import Profile
+from airlock.sandbox.runner import SANDBOX_UID
 from airlock.store import BlobStore, Staging
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
@@ -325,6 +326,27 @@ async def test_an_egress_sandbox_has_its_relay_running_before_it_is_given_a_job(
             answer = await anyio.to_thread.run_sync(harness.in_sandbox, box.container_id, probe)
             assert answer.startswith("HTTP/1.1 502 "), answer
             assert "the egress relay cannot reach Airlock's proxy (ENOENT)" in answer, answer
+
+
+async def test_a_pooled_sandbox_has_the_codes_process_started_before_it_is_given_a_job(
+    harness: Harness,
+) -> None:
+    """The interpreter that will run the code is up before the job, as the sandbox user;
+    the code then runs in it (tests/test_prestart.py: as in a fresh one)."""
+    async with harness.backend(1) as backend:
+        job = harness.job(
+            "import os, sys\n"
+            "print(os.getuid(), any(a.endswith('prestart.py') for a in sys.orig_argv))\n"
+        )
+        async with backend.sandbox(job, egress=False) as box:
+            assert backend.pool.hits == 1
+
+            def waiting() -> bool:
+                return any("prestart.py" in line for line in harness.commands(box.container_id))
+
+            await wait_until(lambda: waiting(), within=60, interval=0.5)
+            outcome = await box.run(job, harness.staging)
+    assert outcome.stdout.data == f"{SANDBOX_UID} True\n".encode(), outcome
 
 
 async def test_pooled_sandboxes_never_taken_leave_nothing_behind_when_the_backend_stops(

@@ -19,6 +19,8 @@ from mcp.server.mcpserver import MCPServer
 from mcp.types import BlobResourceContents, CallToolResult, EmbeddedResource, ResourceLink
 from support import NO_POOL, none_left, running, text_of, wait_for_containers, wait_until
 
+from airlock.sandbox.environment import sandbox_environment
+
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
 
 MakeServer = Callable[..., MCPServer]
@@ -276,8 +278,8 @@ async def test_live_container_is_hardened(
     labels = attrs["Config"]["Labels"]
     assert labels["airlock.session"] == session
     assert {"airlock.instance", "airlock.run", "airlock.deadline", "airlock.tenant"} <= set(labels)
-    # The runner's own environment is the image's, nothing of the server's.
-    assert {e.split("=", 1)[0] for e in attrs["Config"]["Env"]} <= {"PATH", "LANG"}
+    # The container's environment is the one runs start from, nothing of the server's.
+    assert dict(e.split("=", 1) for e in attrs["Config"]["Env"]) == sandbox_environment()
 
 
 async def test_records_survive_restart_and_audit_shows_them(

@@ -1,0 +1,103 @@
+"""The process that becomes the user's code, started before the job is known.
+
+The runner starts it as the sandbox user when its container starts, so a warm call
+does not wait for Python to start (under gVisor that was most of a warm `print(1)`).
+It waits for one order on the descriptor named by its argument: the job's argv and
+environment, as JSON. Then it becomes that program:
+
+- `python3 -u SCRIPT` runs here, in this interpreter, as a fresh `python3 -u SCRIPT`
+  would: a new `__main__` module with the same globals, `sys.argv`, `sys.path[0]`,
+  `os.environ`, and an uncaught exception reported by `sys.excepthook` without this
+  file's frame, exit status 1;
+- anything else (another language, or an environment that differs in what Python reads
+  while it starts, or a user site-packages directory the job brought in) is exec'd,
+  so it starts exactly as it would have.
+
+What stays visible of the early start: the modules imported here are already in
+`sys.modules`, `/proc/self/environ` and `sys.orig_argv` show how this process started,
+and the code runs one frame deeper.
+
+Only the standard library of the image's Python may be used here.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import os
+import signal
+import site
+import sys
+from importlib.machinery import SourceFileLoader
+from types import ModuleType
+
+# What CPython, the dynamic loader or libc read while a process starts: a job whose
+# environment differs in any of these gets a fresh interpreter.
+STARTUP_NAMES = frozenset({"HOME", "LANG", "LANGUAGE", "PATH", "TZ", "GLIBC_TUNABLES"})
+STARTUP_PREFIXES = ("PYTHON", "LC_", "LD_", "MALLOC_")
+
+
+def _read_order(fd: int) -> tuple[list[str], dict[str, str]]:
+    with os.fdopen(fd, "rb") as control:
+        order = json.loads(control.read())
+    return list(order["argv"]), dict(order["env"])
+
+
+def _starts_alike(env: dict[str, str]) -> bool:
+    names = {n for n in (*env, *os.environ) if n in STARTUP_NAMES or n.startswith(STARTUP_PREFIXES)}
+    return all(env.get(n) == os.environ.get(n) for n in names)
+
+
+def _runs_here(argv: list[str], env: dict[str, str]) -> bool:
+    return (
+        len(argv) == 3
+        and argv[1] == "-u"
+        and os.path.realpath(argv[0]) == os.path.realpath(sys.executable)
+        and _starts_alike(env)
+        and not (site.ENABLE_USER_SITE and os.path.isdir(site.getusersitepackages()))
+    )
+
+
+def _run(script: str) -> None:
+    with open(script, "rb") as f:
+        source = f.read()
+    main = ModuleType("__main__")
+    main.__dict__.update(
+        __loader__=SourceFileLoader("__main__", script),
+        __spec__=None,
+        __annotations__={},
+        __builtins__=builtins,
+        __file__=script,
+        __cached__=None,
+    )
+    sys.modules["__main__"] = main
+    sys.argv[:] = [script]
+    sys.path[0] = os.path.dirname(script)
+    try:
+        exec(compile(source, script, "exec", dont_inherit=True), main.__dict__)
+    except SystemExit:
+        raise
+    except BaseException as exc:
+        trace = exc.__traceback__
+        while trace is not None and trace.tb_frame.f_code.co_filename != script:
+            trace = trace.tb_next
+        # Python's hook prints the exception's own traceback, not the one it is given.
+        sys.excepthook(type(exc), exc.with_traceback(trace), trace)
+        if isinstance(exc, KeyboardInterrupt):
+            # As Python itself ends on one: by the signal, so the parent sees it.
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
+        sys.exit(1)
+
+
+def main() -> None:
+    argv, env = _read_order(int(sys.argv[1]))
+    if not _runs_here(argv, env):
+        os.execve(argv[0], argv, env)
+    os.environ.clear()
+    os.environ.update(env)
+    _run(argv[2])
+
+
+if __name__ == "__main__":
+    main()
