@@ -6,9 +6,17 @@ answers EPERM. Docker's default answers `clone3` with ENOSYS so that glibc falls
 `clone`; turned into EPERM, every thread start fails ("can't start new thread"), and with
 it the egress relay and any threaded program. Under gVisor the code's system calls reach
 the Sentry (gVisor's kernel, itself confined by its own host filter), not the host
-kernel; this profile keeps refusing, inside the sandbox, what Docker's profile refuses
-that matters — namespaces, mounts, keyrings, bpf, perf, ptrace, kernel modules, clocks,
-reboot, swap, io_uring — and lets `clone3` reach the Sentry, which answers ENOSYS.
+kernel.
+
+This profile refuses, with EPERM, every call Docker's default profile refuses a container
+that has no capabilities (its documented table, and the calls it allows only with a
+capability: namespaces, mounts, keyrings, bpf, perf, ptrace, kernel modules, clocks,
+NUMA policy, syslog, chroot, host names, reboot, swap), and io_uring besides; it lets
+`clone3` reach the Sentry, which answers ENOSYS. Two differences from Docker's rules,
+both stricter: `personality` is not listed because the Sentry already refuses every
+change of persona (EINVAL), and this release cannot express Docker's rule for it (a call
+allowed for five argument values only: it ORs conditions on one argument); and calls
+the Sentry does not implement answer ENOSYS whatever the profile says.
 """
 
 from __future__ import annotations
@@ -20,11 +28,14 @@ REFUSED = (
     "acct",
     "add_key",
     "bpf",
+    "chroot",
     "clock_adjtime",
     "clock_settime",
     "create_module",
     "delete_module",
+    "fanotify_init",
     "finit_module",
+    "get_mempolicy",
     "get_kernel_syms",
     "init_module",
     "io_uring_enter",
@@ -37,8 +48,12 @@ REFUSED = (
     "kexec_load",
     "keyctl",
     "lookup_dcookie",
+    "mbind",
+    "migrate_pages",
     "mount",
+    "mount_setattr",
     "move_mount",
+    "move_pages",
     "name_to_handle_at",
     "nfsservctl",
     "open_by_handle_at",
@@ -48,23 +63,31 @@ REFUSED = (
     "fsconfig",
     "fspick",
     "perf_event_open",
+    "pidfd_getfd",
     "pivot_root",
+    "process_madvise",
     "process_vm_readv",
     "process_vm_writev",
     "ptrace",
     "query_module",
     "quotactl",
+    "quotactl_fd",
     "reboot",
     "request_key",
+    "set_mempolicy",
+    "setdomainname",
+    "sethostname",
     "setns",
     "settimeofday",
     "swapoff",
     "swapon",
     "sysfs",
+    "syslog",
     "_sysctl",
     "umount2",
     "unshare",
     "uselib",
+    "vhangup",
     "userfaultfd",
     "ustat",
     "vm86",

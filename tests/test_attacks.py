@@ -456,6 +456,48 @@ async def test_code_is_unprivileged_and_writes_only_workspace_and_tmp(
         await assert_alive(c)
 
 
+# System calls an unprivileged process may normally make (unconfined, each of these
+# reaches the kernel and fails on its arguments or succeeds), which Docker's default
+# profile refuses a container without capabilities: refused here too, under runc by
+# Docker's profile, under gVisor by Airlock's (sandbox/seccomp.py). x86_64 numbers.
+SYSCALL_PROBE = r"""
+import ctypes, errno, json, os
+libc = ctypes.CDLL(None, use_errno=True)
+def call(nr, *args):
+    result = libc.syscall(nr, *[ctypes.c_long(a) for a in args])
+    return "ok" if result != -1 else errno.errorcode.get(ctypes.get_errno(), "?")
+me = os.getpid()
+print(json.dumps({
+    "get_mempolicy": call(239, 0, 0, 0, 0, 0),
+    "set_mempolicy": call(238, 0, 0, 0),
+    "mbind": call(237, 0, 0, 0, 0, 0, 0),
+    "move_pages": call(279, 0, 0, 0, 0, 0, 0),
+    "kcmp": call(312, me, me, 0, 0, 0),
+    "keyctl": call(250, 0, 0, 0, 0, 0),
+    "add_key": call(248, 0, 0, 0, 0, 0),
+    "unshare": call(272, 0x10000000),
+    "name_to_handle_at": call(303, -100, 0, 0, 0, 0),
+    "sysfs": call(139, 3),
+    "ustat": call(136, 0, 0),
+    "perf_event_open": call(298, 0, 0, -1, -1, 0),
+    "bpf": call(321, 0, 0, 0),
+    "umount2": call(166, 0, 0),
+    "syslog": call(103, 10, 0, 0),
+    "personality": call(135, 0x0040000),
+    "persona": libc.syscall(135, ctypes.c_long(0xFFFFFFFF)),
+}))
+"""
+
+
+async def test_calls_dockers_default_profile_refuses_are_refused(make_server: Any) -> None:
+    async with Client(make_server(SMALL)) as c:
+        probe = await run_json(c, SYSCALL_PROBE)
+    # Refusing personality changes: Docker's profile (EPERM) or gVisor's kernel (EINVAL).
+    assert probe.pop("personality") in {"EPERM", "EINVAL"}, probe
+    assert probe.pop("persona") in {0, -1}, probe
+    assert probe == dict.fromkeys(probe, "EPERM")
+
+
 # ---- 4. fork bomb ---------------------------------------------------------------------
 
 # Forks until the kernel refuses, keeping every child alive, then reports: the pids

@@ -53,6 +53,7 @@ def test_gvisor_profile_refuses_escapes_and_lets_clone3_reach_the_sentry() -> No
     profile = gvisor_profile()
     refused = {name for rule in profile["syscalls"] for name in rule["names"]}
     assert {"unshare", "setns", "mount", "ptrace", "bpf", "keyctl", "clone"} <= refused
+    assert {"get_mempolicy", "mbind", "syslog", "sethostname", "chroot"} <= refused
     assert "clone3" not in refused
     assert json.loads(gvisor_security_opt().removeprefix("seccomp=")) == profile
 
