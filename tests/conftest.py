@@ -38,8 +38,15 @@ from airlock.server import Config, build_server
 
 REQUIRE_DOCKER = os.environ.get("AIRLOCK_REQUIRE_DOCKER") == "1"
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
-# Hardening, attacks, limits, egress, teardown, and the backend contract.
-BOTH_RUNTIMES = ("test_attacks", "test_egress", "test_teardown", "test_backend_contract")
+# Hardening, attacks, limits, egress, teardown, the backend contract, and the tools agents
+# reach for (gVisor is the default runtime where it is registered).
+BOTH_RUNTIMES = (
+    "test_attacks",
+    "test_egress",
+    "test_teardown",
+    "test_backend_contract",
+    "test_toolbox",
+)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
