@@ -110,6 +110,7 @@ IMAGE_LABEL = "airlock.image"
 # not every container; it also leaves bytecode for anything the runner imports from
 # /opt/airlock, which it could not write at run time on the read-only root filesystem.
 # Exec-form ENTRYPOINT does no variable expansion, hence a template filled in here, not ARG.
+# The runner needs no site-packages (-S): under gVisor `site` costs about 17 ms a container.
 _DOCKERFILE = Template("""\
 FROM $base AS wheels
 COPY wheels /wheels
@@ -139,7 +140,7 @@ LABEL $label=1
 USER $uid:$uid
 WORKDIR /workspace
 ENV PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8
-ENTRYPOINT ["$python", "-I", "/opt/airlock/runner.py"]
+ENTRYPOINT ["$python", "-I", "-S", "/opt/airlock/runner.py"]
 """)
 
 # Per-read timeout while streaming a build: a step may stay silent for a while.

@@ -3,7 +3,9 @@
 The runner starts it as the sandbox user when its container starts, so a warm call
 does not wait for Python to start (under gVisor that was most of a warm `print(1)`).
 It waits for one order on the descriptor named by its argument: the job's argv and
-environment, as JSON. Then it becomes that program:
+environment (the count of arguments, the arguments, then NAME=VALUE entries, each ended
+by a NUL byte: neither can hold one, and reading it needs no module Python has not
+already loaded). Then it becomes that program:
 
 - `python3 -u SCRIPT` runs here, in this interpreter, as a fresh `python3 -u SCRIPT`
   would: a new `__main__` module with the same globals, `sys.argv`, `sys.path[0]`,
@@ -23,7 +25,6 @@ Only the standard library of the image's Python may be used here.
 from __future__ import annotations
 
 import builtins
-import json
 import os
 import signal
 import site
@@ -39,8 +40,9 @@ STARTUP_PREFIXES = ("PYTHON", "LC_", "LD_", "MALLOC_")
 
 def _read_order(fd: int) -> tuple[list[str], dict[str, str]]:
     with os.fdopen(fd, "rb") as control:
-        order = json.loads(control.read())
-    return list(order["argv"]), dict(order["env"])
+        count, *items = [os.fsdecode(item) for item in control.read().split(b"\0")[:-1]]
+    argv, entries = items[: int(count)], items[int(count) :]
+    return argv, dict(entry.split("=", 1) for entry in entries)
 
 
 def _starts_alike(env: dict[str, str]) -> bool:
