@@ -50,6 +50,7 @@ from airlock.errors import (
 from airlock.store import Staging
 
 from .docker_attach import attach
+from .docker_pool import MAX_CONNECTIONS, share_one_pool
 from .environment import CA_BUNDLE, EGRESS_MOUNT, RELAY_PORT, sandbox_environment
 from .exchange import Exchange, RunnerReport
 from .hatch import pack_inputs, read_listing
@@ -130,7 +131,8 @@ def connect() -> docker.DockerClient:
     client: docker.DockerClient | None = None
     try:
         with engine_errors("connecting"):
-            client = docker.from_env(timeout=120)
+            client = docker.from_env(timeout=120, max_pool_size=MAX_CONNECTIONS)
+            share_one_pool(client)
             client.ping()
     except EngineUnavailable as exc:
         if client is not None:
