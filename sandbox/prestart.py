@@ -93,6 +93,14 @@ def _run(script: str) -> None:
 
 
 def main() -> None:
+    if os.getuid() == 0 or os.geteuid() == 0:
+        sys.exit("prestart.py must be started as the sandbox user")
+    # The code is the OOM killer's first choice, so the runner survives to report it.
+    try:
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("1000")
+    except OSError:
+        pass
     argv, env = _read_order(int(sys.argv[1]))
     if not _runs_here(argv, env):
         os.execve(argv[0], argv, env)
