@@ -26,7 +26,7 @@ from airlock.sandbox.pylock import parse_lock
 # 2-core machine), the layer 1 to 4 more.
 pytestmark = pytest.mark.timeout(900)
 
-ENTRYPOINT = ["/usr/bin/python3", "-I", "/opt/airlock/runner.py"]
+ENTRYPOINT = ["/usr/bin/python3", "-I", "-S", "/opt/airlock/runner.py"]
 
 
 @pytest.fixture
