@@ -213,7 +213,13 @@ class Conversation:
         once. An idle terminated tunnel is not cut: its next request is decided anew.
         """
         active = self._tunnel if self.need == "splice" else self._exchange
-        if active is None or active.decision is None or self._token is None:
+        # A denial carries nothing to cut, and its answer may still be on its way.
+        if (
+            active is None
+            or active.decision is None
+            or not active.decision.allow
+            or self._token is None
+        ):
             return None
         if not self._run.live():
             return "the run ended"

@@ -342,6 +342,20 @@ def test_an_expired_token_cuts_an_exchange_in_flight() -> None:
     assert [(r.method, r.decision) for r in records] == [("GET", "deny"), ("CONNECT", "deny")]
 
 
+def test_a_denial_being_answered_is_never_cut() -> None:
+    # The proxy asks still_allowed every 0.1 s while a connection is open, also while a
+    # denial's 403 is being sent; taking the denial for a revoked grant cut it before
+    # the answer went out (a connection closed with no response, seen in CI).
+    run = Run()
+    talk = run.talk()
+    assert sent_to_client(talk.client(connect("api.github.com"))).startswith(b"HTTP/1.1 403 ")
+    assert talk.conversation.still_allowed() is None
+    tunneled = run.talk()
+    open_tunnel(tunneled)
+    assert sent_to_client(tunneled.client(get("/admin"))).startswith(b"HTTP/1.1 403 ")
+    assert tunneled.conversation.still_allowed() is None
+
+
 def test_an_idle_terminated_tunnel_is_not_cut_its_next_request_is_decided() -> None:
     run = Run()
     talk = run.talk()
