@@ -304,15 +304,6 @@ def _become_sandbox_user() -> None:
         raise PermissionError("could not drop to the sandbox user")
 
 
-def _code_setup() -> None:
-    # Make the user's code the OOM killer's first choice, so the runner survives
-    # to report what happened. Written before the drop: afterwards the process is
-    # not dumpable until exec, and its /proc files are root's.
-    with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as f:
-        f.write("1000")
-    _become_sandbox_user()
-
-
 @contextlib.contextmanager
 def _as_sandbox_user() -> Iterator[None]:
     """Act on files as the sandbox user, in this process: only the effective ids change.
@@ -597,8 +588,8 @@ def _prestart() -> _Prestarted | None:
 
     It starts as the code would (the sandbox user, its own session, /workspace, pipes
     for its output) in the environment every run starts from: the container's, as the
-    host set it, less the HOSTNAME the engine adds. None if it cannot be started: the
-    code is then started when its job comes.
+    host set it, less the HOSTNAME the engine adds. None if it cannot be started: one
+    is then started when the job comes.
     """
     order, control = os.pipe()
     try:
@@ -640,26 +631,24 @@ def _order(argv: list[str], env: dict[str, str]) -> bytes:
 def _start_code(
     argv: list[str], env: dict[str, str], prestarted: _Prestarted | None
 ) -> subprocess.Popen[bytes]:
-    """The code's process: the prestarted one given its order, or (when that one is
-    gone) a new one."""
-    if prestarted is not None:
-        try:
-            with open(prestarted.control, "wb") as control:
-                control.write(_order(argv, env))
-            if prestarted.process.poll() is None:
-                return prestarted.process
-        except OSError:
-            pass
-    return subprocess.Popen(
-        argv,
-        cwd=WORKSPACE,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-        preexec_fn=_code_setup,  # safe: the runner has no threads
-    )
+    """The code's process: the prestarted one given its order or, when that one is gone
+    (it could not start, or died waiting in a pool), one started now and given it."""
+    for candidate in (prestarted, None):
+        started = candidate or _prestart()
+        if started is not None and _give_order(started, argv, env):
+            return started.process
+    raise RuntimeError("the code's process could not be started")
+
+
+def _give_order(prestarted: _Prestarted, argv: list[str], env: dict[str, str]) -> bool:
+    """Whether the order reached the process. Only a write that fails says it is gone:
+    one that ran the code at once may have ended already, and must not run it twice."""
+    try:
+        with open(prestarted.control, "wb") as control:
+            control.write(_order(argv, env))
+    except OSError:
+        return False
+    return True
 
 
 def _run(

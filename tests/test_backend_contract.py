@@ -349,6 +349,37 @@ async def test_a_pooled_sandbox_has_the_codes_process_started_before_it_is_given
     assert outcome.stdout.data == f"{SANDBOX_UID} True\n".encode(), outcome
 
 
+async def test_a_job_whose_waiting_process_died_runs_once_in_a_new_one(
+    harness: Harness,
+) -> None:
+    """The process started ahead may die while its sandbox waits (killed, out of memory):
+    the job then gets a new one, and its code runs exactly once."""
+    async with harness.backend(1) as backend:
+        job = harness.job(
+            "import os\n"
+            "with open('/workspace/runs', 'a') as f:\n"
+            "    f.write('run\\n')\n"
+            "print(open('/workspace/runs').read().count('run'), os.getuid())\n"
+        )
+        async with backend.sandbox(job, egress=False) as box:
+
+            def waiting() -> bool:
+                return any("prestart.py" in line for line in harness.commands(box.container_id))
+
+            await wait_until(lambda: waiting(), within=60, interval=0.5)
+            killer = "import os, signal\n" + (
+                "for pid in filter(str.isdigit, os.listdir('/proc')):\n"
+                "    try: line = open(f'/proc/{pid}/cmdline', 'rb').read()\n"
+                "    except OSError: continue\n"
+                "    if b'prestart.py' in line: os.kill(int(pid), signal.SIGKILL)\n"
+            )
+            await anyio.to_thread.run_sync(harness.in_sandbox, box.container_id, killer)
+            await wait_until(lambda: not waiting(), within=60, interval=0.5)
+            outcome = await box.run(job, harness.staging)
+    assert outcome.status == "ok", outcome
+    assert outcome.stdout.data == f"1 {SANDBOX_UID}\n".encode(), outcome
+
+
 async def test_pooled_sandboxes_never_taken_leave_nothing_behind_when_the_backend_stops(
     harness: Harness,
 ) -> None:
