@@ -103,6 +103,10 @@ def main() -> None:
         pass
     argv, env = _read_order(int(sys.argv[1]))
     if not _runs_here(argv, env):
+        # Python ignores these two for itself; a program it execs must get them back, as
+        # subprocess gives them back (or `yes | head -1` in bash would end in EPIPE errors).
+        for number in (signal.SIGPIPE, signal.SIGXFSZ):
+            signal.signal(number, signal.SIG_DFL)
         os.execve(argv[0], argv, env)
     os.environ.clear()
     os.environ.update(env)

@@ -216,6 +216,20 @@ async def test_files_go_in_and_changed_files_come_out_with_streams_and_exit_code
 
 
 @POOLED
+async def test_a_shell_job_starts_with_no_signal_ignored(harness: Harness, pool_size: int) -> None:
+    """As a fresh process would: the interpreters that start the code ignore SIGPIPE and
+    SIGXFSZ for themselves, and a program they hand over to must not inherit that (a
+    pipeline's writer would see EPIPE errors instead of ending quietly)."""
+    # A shell lists the signals it found ignored at its start as traps it cannot change.
+    code = 'yes | head -n 1; echo "${PIPESTATUS[@]}"; trap -p\n'
+    async with harness.backend(pool_size) as backend:
+        outcome = await run_one(harness, backend, harness.job(code, language="bash"))
+    assert outcome.status == "ok", outcome
+    assert outcome.stdout.data == b"y\n141 0\n", outcome
+    assert outcome.stderr.data == b"", outcome
+
+
+@POOLED
 async def test_limits_hold_memory_pids_and_time(harness: Harness, pool_size: int) -> None:
     memory = "hoard = [b'x' * (16 << 20) for _ in range(32)]\nprint('survived')"
     forks = (
