@@ -49,6 +49,7 @@ from airlock.errors import (
 )
 from airlock.store import Staging
 
+from .boot import SANDBOX_UID
 from .docker_attach import attach
 from .docker_pool import MAX_CONNECTIONS, share_one_pool
 from .environment import CA_BUNDLE, EGRESS_MOUNT, RELAY_PORT, sandbox_environment
@@ -58,7 +59,7 @@ from .instance import LABEL_INSTANCE, Instance
 from .intake import Intake
 from .pool import MAX_AGE_S as POOL_MAX_AGE_S
 from .pool import Profile, WarmPool
-from .runner import SANDBOX_UID, encode_job
+from .runner import encode_job
 from .runtime import GVISOR
 from .seccomp import gvisor_security_opt
 from .spec import JobOutcome, JobSpec, OutputFile, Status, StreamCapture, Usage, WorkspaceEntry

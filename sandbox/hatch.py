@@ -22,7 +22,7 @@ from typing import IO
 from airlock.errors import UnsafePath
 from airlock.store import Draft, WorkspaceFile
 
-from .runner import SANDBOX_UID
+from .boot import SANDBOX_UID
 from .spec import ArtifactCaps, InputDir, InputFile, OutputFile, WorkspaceEntry
 
 # Airlock keeps each run's captured streams under this prefix, so the code's own

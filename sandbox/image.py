@@ -49,10 +49,11 @@ import airlock
 from airlock.errors import EngineUnavailable, ImageUnavailable
 from airlock.policies import ImageSettings
 
+from .boot import SANDBOX_UID
 from .pylock import IMAGE_PYTHON_VERSION, PythonLock, default_lock, fetch_wheels, read_lock
-from .runner import SANDBOX_UID
 
 RUNNER_PATH: Path = Path(__file__).with_name("runner.py")
+BOOT_PATH: Path = Path(__file__).with_name("boot.py")
 INVENTORY_PATH: Path = Path(__file__).with_name("inventory.py")
 PRESTART_PATH: Path = Path(__file__).with_name("prestart.py")
 FILES_DIR: Path = Path(__file__).with_name("files")
@@ -106,9 +107,11 @@ IMAGE_LABEL = "airlock.image"
 # The files under /etc and the pip wrapper make pip and npm refuse at once (packages come
 # from the lock, at build time) and give git an author; matplotlib gets the headless Agg
 # backend in its own rc file, since the sandbox environment is fixed.
+# The entrypoint (boot.py), the runner and prestart.py form the package `sandbox` under
+# /opt/airlock, so the runner's relative import of boot works there as on the host.
 # `compileall` makes a runner that does not compile under the image's Python fail the build,
-# not every container; it also leaves bytecode for anything the runner imports from
-# /opt/airlock, which it could not write at run time on the read-only root filesystem.
+# not every container; it also leaves the bytecode the runner is imported from, which it
+# could not write at run time on the read-only root filesystem.
 # Exec-form ENTRYPOINT does no variable expansion, hence a template filled in here, not ARG.
 # The runner needs no site-packages (-S): under gVisor `site` costs about 17 ms a container.
 _DOCKERFILE = Template("""\
@@ -123,13 +126,14 @@ FROM $base
 COPY --from=wheels /staging/usr/local /usr/local
 RUN groupadd -g $uid sandbox \\
  && useradd -u $uid -g $uid -d /workspace -M -s /bin/bash sandbox \\
- && mkdir -p /workspace /opt/airlock \\
+ && mkdir -p /workspace /opt/airlock/sandbox \\
  && chown $uid:$uid /workspace \\
  && find / -xdev -type f -perm /6000 -exec chmod ug-s {} +
 COPY files/pip.conf files/gitconfig files/npmrc /etc/
 COPY files/EXTERNALLY-MANAGED /usr/lib/python3.11/EXTERNALLY-MANAGED
 COPY files/pip /usr/local/bin/pip
-COPY runner.py prestart.py inventory.py /opt/airlock/
+COPY boot.py runner.py prestart.py /opt/airlock/sandbox/
+COPY inventory.py /opt/airlock/
 RUN chmod 755 /usr/local/bin/pip \\
  && ln -s pip /usr/local/bin/pip3 && ln -s pip /usr/local/bin/pip3.11 \\
  && for rc in /usr/local/lib/python3.11/dist-packages/matplotlib/mpl-data/matplotlibrc; do \\
@@ -140,7 +144,7 @@ LABEL $label=1
 USER $uid:$uid
 WORKDIR /workspace
 ENV PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8
-ENTRYPOINT ["$python", "-I", "-S", "/opt/airlock/runner.py"]
+ENTRYPOINT ["$python", "-I", "-S", "/opt/airlock/sandbox/boot.py"]
 """)
 
 # Per-read timeout while streaming a build: a step may stay silent for a while.
@@ -307,6 +311,7 @@ def wheel_cache_dir() -> Path:
 def _recipe(inputs: ImageInputs, runner: Path) -> _Recipe:
     files: list[tuple[str, bytes]] = []
     for name, path in (
+        ("boot.py", BOOT_PATH),
         ("runner.py", runner),
         ("prestart.py", PRESTART_PATH),
         ("inventory.py", INVENTORY_PATH),

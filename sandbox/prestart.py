@@ -1,8 +1,10 @@
 """The process that becomes the user's code, started before the job is known.
 
-The runner starts it as the sandbox user when its container starts, so a warm call
-does not wait for Python to start (under gVisor that was most of a warm `print(1)`).
-It waits for one order on the descriptor named by its argument: the job's argv and
+sandbox/boot.py starts it as the sandbox user when its container starts, so a call
+does not wait for Python to start (under gVisor that was most of a warm `print(1)`):
+`prestart.py ORDER_FD DIRECTORY`. It moves to DIRECTORY (the code's working directory),
+keeps no descriptor but its standard three and ORDER_FD, and waits for one order
+there: the job's argv and
 environment (the count of arguments, the arguments, then NAME=VALUE entries, each ended
 by a NUL byte: neither can hold one, and reading it needs no module Python has not
 already loaded). Then it becomes that program:
@@ -36,6 +38,19 @@ from types import ModuleType
 # environment differs in any of these gets a fresh interpreter.
 STARTUP_NAMES = frozenset({"HOME", "LANG", "LANGUAGE", "PATH", "TZ", "GLIBC_TUNABLES"})
 STARTUP_PREFIXES = ("PYTHON", "LC_", "LD_", "MALLOC_")
+
+
+def _keep_only_standard_and(order: int) -> None:
+    """Close whatever else came with the spawn: the code must hold nothing of the
+    runner's (its stdin and stdout are the host's report channel)."""
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd > 2 and fd != order:
+            # Not contextlib.suppress: an import more, in every sandbox's start.
+            try:  # noqa: SIM105
+                os.close(fd)
+            except OSError:
+                pass  # the listing's own descriptor, closed already
 
 
 def _read_order(fd: int) -> tuple[list[str], dict[str, str]]:
@@ -101,7 +116,10 @@ def main() -> None:
             f.write("1000")
     except OSError:
         pass
-    argv, env = _read_order(int(sys.argv[1]))
+    order, directory = int(sys.argv[1]), sys.argv[2]
+    _keep_only_standard_and(order)
+    os.chdir(directory)
+    argv, env = _read_order(order)
     if not _runs_here(argv, env):
         # Python ignores these two for itself; a program it execs must get them back, as
         # subprocess gives them back (or `yes | head -1` in bash would end in EPIPE errors).

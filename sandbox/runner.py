@@ -1,9 +1,9 @@
-"""The in-container runner: the entrypoint of every sandbox container.
+"""The in-container runner, started by sandbox/boot.py (every sandbox container's
+entrypoint) right after that has started the process that will become the code.
 
 It starts before any job is known (so a container can wait in a warm pool; one
 created for egress, `--egress SOCKET PORT`, forks its relay to the proxy socket
-then too), starts the process that will become the code (sandbox/prestart.py:
-the interpreter is up before the job comes), reads exactly one job from stdin,
+then too), reads exactly one job from stdin,
 runs it as the unprivileged sandbox user, streams the output back, sends the
 changed files of /workspace, reports, and then waits for the host to remove the
 container. It is never given a second job.
@@ -65,11 +65,12 @@ import signal
 import socket
 import stat
 import struct
-import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
+
+from .boot import PYTHON, SANDBOX_UID, WORKSPACE, CodeProcess, start_code_process
 
 # typing and dataclasses are not imported at run time: under gVisor every module a
 # runner imports adds to a cold call (dataclasses pulls in inspect, about 30 ms).
@@ -90,9 +91,7 @@ LENGTH = struct.Struct(">I")
 MAX_FRAME = 1 << 20
 MAX_JOB_JSON = 4 << 20
 
-WORKSPACE = "/workspace"
 CODE_DIR = "/tmp/.airlock"
-SANDBOX_UID = 1000
 READ_CHUNK = 65536
 POLL_S = 0.05
 DRAIN_AFTER_EXIT_S = 0.25
@@ -111,21 +110,6 @@ STOP_CODE_S = 5.0
 # beats a closed connection it cannot explain.
 PROXY_CONNECT_PATIENCE_S = 3.0
 PROXY_TRANSIENT = frozenset({errno.ENOENT, errno.ECONNREFUSED, errno.EAGAIN, errno.EINTR})
-PYTHON = "/usr/bin/python3"
-# util-linux's setpriv drops to the sandbox user in the child before it execs the rest of
-# the command line: as much as _become_sandbox_user does, with no-new-privileges again.
-DROP_TO_SANDBOX_USER = (
-    "/usr/bin/setpriv",
-    f"--reuid={SANDBOX_UID}",
-    f"--regid={SANDBOX_UID}",
-    "--clear-groups",
-    "--bounding-set=-all",
-    "--inh-caps=-all",
-    "--ambient-caps=-all",
-    "--no-new-privs",
-)
-# Shipped next to the runner in the image (sandbox/prestart.py).
-PRESTART = os.path.join(os.path.dirname(os.path.abspath(__file__)), "prestart.py")
 PR_SET_DUMPABLE = 4
 PR_CAPBSET_DROP = 24
 
@@ -575,45 +559,6 @@ def _pump(source: socket.socket, sink: socket.socket) -> None:
             sink.shutdown(socket.SHUT_WR)
 
 
-class _Prestarted:
-    """The code's process, started ahead (sandbox/prestart.py), and where its order goes."""
-
-    def __init__(self, process: subprocess.Popen[bytes], control: int) -> None:
-        self.process = process
-        self.control = control
-
-
-def _prestart() -> _Prestarted | None:
-    """Start the process that will become the code, before the job is known.
-
-    It starts as the code would (the sandbox user, its own session, /workspace, pipes
-    for its output) in the environment every run starts from: the container's, as the
-    host set it, less the HOSTNAME the engine adds. None if it cannot be started: one
-    is then started when the job comes.
-    """
-    order, control = os.pipe()
-    try:
-        # No preexec_fn: without one the child is made by vfork, which under gVisor costs
-        # about 4 ms where a fork of the runner costs 20 to 25 (setpriv drops the
-        # privileges instead, and prestart.py raises its own OOM score).
-        process = subprocess.Popen(
-            [*DROP_TO_SANDBOX_USER, PYTHON, "-u", PRESTART, str(order)],
-            cwd=WORKSPACE,
-            env={name: value for name, value in os.environ.items() if name != "HOSTNAME"},
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-            pass_fds=(order,),
-        )
-    except OSError:
-        os.close(control)
-        return None
-    finally:
-        os.close(order)
-    return _Prestarted(process, control)
-
-
 def _import_tarfile() -> None:
     """Only the workspace's way in and out needs tarfile, tens of ms to import under
     gVisor: a runner imports it while it waits for its job in a pool, or (a cold call)
@@ -621,38 +566,18 @@ def _import_tarfile() -> None:
     importlib.import_module("tarfile")
 
 
-def _order(argv: list[str], env: dict[str, str]) -> bytes:
-    """The order for sandbox/prestart.py: the count of arguments, the arguments, then
-    NAME=VALUE entries, each ended by a NUL byte."""
-    items = [str(len(argv)), *argv, *(f"{name}={value}" for name, value in env.items())]
-    return b"".join(os.fsencode(item) + b"\0" for item in items)
-
-
-def _start_code(
-    argv: list[str], env: dict[str, str], prestarted: _Prestarted | None
-) -> subprocess.Popen[bytes]:
-    """The code's process: the prestarted one given its order or, when that one is gone
-    (it could not start, or died waiting in a pool), one started now and given it."""
-    for candidate in (prestarted, None):
-        started = candidate or _prestart()
-        if started is not None and _give_order(started, argv, env):
-            return started.process
+def _start_code(argv: list[str], env: dict[str, str], first: CodeProcess | None) -> CodeProcess:
+    """The code's process: the one boot.py started, given its order or, when that one is
+    gone (it could not start, or died waiting in a pool), a new one given it."""
+    for candidate in (first, None):
+        started = candidate or start_code_process()
+        if started is not None and started.give_order(argv, env):
+            return started
     raise RuntimeError("the code's process could not be started")
 
 
-def _give_order(prestarted: _Prestarted, argv: list[str], env: dict[str, str]) -> bool:
-    """Whether the order reached the process. Only a write that fails says it is gone:
-    one that ran the code at once may have ended already, and must not run it twice."""
-    try:
-        with open(prestarted.control, "wb") as control:
-            control.write(_order(argv, env))
-    except OSError:
-        return False
-    return True
-
-
 def _run(
-    job: dict[str, Any], out: BinaryIO, relay: int | None, prestarted: _Prestarted | None
+    job: dict[str, Any], out: BinaryIO, relay: int | None, first: CodeProcess | None
 ) -> dict[str, Any]:
     argv, filename = _command(job["language"])
     # Root's directory and files: the code reads its program and CA but cannot change them.
@@ -668,9 +593,8 @@ def _run(
     oom_before = _oom_kills()
     started = time.monotonic()
     deadline = started + float(job["timeout_s"])
-    proc = _start_code(argv, job["env"], prestarted)
+    proc = _start_code(argv, job["env"], first)
     _import_tarfile()
-    assert proc.stdout is not None and proc.stderr is not None
     selector = selectors.DefaultSelector()
     selector.register(proc.stdout, selectors.EVENT_READ, streams["stdout"])
     selector.register(proc.stderr, selectors.EVENT_READ, streams["stderr"])
@@ -693,16 +617,14 @@ def _run(
             else:
                 selector.unregister(key.fileobj)
                 open_pipes -= 1
-    try:
-        proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-        timed_out = False
-    except subprocess.TimeoutExpired:
-        timed_out = True
+    timed_out = not proc.ended_within(max(0.0, deadline - time.monotonic()))
     duration_ms = int((time.monotonic() - started) * 1000)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
     returncode = proc.wait()
     selector.close()
+    os.close(proc.stdout)
+    os.close(proc.stderr)
     if relay is not None:
         # Our own child, so it can be waited for; _stop_everything would find it dying
         # and pause for it. Still stopped below with everything else if it lingers.
@@ -811,8 +733,9 @@ def _send_refusal(size: int, caps: dict[str, int], sent_files: int, sent_bytes: 
     return None
 
 
-def main(argv: list[str]) -> None:
-    """`argv`: empty, or `--egress SOCKET PORT` for a container with an egress mount."""
+def main(argv: list[str], code: CodeProcess | None) -> None:
+    """`argv`: empty, or `--egress SOCKET PORT` for a container with an egress mount;
+    `code`: the process boot.py started to become the code (None if it could not)."""
     stdin = sys.stdin.buffer
     out = sys.stdout.buffer
     try:
@@ -821,7 +744,6 @@ def main(argv: list[str]) -> None:
         # Root's supplementary groups would follow it when it acts as the sandbox user.
         os.setgroups([])
         relay = _start_relay(argv[1], int(argv[2])) if argv[:1] == ["--egress"] else None
-        prestarted = _prestart()
         if not select.select([stdin], [], [], 0)[0]:
             # Waiting in a pool: time to spare for what a cold call imports later.
             _import_tarfile()
@@ -834,7 +756,7 @@ def main(argv: list[str]) -> None:
             with _as_sandbox_user():
                 _extract_inputs(input_tar)
         before = _input_hashes(input_tar)
-        report = _run(job, out, relay, prestarted)
+        report = _run(job, out, relay, code)
         # Copying out while something of the code's still runs would let it race us,
         # and reach the runner while it acts as the sandbox user; without a clean stop
         # the workspace stays as the host has it.
@@ -853,7 +775,3 @@ def main(argv: list[str]) -> None:
     # Stay alive until the host has read usage and removes the container.
     while stdin.read(READ_CHUNK):
         pass
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])

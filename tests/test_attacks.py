@@ -348,8 +348,8 @@ import errno, json, os, shutil, subprocess
 def name(e):
     return errno.errorcode.get(e.errno, str(e.errno))
 created = {}
-for d in ["/", "/etc", "/usr", "/usr/local/bin", "/opt/airlock", "/root", "/home", "/var",
-          "/bin", "/srv", "/sys/fs/cgroup"]:
+for d in ["/", "/etc", "/usr", "/usr/local/bin", "/opt/airlock", "/opt/airlock/sandbox",
+          "/root", "/home", "/var", "/bin", "/srv", "/sys/fs/cgroup"]:
     try:
         fd = os.open(os.path.join(d, "airlock-escape-probe"), os.O_WRONLY | os.O_CREAT | os.O_EXCL)
         os.close(fd)
@@ -357,7 +357,8 @@ for d in ["/", "/etc", "/usr", "/usr/local/bin", "/opt/airlock", "/root", "/home
     except OSError as e:
         created[d] = name(e)
 changed = {}
-for path in ["/etc/passwd", "/opt/airlock/runner.py", "/usr/bin/python3",
+for path in ["/etc/passwd", "/opt/airlock/sandbox/runner.py", "/opt/airlock/sandbox/boot.py",
+             "/usr/bin/python3",
              "/proc/sys/kernel/hostname", "/proc/sysrq-trigger"]:
     try:
         with open(path, "ab") as f:
@@ -433,7 +434,15 @@ async def test_code_is_unprivileged_and_writes_only_workspace_and_tmp(
         if sandbox_runtime == "runc":
             # And runc's kernel says so first (EROFS: not merely not ours), everywhere;
             # gVisor's checks permission before the mount and answers EACCES.
-            for directory in ["/", "/etc", "/usr", "/usr/local/bin", "/opt/airlock", "/home"]:
+            for directory in [
+                "/",
+                "/etc",
+                "/usr",
+                "/usr/local/bin",
+                "/opt/airlock",
+                "/opt/airlock/sandbox",
+                "/home",
+            ]:
                 assert probe["created"][directory] == "EROFS", (directory, probe["created"])
         for directory, outcome in probe["created"].items():
             assert outcome in {"EROFS", "EACCES", "EPERM"}, (directory, outcome)

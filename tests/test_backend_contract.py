@@ -36,10 +36,10 @@ from airlock.sandbox import (
     JobOutcome,
     JobSpec,
 )
+from airlock.sandbox.boot import SANDBOX_UID
 from airlock.sandbox.environment import RELAY_PORT, sandbox_environment
 from airlock.sandbox.instance import LABEL_INSTANCE, Instance
 from airlock.sandbox.pool import Profile
-from airlock.sandbox.runner import SANDBOX_UID
 from airlock.store import BlobStore, Staging
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
@@ -227,6 +227,33 @@ async def test_a_shell_job_starts_with_no_signal_ignored(harness: Harness, pool_
     assert outcome.status == "ok", outcome
     assert outcome.stdout.data == b"y\n141 0\n", outcome
     assert outcome.stderr.data == b"", outcome
+
+
+DESCRIPTORS = r"""
+import json, os
+held = {}
+for fd in range(1024):
+    try:
+        os.fstat(fd)
+    except OSError:
+        continue
+    held[fd] = os.readlink(f"/proc/self/fd/{fd}")
+print(json.dumps(held))
+"""
+
+
+@POOLED
+async def test_the_code_holds_no_descriptor_but_its_standard_three(
+    harness: Harness, pool_size: int
+) -> None:
+    """Nothing of the runner's reaches the code: not the host's report channel (the
+    runner's stdin and stdout), not the pipe the code's process got its order from."""
+    async with harness.backend(pool_size) as backend:
+        held = report(await run_one(harness, backend, harness.job(DESCRIPTORS)))
+    assert set(held) == {"0", "1", "2"}, held
+    assert held["0"] == "/dev/null", held
+    assert held["1"].startswith("pipe:") and held["2"].startswith("pipe:"), held
+    assert held["1"] != held["2"], held
 
 
 @POOLED
