@@ -97,7 +97,7 @@ class Limits(_Section):
     """Memory of the container in MiB, with no extra swap; 64..16384."""
 
     cpus: float = Field(default=1.0, ge=0.1, le=64)
-    """CPU quota in cores (fractions allowed); 0.1..64."""
+    """CPU quota in cores (fractions allowed), counted per second; 0.1..64."""
 
     pids: int = Field(default=128, ge=16, le=4096)
     """Most processes and threads alive at once in the container; 16..4096."""

@@ -13,6 +13,7 @@ import dataclasses
 import errno
 import json
 import os
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -254,6 +255,26 @@ async def test_the_code_holds_no_descriptor_but_its_standard_three(
     assert held["0"] == "/dev/null", held
     assert held["1"].startswith("pipe:") and held["2"].startswith("pipe:"), held
     assert held["1"] != held["2"], held
+
+
+async def test_the_cpu_quota_holds_over_seconds(harness: Harness) -> None:
+    """Three busy processes on a quota of half a core: over the sandbox's life they get
+    half a core a second, and at most one second's share more (the quota's period)."""
+    cpus = 0.5
+    job = harness.job(
+        "for i in 1 2 3; do (while :; do :; done) & done\nsleep 4\n",
+        language="bash",
+        limits=LIMITS.model_copy(update={"cpus": cpus}),
+    )
+    async with harness.backend(0) as backend:
+        started = time.monotonic()
+        outcome = await run_one(harness, backend, job)
+        elapsed = time.monotonic() - started
+    assert outcome.status == "ok", outcome
+    used = outcome.usage.cpu_seconds
+    assert used is not None, outcome
+    # Unlimited they would take both cores: about 8 s of CPU.
+    assert 0.5 < used <= cpus * (elapsed + 1.0) + 0.2, (used, elapsed)
 
 
 @POOLED

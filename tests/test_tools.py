@@ -268,7 +268,8 @@ async def test_live_container_is_hardened(
         # Docker's default seccomp profile: no override.
         assert not any(opt.startswith("seccomp=") for opt in host["SecurityOpt"])
     assert host["Memory"] == host["MemorySwap"] == 512 * 1024 * 1024
-    assert host["NanoCpus"] == 1_000_000_000
+    assert (host["CpuPeriod"], host["CpuQuota"]) == (1_000_000, 1_000_000)
+    assert not host["NanoCpus"]
     assert host["Init"] is True
     assert host["IpcMode"] == "private"
     assert host["LogConfig"]["Type"] == "none"
