@@ -54,7 +54,6 @@ import contextlib
 import ctypes
 import errno
 import hashlib
-import importlib
 import io
 import json
 import os
@@ -563,7 +562,7 @@ def _import_tarfile() -> None:
     """Only the workspace's way in and out needs tarfile, tens of ms to import under
     gVisor: a runner imports it while it waits for its job in a pool, or (a cold call)
     once the code runs on another core, not before it could start the code."""
-    importlib.import_module("tarfile")
+    import tarfile  # noqa: F401
 
 
 def _start_code(argv: list[str], env: dict[str, str], first: CodeProcess | None) -> CodeProcess:
