@@ -66,12 +66,8 @@ class CodeProcess:
         return True
 
     def poll(self) -> int | None:
-        """Its exit status once it has ended (minus the signal's number if a signal ended
-        it, as subprocess has it), else None."""
-        if self.returncode is None:
-            pid, status = os.waitpid(self.pid, os.WNOHANG)
-            if pid:
-                self.returncode = os.waitstatus_to_exitcode(status)
+        """Its exit status once it has ended, else None."""
+        self.ended_within(0)
         return self.returncode
 
     def wait(self) -> int:
@@ -82,15 +78,25 @@ class CodeProcess:
 
     def ended_within(self, timeout: float) -> bool:
         """Whether it has ended, waiting for that at most `timeout` seconds."""
-        deadline = time.monotonic() + timeout
-        pause = 0.0005
-        while self.poll() is None:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            time.sleep(min(pause, left))
-            pause = min(pause * 2, WAIT_PAUSE_MAX_S)
-        return True
+        if self.returncode is None:
+            self.returncode = reap_within(self.pid, timeout)
+        return self.returncode is not None
+
+
+def reap_within(pid: int, timeout: float) -> int | None:
+    """Reap our child `pid` if it ends within `timeout` seconds: its exit status (minus
+    the signal's number if a signal ended it, as subprocess has it), else None."""
+    deadline = time.monotonic() + timeout
+    pause = 0.0005
+    while True:
+        ended, status = os.waitpid(pid, os.WNOHANG)
+        if ended:
+            return os.waitstatus_to_exitcode(status)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None
+        time.sleep(min(pause, left))
+        pause = min(pause * 2, WAIT_PAUSE_MAX_S)
 
 
 def start_code_process() -> CodeProcess | None:

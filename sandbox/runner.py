@@ -69,7 +69,7 @@ import threading
 import time
 from collections.abc import Iterator
 
-from .boot import PYTHON, SANDBOX_UID, WORKSPACE, CodeProcess, start_code_process
+from .boot import PYTHON, SANDBOX_UID, WORKSPACE, CodeProcess, reap_within, start_code_process
 
 # typing and dataclasses are not imported at run time: under gVisor every module a
 # runner imports adds to a cold call (dataclasses pulls in inspect, about 30 ms).
@@ -477,9 +477,9 @@ def _ready_egress(egress: dict[str, Any], relay: int | None) -> None:
     """
     if relay is None:
         raise RuntimeError("the job has egress but its container was started without it")
-    ended, status = os.waitpid(relay, os.WNOHANG)
-    if ended:
-        raise RuntimeError(f"the egress relay ended before the job (wait status {status})")
+    status = reap_within(relay, 0)
+    if status is not None:
+        raise RuntimeError(f"the egress relay ended before the job (exit status {status})")
     bundle = egress["ca_pem"]
     with contextlib.suppress(OSError), open(SYSTEM_CA_BUNDLE, encoding="utf-8") as f:
         bundle = f.read() + "\n" + bundle
@@ -628,9 +628,7 @@ def _run(
         # Our own child, so it can be waited for; _stop_everything would find it dying
         # and pause for it. Still stopped below with everything else if it lingers.
         os.kill(relay, signal.SIGKILL)
-        deadline = time.monotonic() + STOP_CODE_S
-        while os.waitpid(relay, os.WNOHANG)[0] == 0 and time.monotonic() < deadline:
-            time.sleep(0.0005)
+        reap_within(relay, STOP_CODE_S)
     stopped = _stop_everything()
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return {
