@@ -10,8 +10,8 @@ The one private corner of the SDK Airlock uses is behind `sdk_connection.py`.
 # registration, and `Resolve(ask_user)` names a function local to `build_server`.
 
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Callable, Hashable, Iterator, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -22,6 +22,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
 from mcp.server.mcpserver.resolve import Elicit, Resolve
 from mcp.types import CallToolResult, ToolAnnotations
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import BaseModel, Field
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -58,7 +59,7 @@ from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .metrics import Metrics
 from .running import Running, serving
 from .sdk_connection import connection_exit_stack
-from .sessions import Leases
+from .sessions import STDIO, Leases, SessionRule
 from .strict_tools import StrictToolServer
 
 INSTRUCTIONS = """\
@@ -81,13 +82,6 @@ MaxBytesArg = Annotated[
         ge=1,
         le=MAX_FETCH_BYTES,
         description=f"At most this many bytes (1 to {MAX_FETCH_BYTES}).",
-    ),
-]
-SessionArg = Annotated[
-    str | None,
-    Field(
-        description="Session to use (from an earlier result). Omit it to use your default "
-        "session; files written to /workspace persist within a session."
     ),
 ]
 
@@ -115,10 +109,15 @@ def build_server(
     clock: Callable[[], float] = time.time,
 ) -> MCPServer:
     """The Airlock MCP server. Over HTTP every call's tenant comes from its bearer token
-    (the local user when serving loopback without auth), and a call without session_id
-    starts a fresh lease; over stdio there is one local user with one default session.
+    (the local user when serving loopback without auth); over stdio there is one local user.
+    Which session a call gets follows `SessionRule`; over HTTP the rule depends on the
+    caller's protocol era, so the session_id sentences in tools/list are chosen per request.
     `clock` (Unix seconds) is the tools' and the broker's now; tests pass one they move."""
     routes = _ForRoutes()
+    # Over stdio there is always a connection; over HTTP tools/list says the caller's rule.
+    rule = SessionRule(connection=not http)
+    SessionArg = Annotated[str | None, Field(max_length=64, description=rule.argument)]
+    EndSessionArg = Annotated[str | None, Field(max_length=64, description=rule.end_argument)]
     meter = metrics or Metrics()
     offer = describe_offer(policy, per_tenant=bool(tenant_policies))
     # An image the operator names is theirs: Airlock cannot tell what it holds.
@@ -156,6 +155,7 @@ def build_server(
         lifespan=lifespan,
         token_verifier=token_verifier,
         auth=auth,
+        session_sentence=_session_sentence if http else None,
     )
 
     @mcp.custom_route("/healthz", methods=["GET"])  # type: ignore[untyped-decorator]
@@ -179,7 +179,9 @@ def build_server(
 
     @mcp.tool(
         title="Run code in a sandbox",
-        description=RUN_CODE_DOC + toolbox,
+        description=RUN_CODE_DOC
+        + _limits_offer(policy, per_tenant=bool(tenant_policies))
+        + toolbox,
         annotations=_hints(
             read_only=False,
             destructive=False,
@@ -320,16 +322,20 @@ def build_server(
         annotations=_hints(read_only=False, destructive=True, idempotent=False),
     )
     async def end_session(
-        session_id: SessionArg = None,
+        session_id: EndSessionArg = None,
         ctx: AirlockContext = None,  # type: ignore[assignment]  # injected by the SDK
     ) -> EndSessionResult:
         """End a session: kill its running code, remove its containers and forget its
-        /workspace. Artifacts of its runs stay fetchable. Omit session_id to end your default
-        session.
+        /workspace. Artifacts of its runs stay fetchable.
         """
         _, leases = _running(ctx)
         with tool_errors():
-            return await leases.end(session_id, _caller(local_tenant), reason="end_session")
+            return await leases.end(
+                session_id,
+                _caller(local_tenant),
+                connection=_connection(ctx, http=http),
+                reason="end_session",
+            )
 
     async def ask_user(
         capability: str,
@@ -514,15 +520,30 @@ def build_server(
 async def _lease(
     leases: Leases, session_id: str | None, ctx: AirlockContext, *, http: bool, local_tenant: str
 ) -> Session:
-    """The caller's lease. A remote call without session_id starts a fresh one; on a
-    handshake-era connection (which has a lifetime: DELETE, idle timeout) that lease
-    also ends with the connection."""
-    session = await leases.resolve(session_id, _caller(local_tenant), fresh=http)
-    if http and session_id is None:
-        stack = connection_exit_stack(ctx)
-        if stack is not None:
-            leases.end_with(stack, session)
+    """The caller's lease by the session rule. A lease made for a handshake-era HTTP
+    connection (which has a lifetime: DELETE, idle timeout) ends with that connection."""
+    connection = _connection(ctx, http=http)
+    session, created = await leases.resolve(
+        session_id, _caller(local_tenant), connection=connection
+    )
+    if created and isinstance(connection, AsyncExitStack):
+        leases.end_with(connection, session)
     return session
+
+
+def _connection(ctx: AirlockContext, *, http: bool) -> Hashable | None:
+    """What identifies the caller's connection: the process over stdio, the handshake-era
+    connection's exit stack over HTTP, None for a 2026-07-28 HTTP request (no connection)."""
+    if not http:
+        return STDIO
+    return connection_exit_stack(ctx)
+
+
+def _session_sentence(tool: str, protocol_version: str | None) -> str:
+    """The session_id sentence for an HTTP caller of this protocol era: the handshake era
+    has a connection (Mcp-Session-Id), 2026-07-28 has none."""
+    rule = SessionRule(connection=protocol_version not in MODERN_PROTOCOL_VERSIONS)
+    return rule.end_argument if tool == "end_session" else rule.argument
 
 
 def _running(ctx: AirlockContext) -> tuple[Services, Leases]:
@@ -565,6 +586,19 @@ def _roots_offer(policy: Policy) -> str:
     if not names:
         return "\n\nThis server's policy offers no roots (a tenant's own policy may)."
     return f"\n\nRoots offered: {names}."
+
+
+def _limits_offer(policy: Policy, *, per_tenant: bool) -> str:
+    """The limits the code will hit, told up front so the model plans for them."""
+    limits, output = policy.limits, policy.output
+    whose = "This server's limits" + (" (your tenant's policy may differ)" if per_tenant else "")
+    return (
+        f'\n\n{whose}: {limits.memory_mb} MiB of memory (more ends the run as "oom"), '
+        f"{limits.cpus:g} CPU, {limits.pids} processes, /workspace {limits.workspace_mb} MiB, "
+        f"/tmp {limits.tmp_mb} MiB, {limits.timeout_s} s unless timeout_s says otherwise; "
+        f"each of stdout and stderr is returned up to {output.inline_bytes} bytes (the rest "
+        "through fetch_artifact)."
+    )
 
 
 RUN_CODE_DOC = """\

@@ -1,9 +1,13 @@
 """Session leases: Airlock's own sessions, since the 2026-07-28 protocol has none.
 
 A lease belongs to one tenant, has an idle TTL refreshed by each call and a
-maximum lifetime. A call without a session id uses the tenant's default lease
-(created on demand). Ending a lease, for whatever reason, cancels the calls still
-running in it and tears the session down in one step (`tools.teardown_session`).
+maximum lifetime. Which lease a call gets is the one session rule (`SessionRule`), the same
+on every transport and protocol era: where a connection exists (stdio; an HTTP client of the
+handshake era, with its Mcp-Session-Id) a call without a session id uses that connection's
+default lease, created on demand; where none exists (HTTP on 2026-07-28) it starts a new
+lease; `session_id="new"` starts a separate lease everywhere. Ending a lease, for whatever
+reason, cancels the calls still running in it and tears the session down in one step
+(`tools.teardown_session`).
 An id of another tenant, or of an ended lease, is "unknown session": the same
 answer as for an id that never existed.
 """
@@ -12,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Hashable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 
@@ -25,6 +29,45 @@ from airlock.store import SessionRecord
 from airlock.tools import EndSessionResult, Services, Session, teardown_session
 
 log = logging.getLogger(__name__)
+
+STDIO = "stdio"
+"""The connection key of a stdio server: the process is the one connection."""
+NEW_SESSION = "new"
+"""The session_id that asks for a new, separate session on every transport."""
+START_ANYWHERE = f'pass session_id "{NEW_SESSION}" to start a new session'
+
+
+@dataclass(frozen=True)
+class SessionRule:
+    """What a call without a session id gets, told to the model in one sentence per tool:
+    the tool descriptions are the only place it reads the rule (tools/list)."""
+
+    connection: bool
+    """Whether the call comes over a connection (which then has a default session)."""
+
+    @property
+    def argument(self) -> str:
+        if self.connection:
+            return (
+                "A session_id from an earlier result; omit it for this connection's default "
+                f'session, or pass "{NEW_SESSION}" for a separate one.'
+            )
+        return (
+            "The session_id of an earlier result, to keep its /workspace files; omit it "
+            "to start a new session."
+        )
+
+    @property
+    def end_argument(self) -> str:
+        if self.connection:
+            return "The session to end; omit it to end this connection's default session."
+        return "The session_id of the session to end."
+
+    @property
+    def start_hint(self) -> str:
+        if self.connection:
+            return f"{START_ANYWHERE}, or omit session_id for this connection's default session"
+        return "omit session_id to start a new session"
 
 
 @dataclass
@@ -46,44 +89,54 @@ class Leases:
         self._services = services
         self._runs_by_tenant: dict[str, int] = {}
         self._live: dict[str, _Lease] = {}
-        self._defaults: dict[str, str] = {}
+        self._defaults: dict[tuple[str, Hashable], str] = {}
+        """The default lease of each (tenant, connection)."""
         self._lock = anyio.Lock()
 
-    async def resolve(self, session_id: str | None, tenant: str, *, fresh: bool = False) -> Session:
-        """The caller's live lease, refreshed. Without an id: the tenant's default lease,
-        or with `fresh` (remote callers, which can't share one) a new lease."""
+    async def resolve(
+        self, session_id: str | None, tenant: str, *, connection: Hashable | None
+    ) -> tuple[Session, bool]:
+        """The caller's live lease, refreshed, and whether this call created it.
+
+        The session rule (`SessionRule`): an id continues that session; `NEW_SESSION` starts
+        a separate one; no id means the connection's default lease (created on demand), or a
+        new lease where there is no connection (`connection` None: stateless HTTP)."""
         now = self._services.clock()
+        rule = SessionRule(connection is not None)
         async with self._lock:
-            found: _Lease | None
-            if session_id is None and fresh:
-                found = None
-            elif session_id is None:
-                found = self._live.get(self._defaults.get(tenant, ""))
-            else:
+            found: _Lease | None = None
+            default_key = (tenant, connection) if session_id is None else None
+            if session_id == NEW_SESSION:
+                pass
+            elif session_id is not None:
                 found = self._live.get(session_id)
                 if found is None or found.tenant != tenant or self._expired(found, now):
                     raise NotFound(
                         f"unknown session {session_id!r} (it may have ended or expired); "
-                        "omit session_id to start a new session"
+                        + rule.start_hint
                     )
-            if found is None or self._expired(found, now):
+            elif connection is not None:
+                found = self._live.get(self._defaults.get((tenant, connection), ""))
+            created = found is None or self._expired(found, now)
+            if created:
                 lease = await self._create(tenant, now)
-                if not fresh:
-                    self._defaults[tenant] = lease.id
+                if default_key is not None and connection is not None:
+                    self._defaults[(tenant, connection)] = lease.id
             else:
+                assert found is not None
                 lease = found
             lease.expires_at = self._idle_end(lease, now)
         await self._services.db.touch_session(
             lease.id, last_used_at=now, expires_at=lease.expires_at
         )
-        return lease.view()
+        return lease.view(), created
 
     @asynccontextmanager
     async def running(self, session: Session) -> AsyncIterator[None]:
         """Scope of one call in a lease: ending the lease cancels it."""
         lease = self._live.get(session.id)
         if lease is None:
-            raise NotFound(f"unknown session {session.id!r}; omit session_id to start a new one")
+            raise NotFound(f"unknown session {session.id!r}; {START_ANYWHERE}")
         max_runs = self._services.policy_for(lease.tenant).tenants.max_concurrent_runs
         if self._runs_by_tenant.get(lease.tenant, 0) >= max_runs:
             raise LimitExceeded(
@@ -104,14 +157,24 @@ class Leases:
         if scope.cancelled_caught:
             raise SessionEnded(
                 f"session {session.id} ended while the call was running, so the run was "
-                "stopped; start a new session (omit session_id) to run again"
+                f"stopped; {START_ANYWHERE} to run again"
             )
 
-    async def end(self, session_id: str | None, tenant: str, *, reason: str) -> EndSessionResult:
-        """End the caller's lease (default lease when no id is given)."""
+    async def end(
+        self, session_id: str | None, tenant: str, *, connection: Hashable | None, reason: str
+    ) -> EndSessionResult:
+        """End the caller's lease (the connection's default lease when no id is given)."""
         async with self._lock:
-            target = session_id if session_id is not None else self._defaults.get(tenant)
-            lease = self._live.get(target or "")
+            if session_id is not None:
+                target = session_id
+            elif connection is not None:
+                target = self._defaults.get((tenant, connection), "")
+            else:
+                raise NotFound(
+                    "pass the session_id of the session to end: over this transport a call "
+                    "without one has no default session"
+                )
+            lease = self._live.get(target)
             if lease is None or lease.tenant != tenant:
                 raise NotFound(
                     f"unknown session {session_id!r}; it may have ended already"
@@ -151,7 +214,9 @@ class Leases:
 
         async def end() -> None:
             with contextlib.suppress(NotFound):
-                await self.end(session.id, session.tenant, reason="client disconnected")
+                await self.end(
+                    session.id, session.tenant, connection=None, reason="client disconnected"
+                )
 
         stack.push_async_callback(end)
 
@@ -183,8 +248,8 @@ class Leases:
 
     def _forget(self, lease: _Lease) -> None:
         self._live.pop(lease.id, None)
-        if self._defaults.get(lease.tenant) == lease.id:
-            del self._defaults[lease.tenant]
+        for key in [key for key, lease_id in self._defaults.items() if lease_id == lease.id]:
+            del self._defaults[key]
         for scope in lease.running:
             scope.cancel()
 

@@ -9,7 +9,9 @@ registration and rewrites argument errors into one sentence built from the tool'
 Closing the model touches SDK internals (`MCPServer._tool_manager`, `Tool.fn_metadata.arg_model`,
 `Tool.parameters`); `_close` checks their shape and fails at registration, not at a call, if
 the SDK changes (hence `mcp` pinned to 2.3.*; tests/test_arguments.py watches it too).
-Nothing else here touches the SDK beyond its public `add_tool` and `call_tool`.
+Nothing else here touches the SDK beyond its public `add_tool` and `call_tool`, and the
+tools/list handler (`_handle_list_tools`, bound by the SDK at construction), which a server
+whose session rule depends on the caller's protocol era overrides to say that era's rule.
 """
 
 from __future__ import annotations
@@ -18,23 +20,55 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from mcp.server.context import ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.server.mcpserver.tools.base import Tool
 from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase
-from mcp.types import CallToolResult, Icon, InputRequiredResult, ToolAnnotations
+from mcp.types import (
+    CallToolResult,
+    Icon,
+    InputRequiredResult,
+    ListToolsResult,
+    PaginatedRequestParams,
+    ToolAnnotations,
+)
+from mcp.types import Tool as MCPTool
 from pydantic import ConfigDict, ValidationError
 
 from airlock.spelling import did_you_mean
 from airlock.validation import Loc, Schema, known_keys, predicate
+
+SessionSentence = Callable[[str, str | None], str]
+"""The description of a tool's `session_id` argument for (tool name, protocol version)."""
 
 
 class StrictToolServer(MCPServer[Any]):
     """An `MCPServer` whose tools refuse unknown arguments and explain bad ones in a sentence.
 
     Tool descriptions taken from docstrings are dedented, so the model reads them without
-    the source's indentation.
+    the source's indentation. With `session_sentence`, each tool's `session_id` argument is
+    described in tools/list for the caller's protocol era.
     """
+
+    def __init__(
+        self, *args: Any, session_sentence: SessionSentence | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self._session_sentence = session_sentence
+
+    async def _handle_list_tools(
+        self, ctx: ServerRequestContext[Any, Any], params: PaginatedRequestParams | None
+    ) -> ListToolsResult:
+        listed = await super()._handle_list_tools(ctx, params)
+        sentence = self._session_sentence
+        if sentence is None:
+            return listed
+        tools = [
+            _with_session_sentence(tool, sentence(tool.name, ctx.protocol_version))
+            for tool in listed.tools
+        ]
+        return listed.model_copy(update={"tools": tools})
 
     def add_tool(
         self,
@@ -75,6 +109,17 @@ class StrictToolServer(MCPServer[Any]):
             raise ToolError(describe_argument_errors(name, cause, tool.parameters)) from cause
 
 
+def _with_session_sentence(tool: MCPTool, description: str) -> MCPTool:
+    """`tool` with its session_id argument described as given (a copy: the SDK keeps one
+    schema per tool for every caller)."""
+    properties = tool.input_schema.get("properties", {})
+    if "session_id" not in properties:
+        return tool
+    argument = {**properties["session_id"], "description": description}
+    schema = {**tool.input_schema, "properties": {**properties, "session_id": argument}}
+    return tool.model_copy(update={"input_schema": schema})
+
+
 def _close(tool: Tool | None) -> None:
     """Make `tool`'s argument model forbid unknown keys, and its schema say so."""
     metadata = getattr(tool, "fn_metadata", None)
@@ -90,7 +135,27 @@ def _close(tool: Tool | None) -> None:
         {"model_config": ConfigDict(extra="forbid"), "__module__": model.__module__},
     )
     metadata.arg_model = closed  # type: ignore[union-attr]
-    tool.parameters = closed.model_json_schema(by_alias=True)
+    tool.parameters = without_titles(closed.model_json_schema(by_alias=True))
+    output = metadata.output_schema  # type: ignore[union-attr]
+    if output is not None:
+        # Published only; the SDK validates results against the output model, not this.
+        metadata.output_schema = without_titles(output)  # type: ignore[union-attr]
+
+
+def without_titles(schema: Schema) -> dict[str, Any]:
+    """`schema` without pydantic's generated titles ("Run Id" for run_id, …): every model
+    reading tools/list pays for them on every turn and learns nothing from them."""
+    return {key: _untitled(key, value) for key, value in schema.items() if key != "title"}
+
+
+def _untitled(key: str, value: Any) -> Any:
+    if key in ("properties", "$defs") and isinstance(value, dict):
+        return {name: without_titles(sub) for name, sub in value.items()}
+    if isinstance(value, dict):
+        return without_titles(value)
+    if isinstance(value, list):
+        return [without_titles(item) if isinstance(item, dict) else item for item in value]
+    return value
 
 
 def describe_argument_errors(tool: str, error: ValidationError, schema: Schema) -> str:
