@@ -8,10 +8,12 @@ stdout.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import getpass
 import json
 import logging
 import os
+import stat
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -397,6 +399,7 @@ def _create_key(args: argparse.Namespace) -> int:
     new = new_key(args.tenant, args.id)
     if args.auth is not None:
         append_key(args.auth, new)
+    _private_stdout()
     _out(new.key)
     sys.stderr.write(
         "airlock: this key is shown once; give it to the client (Authorization: Bearer <key>).\n"
@@ -410,6 +413,14 @@ def _create_key(args: argparse.Namespace) -> int:
             "--auth FILE:\n\n" + new.toml
         )
     return 0
+
+
+def _private_stdout() -> None:
+    """`airlock keys create acme > acme.key`: the shell made the file with its umask (0644
+    under 022); a key file must be the owner's alone before the key is in it."""
+    with contextlib.suppress(OSError):
+        if stat.S_ISREG(os.fstat(sys.stdout.fileno()).st_mode):
+            os.fchmod(sys.stdout.fileno(), 0o600)
 
 
 def _doctor(config: Config) -> int:

@@ -8,17 +8,26 @@ the policy model, so a changed default fails here until the README follows).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import re
 import shlex
+import socket
+import stat
 import subprocess
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
+import httpx
+import httpx2
 import pytest
-from support import AIRLOCK
+from mcp.client import Client
+from mcp.client.streamable_http import streamable_http_client
+from support import AIRLOCK, NO_POOL_TOML
 
 from airlock.policies import Policy
 from airlock.server.auth import load_auth_config
@@ -227,3 +236,62 @@ def test_defaults_named_in_the_prose_are_the_real_ones() -> None:
     assert int(timeout[1]) == defaults.limits.timeout_s
     assert int(inline[1]) * 1024 == defaults.output.inline_bytes
     assert int(inline[2]) * 1024 * 1024 == defaults.output.stream_cap_bytes
+
+
+def _section_commands(heading: str) -> list[str]:
+    """The lines of the first sh block under the README heading `heading`."""
+    section = README.split(f"\n{heading}\n", 1)[1]
+    block = FENCE.search(section)
+    assert block is not None and block["lang"] == "sh", f"no sh block under {heading}"
+    return [line for line in block["body"].splitlines() if line.strip()]
+
+
+@pytest.mark.docker
+@pytest.mark.anyio
+async def test_the_http_quick_start_runs_as_written(tmp_path: Path) -> None:
+    """The two commands of "Serve a team over HTTP", run verbatim by a shell in a directory
+    laid out like a clone: the key file is the owner's alone, and the key opens /mcp."""
+    keys_line, serve_line = _section_commands("## Serve a team over HTTP")
+    clone = tmp_path / "clone"
+    (clone / ".venv" / "bin").mkdir(parents=True)
+    (clone / ".venv" / "bin" / "airlock").symlink_to(AIRLOCK)
+    no_pool = tmp_path / "no-pool.toml"
+    no_pool.write_text(NO_POOL_TOML)
+    env = {
+        **os.environ,
+        "HOME": str(tmp_path / "home"),
+        "AIRLOCK_DATA_DIR": str(tmp_path / "data"),
+        "AIRLOCK_POLICY": str(no_pool),  # the README's default policy, less the warm pool
+    }
+    made = subprocess.run(
+        ["bash", "-c", f"umask 022; {keys_line}"], cwd=clone, env=env, capture_output=True
+    )
+    assert made.returncode == 0, made.stderr.decode()
+    key_file, auth_file = clone / "acme.key", clone / "auth.toml"
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    assert stat.S_IMODE(auth_file.stat().st_mode) == 0o600
+    key = key_file.read_text().strip()
+    port = int(re.search(r"--port (\d+)", serve_line)[1])  # type: ignore[index]
+    with socket.socket() as probe:
+        assert probe.connect_ex(("127.0.0.1", port)) != 0, f"port {port} is taken: free it"
+    server = await anyio.open_process(["bash", "-c", f"exec {serve_line}"], cwd=clone, env=env)
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
+            with anyio.fail_after(60):
+                while True:
+                    with contextlib.suppress(httpx.TransportError):
+                        if (await http.get("/healthz")).status_code == 200:
+                            break
+                    await anyio.sleep(0.1)
+            refused = await http.post("/mcp", json={})
+        headers = {"Authorization": f"Bearer {key}"}
+        async with httpx2.AsyncClient(headers=headers, timeout=60) as http2:
+            transport = streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=http2)
+            async with Client(transport) as client:  # type: ignore[arg-type]
+                tools = {tool.name for tool in (await client.list_tools()).tools}
+    finally:
+        server.terminate()
+        with anyio.fail_after(60):
+            await server.wait()
+    assert refused.status_code == 401
+    assert "run_code" in tools
