@@ -263,8 +263,8 @@ async def test_the_http_quick_start_runs_as_written(tmp_path: Path) -> None:
         "AIRLOCK_DATA_DIR": str(tmp_path / "data"),
         "AIRLOCK_POLICY": str(no_pool),  # the README's default policy, less the warm pool
     }
-    made = subprocess.run(
-        ["bash", "-c", f"umask 022; {keys_line}"], cwd=clone, env=env, capture_output=True
+    made = await anyio.run_process(
+        ["bash", "-c", f"umask 022; {keys_line}"], cwd=clone, env=env, check=False
     )
     assert made.returncode == 0, made.stderr.decode()
     key_file, auth_file = clone / "acme.key", clone / "auth.toml"
