@@ -87,18 +87,25 @@ class ConfigFileInvalid(AirlockError):
     """
 
     what = "config file"
+    fix = "correct the file"
+    """What to do, said after the problems (with `{source}` for the file's name)."""
 
     def __init__(self, source: str, problems: list[str]) -> None:
         self.source = source
         self.problems = problems
         listing = "\n".join(f"  - {p}" for p in problems)
-        super().__init__(f"invalid {self.what} {source}:\n{listing}")
+        fix = self.fix.format(source=source)
+        super().__init__(f"invalid {self.what} {source}:\n{listing}\n  fix: {fix}")
 
 
 class PolicyInvalid(ConfigFileInvalid):
     """A policy file that does not validate."""
 
     what = "policy"
+    fix = (
+        "correct the path or the file (`airlock policy check {source}` lists what is wrong "
+        "without starting anything; `airlock policy init {source}` writes a valid one)"
+    )
 
 
 class AddressInUse(AirlockError):
@@ -109,6 +116,10 @@ class AuthConfigInvalid(ConfigFileInvalid):
     """An auth config file (API keys, JWT issuer, JWKS) that does not validate."""
 
     what = "auth config"
+    fix = (
+        "correct the path or the file (`airlock keys create TENANT --auth {source}` creates "
+        "it, or adds a valid key entry to it)"
+    )
 
 
 class SandboxError(AirlockError):

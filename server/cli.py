@@ -305,14 +305,20 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         code = _dispatch(args)
     except AddressInUse as exc:
-        log.error("%s", exc)
+        _log_error(exc)
         code = 2  # a usage problem: the command line must change
     except AirlockError as exc:
-        log.error("%s", exc)
+        _log_error(exc)
         code = 1
     except KeyboardInterrupt:
         code = 130
     sys.exit(code)
+
+
+def _log_error(exc: AirlockError) -> None:
+    # One record per line: a log line never holds a newline (text logs would show "\n").
+    for line in str(exc).splitlines():
+        log.error("%s", line)
 
 
 def _dispatch(args: argparse.Namespace) -> int:

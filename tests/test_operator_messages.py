@@ -403,3 +403,28 @@ def test_policy_check_says_when_it_cannot_read_the_vault(tmp_path: Path) -> None
         "  warning: cannot check that the vault holds the capabilities' secrets: "
         f"AIRLOCK_VAULT_KEY_FILE={tmp_path / 'no'} does not exist"
     )
+
+
+@pytest.mark.parametrize(
+    ("args", "fix"),
+    [
+        (("serve", "--policy", "{missing}"), "airlock policy init {missing}"),
+        (("serve", "--http", "--auth", "{missing}"), "airlock keys create TENANT --auth {missing}"),
+        (("serve", "--http", "--auth", "{bad}"), "airlock keys create TENANT --auth {bad}"),
+    ],
+)
+def test_a_missing_or_bad_config_file_is_said_line_by_line_with_its_fix(
+    tmp_path: Path, args: tuple[str, ...], fix: str
+) -> None:
+    bad = tmp_path / "auth.toml"
+    bad.write_text('[[keys]]\nid = "x"\n')
+    names = {"missing": str(tmp_path / "nowhere.toml"), "bad": str(bad)}
+    env = {**os.environ, "AIRLOCK_DATA_DIR": str(tmp_path / "data")}
+    result = airlock(*(arg.format(**names) for arg in args), env=env)
+    assert result.returncode == 1
+    assert "\\n" not in result.stderr, result.stderr  # each problem is its own log line
+    lines = result.stderr.splitlines()
+    assert any(line.endswith(":   - keys[0].tenant: required but missing") for line in lines) or (
+        "nowhere" in result.stderr and "cannot read the file" in result.stderr
+    ), result.stderr
+    assert fix.format(**names) in result.stderr, result.stderr
