@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -66,11 +67,13 @@ def run_checks(config: Config) -> Iterator[Check]:
             f"docker pull {tag}; or build it under that name, or correct [sandbox] image",
         )
     else:
+        # The tag is this policy's (its [image] lock): a build without it makes another.
+        build = "airlock image build" + _policy_option(config)
         yield Check(
             "image",
             False,
             f"{tag} is not built yet (`airlock serve` builds it on first use)",
-            "airlock image build",
+            build,
         )
         if base_exists(client, inputs):
             return
@@ -88,9 +91,16 @@ def run_checks(config: Config) -> Iterator[Check]:
                 False,
                 "building the image's Debian base needs root: debootstrap creates device "
                 "nodes and runs package scripts in a chroot",
-                "sudo .venv/bin/airlock image build  (once; serving needs no root, only "
+                f"sudo .venv/bin/{build}  (once; serving needs no root, only "
                 "access to the Docker socket)",
             )
+
+
+def _policy_option(config: Config) -> str:
+    """The `--policy` a fix command needs to act on the policy doctor checked."""
+    if config.policy_path is None:
+        return ""
+    return f" --policy {shlex.quote(str(config.policy_path))}"
 
 
 def _engine_unreachable(exc: AirlockError, docker_host: str | None) -> Check:

@@ -130,3 +130,6 @@ def test_doctor_says_building_the_image_needs_root_and_how(
     }, "with the base built, the layer needs no root"
     assert "needs root" in checks["root"].detail
     assert checks["root"].fix.startswith("sudo ") and "airlock image build" in checks["root"].fix
+    # The fix builds this policy's image, not the default one.
+    assert checks["image"].fix == f"airlock image build --policy {policy}"
+    assert checks["root"].fix.startswith(f"sudo .venv/bin/airlock image build --policy {policy} ")
