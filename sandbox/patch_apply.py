@@ -12,7 +12,8 @@ though Airlock wrote it:
    never `--unsafe-paths`); git never sees the target.
 4. If the target differs from the baseline the patch was made against, each file's part
    of the patch is checked on its own and every one that does not apply is named with
-   git's reason; any such file refuses the whole apply.
+   git's reason; any such file refuses the whole apply, unless the whole patch applies in
+   reverse: the target already holds its result (applied before), and nothing is written.
 5. The results are written back through the same directory descriptors: new content to
    a temporary file beside the target, then renamed over it; a file changed since step 2
    stops the writing there, and the error names the files already written.
@@ -67,6 +68,8 @@ class ApplyReport:
     failed: list[tuple[str, str]] = field(default_factory=list)
     """(path, git's reason) for each file whose part does not apply."""
     applied: bool = False
+    already_applied: bool = False
+    """The target already holds what the patch makes (it was applied before)."""
 
 
 def apply_patch(
@@ -102,6 +105,12 @@ def apply_patch(
             report.drifted = [p for p in paths if found[p].state() != baseline.get(p)]
             if report.drifted:
                 report.failed = _failing_parts(patch, stage)
+                if (
+                    report.failed
+                    and _git(["apply", "--reverse", "--check"], patch, stage).returncode == 0
+                ):
+                    report.failed, report.already_applied = [], True
+                    return report
             else:
                 whole = _git(["apply", "--check"], patch, stage)
                 if whole.returncode != 0:

