@@ -30,7 +30,7 @@ from airlock.tools.envelope import sanitize
 
 from .auth import ADMIN_SCOPE, tenant_of
 from .bearer import unauthorized, verified_token
-from .config import Config
+from .config import Config, open_records
 
 log = logging.getLogger("airlock.approvals")
 
@@ -183,7 +183,7 @@ def add_routes(
 
 async def approvals_command(config: Config, action: str, args: Namespace) -> int:
     """`airlock approvals list|approve|deny`, against the server's database."""
-    db = await Database.open(config.db_path)
+    db = await open_records(config)
     try:
         now = time.time()
         if action == "list":

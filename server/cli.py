@@ -27,13 +27,13 @@ from airlock.policies import default_policy_toml, load_policy, policy_json_schem
 from airlock.sandbox import connect
 from airlock.sandbox.image import build_image, image_inputs
 from airlock.sandbox.pylock import resolve_lock
-from airlock.store import BlobStore, Database
+from airlock.store import BlobStore
 
 from . import patches
 from .approvals import approvals_command
 from .audit import drills_table, egress_table, grants_table, run_detail, runs_table
 from .auth import load_auth_config
-from .config import ENV_AUTH, ENV_DATA_DIR, ENV_POLICY, Config
+from .config import ENV_AUTH, ENV_DATA_DIR, ENV_POLICY, Config, open_records
 from .doctor import run_checks
 from .drill import drill_main
 from .http import serve_http
@@ -63,7 +63,8 @@ def _parser() -> argparse.ArgumentParser:
         "--data-dir",
         metavar="DIR",
         help=f"where records and artifacts live; default: ${ENV_DATA_DIR}, "
-        "else ~/.local/share/airlock",
+        "else ~/.local/share/airlock (audit, patch and approvals read the records of the "
+        "server with this data dir: give the one the agent's server was started with)",
     )
     common.add_argument("-v", "--verbose", action="store_true", help="log debug details to stderr")
     common.add_argument(
@@ -443,7 +444,7 @@ def _doctor(config: Config) -> int:
 
 
 async def _audit(config: Config, args: argparse.Namespace) -> int:
-    db = await Database.open(config.db_path)
+    db = await open_records(config)
     try:
         if args.audit_command == "runs":
             _out(await runs_table(db, session_id=args.session, limit=args.limit))
@@ -461,7 +462,7 @@ async def _audit(config: Config, args: argparse.Namespace) -> int:
 
 
 async def _patch(config: Config, args: argparse.Namespace) -> int:
-    db = await Database.open(config.db_path)
+    db = await open_records(config)
     blobs = BlobStore(config.blobs_dir)
     try:
         if args.patch_command == "list":

@@ -9,6 +9,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from airlock.errors import NotFound
+from airlock.store import Database
+
 ENV_DATA_DIR = "AIRLOCK_DATA_DIR"
 ENV_POLICY = "AIRLOCK_POLICY"
 ENV_AUTH = "AIRLOCK_AUTH"
@@ -47,3 +50,17 @@ class Config:
     @property
     def instances_dir(self) -> Path:
         return self.data_dir / "instances"
+
+
+async def open_records(config: Config) -> Database:
+    """The records of the server whose data directory `config` names, for the operator
+    commands (audit, patch, approvals, policy usage): they read what a server wrote, so a
+    data directory without records is a wrong --data-dir, never a new, empty one."""
+    if not config.db_path.is_file():
+        raise NotFound(
+            f"no Airlock records in {config.data_dir} (it has no {config.db_path.name}): pass "
+            f"the --data-dir (or set {ENV_DATA_DIR}) of the server whose records you want; a "
+            f"server an agent started uses {default_data_dir()} unless its command names "
+            "another --data-dir"
+        )
+    return await Database.open(config.db_path)

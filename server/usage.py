@@ -25,7 +25,7 @@ from airlock.store import Database
 from airlock.tools.context import iso_time
 from airlock.tools.envelope import sanitize
 
-from .config import Config
+from .config import Config, open_records
 from .drill import DRILL_TENANT, target_policies
 
 MAX_DESTINATIONS = 12
@@ -229,7 +229,7 @@ def usage_main(
         server_policy, tenant_policy, label = target_policies(config, tenant, auth)
 
     async def review() -> UsageReport:
-        db = await Database.open(config.db_path)
+        db = await open_records(config)
         try:
             return await usage_report(
                 db,

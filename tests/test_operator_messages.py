@@ -428,3 +428,19 @@ def test_a_missing_or_bad_config_file_is_said_line_by_line_with_its_fix(
         "nowhere" in result.stderr and "cannot read the file" in result.stderr
     ), result.stderr
     assert fix.format(**names) in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(
+    "command",
+    [("audit", "runs"), ("patch", "list"), ("approvals", "list"), ("policy", "usage")],
+)
+def test_an_operator_command_on_a_data_dir_without_records_names_the_data_dir_to_use(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    wrong = tmp_path / "not-the-servers"
+    env = {**os.environ, "HOME": str(tmp_path / "home")}
+    result = airlock(*command, "--data-dir", str(wrong), env=env)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"no Airlock records in {wrong}" in result.stderr, result.stderr
+    assert "--data-dir" in result.stderr and "AIRLOCK_DATA_DIR" in result.stderr
+    assert not wrong.exists(), "an operator command must not create an empty data dir"
