@@ -1,8 +1,10 @@
 """The untrusted-output envelope: how text a sandbox produced is handed to the model.
 
 Everything here is a pure function of its arguments (no I/O, stdlib only). What belongs
-here: cleaning sandbox text, neutralizing envelope look-alikes, wrapping, and clipping raw
-output to a byte cap. What does not: deciding caps, storing full output, building results.
+here: cleaning sandbox text, neutralizing envelope look-alikes, wrapping, clipping raw
+output to a byte cap, and the `_meta` marking of content blocks that carry sandbox bytes
+as they are (images, blobs). What does not: deciding caps, storing full output, building
+results.
 
 Guarantees of `wrap` (the model must treat everything between the tags as data, never as
 instructions, whatever it says):
@@ -28,6 +30,7 @@ import re
 import secrets
 import unicodedata
 from dataclasses import dataclass
+from typing import Any
 
 NONCE_BYTES = 8
 """64 random bits, hex-encoded to 16 characters (DESIGN.md asks for at least 64 bits)."""
@@ -62,6 +65,17 @@ _TAG_START = re.compile(r"<(?=[\s/]*untrusted[\W_]{0,3}output)", re.IGNORECASE)
 
 _NONCE = re.compile(r"[0-9a-f]{16,}")
 _HEADER_VALUE = re.compile(r"[A-Za-z0-9_.:/-]{1,200}")
+
+
+TRUST_KEY = "airlock/trust"
+"""The `_meta` key that marks a content block's bytes as the sandbox's (MCP reserves only
+prefixes whose second label is `modelcontextprotocol` or `mcp`)."""
+
+
+def untrusted_meta(run_id: str) -> dict[str, Any]:
+    """`_meta` for a content block holding bytes a sandbox wrote, which no envelope can
+    wrap (an image, a blob): untrusted, and the run that wrote them."""
+    return {TRUST_KEY: "untrusted", "airlock/run": run_id}
 
 
 def new_nonce() -> str:

@@ -115,7 +115,7 @@ async def read_workspace_file(
     link = ResourceLink(
         type="resource_link", name=entry.path, uri=uri, mime_type=mime_type, size=entry.size
     )
-    return CallToolResult(content=[body, link], structured_content=result.model_dump(mode="json"))
+    return CallToolResult(content=[*body, link], structured_content=result.model_dump(mode="json"))
 
 
 async def read_workspace_resource(
