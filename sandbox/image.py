@@ -58,6 +58,9 @@ INVENTORY_PATH: Path = Path(__file__).with_name("inventory.py")
 PRESTART_PATH: Path = Path(__file__).with_name("prestart.py")
 FILES_DIR: Path = Path(__file__).with_name("files")
 MANIFEST_PATH = "/opt/airlock/manifest.json"
+# Preloaded into every dynamically linked program of the image through /etc/ld.so.preload:
+# see files/statx-shim.c for the gVisor releases whose statx it works around.
+STATX_SHIM_PATH = "/usr/local/lib/airlock/statx.so"
 
 Progress = Callable[[str], None]
 
@@ -112,6 +115,10 @@ IMAGE_LABEL = "airlock.image"
 # `compileall` makes a runner that does not compile under the image's Python fail the build,
 # not every container; it also leaves the bytecode the runner is imported from, which it
 # could not write at run time on the read-only root filesystem.
+# A third stage compiles the statx shim (files/statx-shim.c), so only the library, not its
+# source, reaches the image; /etc/ld.so.preload loads it into every dynamically linked program,
+# and grepping the maps of a process started after that proves the preload works (a preload
+# that fails to load is only a warning to ld.so, and the fix would be silently gone).
 # Exec-form ENTRYPOINT does no variable expansion, hence a template filled in here, not ARG.
 # The runner needs no site-packages (-S): under gVisor `site` costs about 17 ms a container.
 _DOCKERFILE = Template("""\
@@ -121,6 +128,11 @@ RUN $python -m pip install --no-index --find-links=/wheels --require-hashes \\
       --only-binary=:all: --ignore-installed --break-system-packages --root=/staging \\
       --no-cache-dir --no-warn-script-location --disable-pip-version-check \\
       --root-user-action=ignore --requirement=/wheels/python.lock
+
+FROM $base AS shim
+COPY files/statx-shim.c /src/statx-shim.c
+RUN gcc -O2 -Wall -Wextra -Werror -shared -fPIC -s -Wl,-z,relro,-z,now \\
+      -o /statx.so /src/statx-shim.c
 
 FROM $base
 COPY --from=wheels /staging/usr/local /usr/local
@@ -134,7 +146,10 @@ COPY files/EXTERNALLY-MANAGED /usr/lib/python3.11/EXTERNALLY-MANAGED
 COPY files/pip /usr/local/bin/pip
 COPY boot.py runner.py prestart.py /opt/airlock/sandbox/
 COPY inventory.py /opt/airlock/
-RUN chmod 755 /usr/local/bin/pip \\
+COPY --from=shim /statx.so $shim
+RUN echo $shim > /etc/ld.so.preload \\
+ && grep -q $shim /proc/self/maps \\
+ && chmod 755 /usr/local/bin/pip \\
  && ln -s pip /usr/local/bin/pip3 && ln -s pip /usr/local/bin/pip3.11 \\
  && for rc in /usr/local/lib/python3.11/dist-packages/matplotlib/mpl-data/matplotlibrc; do \\
       [ ! -f "$$rc" ] || echo 'backend: Agg' >> "$$rc"; done \\
@@ -156,7 +171,10 @@ _TAIL_LINES = 20
 _ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _PROXY_VARIABLES = frozenset({"http_proxy", "https_proxy", "no_proxy"})
 _START_DOCKER = "start the Docker engine (e.g. `sudo systemctl start docker` or `dockerd &`)"
-_CONTEXT_FILES = ("pip.conf", "gitconfig", "npmrc", "EXTERNALLY-MANAGED", "pip")
+_CONTEXT_FILES = (
+    *("pip.conf", "gitconfig", "npmrc", "EXTERNALLY-MANAGED", "pip"),
+    "statx-shim.c",
+)
 
 
 @dataclass(frozen=True)
@@ -326,7 +344,12 @@ def _recipe(inputs: ImageInputs, runner: Path) -> _Recipe:
             ) from exc
     base = offline_base_tag(inputs)
     dockerfile = _DOCKERFILE.substitute(
-        base=base, python=PYTHON, uid=SANDBOX_UID, label=IMAGE_LABEL, manifest=MANIFEST_PATH
+        base=base,
+        python=PYTHON,
+        uid=SANDBOX_UID,
+        label=IMAGE_LABEL,
+        manifest=MANIFEST_PATH,
+        shim=STATX_SHIM_PATH,
     )
     return _Recipe(
         base=base, dockerfile=dockerfile, files=tuple(files), python_lock=inputs.python_lock

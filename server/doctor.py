@@ -1,4 +1,9 @@
-"""`airlock doctor`: what is missing to run sandboxes, and the command that fixes it."""
+"""`airlock doctor`: what is missing to run sandboxes, and the command that fixes it.
+
+Once the engine and the image are there, it runs one sandbox as every run gets it (the
+policy's runtime, image and limits) to check that the commands an agent runs first work:
+some gVisor releases break `ls -l` and `stat` (see `drill_probes.EVERYDAY`).
+"""
 
 from __future__ import annotations
 
@@ -10,17 +15,26 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import anyio
 import docker
 
 from airlock.errors import AirlockError
+from airlock.ids import new_id
 from airlock.policies import Policy, load_policy
-from airlock.sandbox import connect
+from airlock.sandbox import ArtifactCaps, DockerBackend, JobOutcome, JobSpec, connect, limits_of
 from airlock.sandbox.docker import registered_runtimes
+from airlock.sandbox.environment import sandbox_environment
 from airlock.sandbox.image import ImageInputs, base_exists, image_exists, image_inputs, image_tag
+from airlock.sandbox.instance import Instance
 from airlock.sandbox.runtime import AUTO, GVISOR, REGISTER_GVISOR, choose_runtime
+from airlock.store import BlobStore
 
 from .config import Config
+from .drill_probes import EVERYDAY, EVERYDAY_FIX, PRELUDE, judge_everyday, report_of
 from .secret_check import missing_secrets
+
+# Generous: a cold sandbox under gVisor on a busy machine takes seconds, not minutes.
+EVERYDAY_TIMEOUT_S = 60
 
 
 @dataclass(frozen=True)
@@ -59,6 +73,8 @@ def run_checks(config: Config) -> Iterator[Check]:
     tag = configured or image_tag(inputs)
     if image_exists(client, tag):
         yield Check("image", True, tag)
+        if policy is not None:
+            yield _everyday_commands(client, policy, tag)
     elif configured:
         yield Check(
             "image",
@@ -143,6 +159,52 @@ def _runtime(wanted: str, client: docker.DockerClient) -> Check:
     if choice.runtime == GVISOR:
         return Check("runtime", True, "gVisor (runsc) is registered; sandboxes run under it")
     return Check("runtime", True, f'{choice.runtime} (the policy sets runtime = "{wanted}")')
+
+
+def _everyday_commands(client: docker.DockerClient, policy: Policy, image: str) -> Check:
+    try:
+        runtime = choose_runtime(policy.sandbox.runtime, registered_runtimes(client)).runtime
+        outcome = anyio.run(_run_everyday, client, policy, image, runtime)
+    except AirlockError as exc:
+        return Check("commands", False, f"could not run a sandbox: {exc}", "see the message")
+    if outcome.status == "timeout":
+        return Check(
+            "commands",
+            False,
+            f"a sandbox under {runtime} did not finish `ls -la /` in {EVERYDAY_TIMEOUT_S} s",
+            "check the engine's load and `docker info`, then run doctor again",
+        )
+    verdict = judge_everyday(report_of(outcome.stdout.data.decode(errors="replace")))
+    if verdict.held:
+        return Check("commands", True, f"{verdict.observed} in a sandbox under {runtime}")
+    return Check(
+        "commands", False, f"in a sandbox under {runtime}: {verdict.observed}", EVERYDAY_FIX
+    )
+
+
+async def _run_everyday(
+    client: docker.DockerClient, policy: Policy, image: str, runtime: str
+) -> JobOutcome:
+    """One run of the everyday-commands probe in a fresh sandbox, removed afterwards."""
+    job = JobSpec(
+        run_id=new_id("run_"),
+        session_id=new_id("ses_"),
+        tenant="airlock-doctor",
+        image=image,
+        runtime=runtime,
+        language="python",
+        code=PRELUDE + EVERYDAY,
+        env=sandbox_environment(),
+        timeout_s=EVERYDAY_TIMEOUT_S,
+        limits=limits_of(policy),
+        stream_cap_bytes=1 << 16,
+        artifact_caps=ArtifactCaps(max_files=1, max_file_bytes=1, max_total_bytes=1),
+    )
+    backend = DockerBackend(client, Instance.current())
+    with tempfile.TemporaryDirectory(prefix="airlock-doctor-") as scratch:
+        blobs = BlobStore(Path(scratch) / "blobs")
+        async with blobs.staging() as staging, backend.sandbox(job, egress=False) as box:
+            return await box.run(job, staging)
 
 
 def _data_dir(path: Path) -> Check:

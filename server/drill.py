@@ -43,6 +43,7 @@ from .drill_probes import (
     Probe,
     Verdict,
     battery,
+    everyday_probe,
     protected_probe,
     replay_probe,
     token_probe,
@@ -157,6 +158,7 @@ async def run_drill(
             rows.append(_row(probe, probe.judge(facts)))
         rows.append(await _replay(client, host, sessions))
         rows.append(await _protected(client, effective, sessions))
+        rows.append(await _everyday(client, sessions))
     rows.append(policy_review(effective))
     rows.append(await _leftovers(config, sessions))
     report = DrillReport(id=drill_id, target=target, rows=rows, sessions=sessions)
@@ -198,6 +200,13 @@ async def _replay(client: Client, host: str, sessions: list[str]) -> DrillRow:
             None,
         )
     probe = replay_probe(token, host)
+    facts, session = await _attack(client, probe)
+    sessions.append(session)
+    return _row(probe, probe.judge(facts))
+
+
+async def _everyday(client: Client, sessions: list[str]) -> DrillRow:
+    probe = everyday_probe()
     facts, session = await _attack(client, probe)
     sessions.append(session)
     return _row(probe, probe.judge(facts))

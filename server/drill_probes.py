@@ -6,6 +6,8 @@ agent would see and the run's egress decisions (made on the host, so the sandbox
 lie about them). A probe's program reports what it could do as one JSON line; a judge
 says what it observed in our words, never echoing sandbox text, and whether the
 boundary held. Orchestration (sessions, the table, the audit record) is in `drill.py`.
+One probe is no attack: it checks that the commands an agent runs first work under the
+runtime (`airlock doctor` runs it too).
 """
 
 from __future__ import annotations
@@ -235,12 +237,7 @@ class CallFacts:
     @property
     def report(self) -> dict[str, Any]:
         """The probe's one JSON line; {} when the run produced none (e.g. it was stopped)."""
-        lines = str(self.structured.get("stdout", {}).get("text", "")).strip().splitlines()
-        try:
-            found = json.loads(lines[-1]) if lines else {}
-        except ValueError:
-            return {}
-        return found if isinstance(found, dict) else {}
+        return report_of(str(self.structured.get("stdout", {}).get("text", "")))
 
     @property
     def egress(self) -> list[dict[str, Any]]:
@@ -251,6 +248,16 @@ class CallFacts:
         return [
             f"{e['method']} {e['host']}:{e['port']}" for e in self.egress if e["decision"] != "deny"
         ]
+
+
+def report_of(stdout: str) -> dict[str, Any]:
+    """A probe program's report: the last line of its output as a JSON object, else {}."""
+    lines = stdout.strip().splitlines()
+    try:
+        found = json.loads(lines[-1]) if lines else {}
+    except ValueError:
+        return {}
+    return found if isinstance(found, dict) else {}
 
 
 @dataclass(frozen=True)
@@ -470,3 +477,67 @@ def protected_probe(paths: list[str]) -> Probe:
         + PROTECTED.replace("PATHS", repr(paths)).replace("PAYLOAD", repr(PROTECTED_PAYLOAD)),
         lambda facts: Verdict("", None),  # judged by drill.py, which knows the hatch
     )
+
+
+# Not an attack: the commands an agent runs first, in a sandbox as every run gets it. Some
+# gVisor releases (Debian's runsc 0.0~20221219 among them) refuse statx's AT_NO_AUTOMOUNT
+# flag, which coreutils passes, and then `ls -l` and `stat` fail on every file. `airlock
+# doctor` runs the same program (`PRELUDE + EVERYDAY`) and judges it the same way.
+EVERYDAY_ATTACK = "everyday commands (ls -la /, stat /)"
+EVERYDAY = r"""
+import subprocess
+def run(*argv):
+    try:
+        done = subprocess.run(argv, capture_output=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return {"status": type(e).__name__, "einval": False}
+    return {"status": done.returncode, "einval": b"Invalid argument" in done.stderr}
+report(ls=run("ls", "-la", "/"), stat=run("stat", "/"))
+"""
+EVERYDAY_FIX = (
+    "run the image Airlock builds (`airlock image build`; it preloads a shim that retries "
+    "statx without AT_NO_AUTOMOUNT where the runtime refuses it), or add that shim to the "
+    "image [sandbox] image names (see docs/backends.md), or install a gVisor release that "
+    "accepts the flag"
+)
+
+
+def everyday_probe() -> Probe:
+    return Probe(
+        EVERYDAY_ATTACK,
+        "they work under this runtime",
+        PRELUDE + EVERYDAY,
+        _judge_everyday_run,
+    )
+
+
+def _judge_everyday_run(facts: CallFacts) -> Verdict:
+    verdict = judge_everyday(facts.report)
+    return verdict if verdict.held else Verdict(f"{verdict.observed}; fix: {EVERYDAY_FIX}", False)
+
+
+def judge_everyday(report: dict[str, Any]) -> Verdict:
+    """Whether `ls -la /` and `stat /` worked; in our words, never the sandbox's. The fix
+    (`EVERYDAY_FIX`) is for the caller to add."""
+    if not report:
+        return Verdict("the probe reported nothing (see the run in `airlock audit run`)", False)
+    broken = []
+    refused = False
+    for name, command in (("ls", "ls -la /"), ("stat", "stat /")):
+        entry = report.get(name)
+        outcome = entry if isinstance(entry, dict) else {}
+        status = outcome.get("status")
+        if type(status) is int and status == 0:
+            continue
+        refused = refused or outcome.get("einval") is True
+        shown = status if isinstance(status, int) else "none"
+        broken.append(f"`{command}` fails (exit status {shown})")
+    if not broken:
+        return Verdict("`ls -la /` and `stat /` work", True)
+    why = (
+        ' with "Invalid argument": the runtime refuses the statx flag AT_NO_AUTOMOUNT '
+        "(as gVisor 20221219 does) and the image has no shim for it"
+        if refused
+        else ""
+    )
+    return Verdict("; ".join(broken) + why, False)

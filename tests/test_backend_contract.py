@@ -230,6 +230,94 @@ async def test_a_shell_job_starts_with_no_signal_ignored(harness: Harness, pool_
     assert outcome.stderr.data == b"", outcome
 
 
+# The commands an agent runs first, each as a step whose output (stderr too) and status
+# come back under its name. Times are fixed, so what cp -a and find -newer did is checkable.
+EVERYDAY = r"""
+step() { name=$1; shift; echo "== $name"; "$@" 2>&1; echo "== status $?"; }
+mkdir -p src/sub && printf 'hello\n' > src/sub/file.txt && ln -s file.txt src/sub/link
+touch -d '2001-02-03 04:05:06 UTC' src/sub/file.txt
+touch -d '2000-01-01 00:00:00 UTC' old
+touch -d '1999-01-01 00:00:00 UTC' ancient
+step ls-workspace ls -la /workspace
+step ls-root ls -la /
+step stat stat -c '%F|%s|%U|%n' src/sub/file.txt src/sub/link /
+step cp cp -a src copy
+step cp-kept stat -c '%Y|%N' copy/sub/file.txt copy/sub/link
+step tar sh -c 'tar -cf src.tar src && mkdir unpacked && tar -xf src.tar -C unpacked'
+step tar-kept stat -c '%Y|%s|%N' unpacked/src/sub/file.txt unpacked/src/sub/link
+step du du -sb src/sub/file.txt
+step find find src copy unpacked ancient -newer old -type f
+step statx python3 -c 'import ctypes, errno
+libc, buf = ctypes.CDLL(None, use_errno=True), ctypes.create_string_buffer(256)
+def call(path, flags, mask):
+    ctypes.set_errno(0)
+    failed = libc.statx(-100, path, flags, mask, buf)
+    return errno.errorcode[ctypes.get_errno()] if failed else "ok"
+print(call(b"/", 0x800, 0x7FF), call(b"/absent", 0x800, 0x7FF), call(b"/", 0, 1 << 31))'
+step git sh -c 'git init -q repo && cd repo && echo a > kept && git add kept &&
+    git commit -qm first && echo b >> kept && echo c > new && git status --short'
+"""
+
+
+def steps(output: str) -> dict[str, tuple[list[str], str]]:
+    """EVERYDAY's output by step: the lines it printed and its exit status."""
+    found: dict[str, tuple[list[str], str]] = {}
+    name, lines = "", []
+    for line in output.splitlines():
+        if line.startswith("== status "):
+            found[name] = (lines, line.removeprefix("== status "))
+        elif line.startswith("== "):
+            name, lines = line.removeprefix("== "), []
+        else:
+            lines.append(line)
+    return found
+
+
+async def test_the_everyday_commands_work(harness: Harness) -> None:
+    """ls -l, stat and friends, under both runtimes: some gVisor releases refuse the statx
+    flags coreutils passes (AT_NO_AUTOMOUNT), and `ls -la` then fails on every file."""
+    async with harness.backend(0) as backend:
+        outcome = await run_one(
+            harness, backend, harness.job(EVERYDAY, language="bash", timeout_s=60)
+        )
+    assert outcome.status == "ok", outcome
+    ran = steps(outcome.stdout.data.decode())
+    failed = {name: lines for name, (lines, status) in ran.items() if status != "0"}
+    assert not failed, failed
+    assert len(ran) == EVERYDAY.count("\nstep "), ran
+    listing = ran["ls-workspace"][0]
+    assert listing[0].startswith("total "), listing
+    for name, kind in (("src", "d"), ("old", "-"), ("ancient", "-"), (".", "d")):
+        assert any(line.startswith(kind) and line.endswith(f" {name}") for line in listing), name
+    root = ran["ls-root"][0]
+    for name in ("etc", "tmp", "usr", "workspace"):
+        assert any(line.startswith("d") and line.endswith(f" {name}") for line in root), root
+    file, link, top = ran["stat"][0]
+    assert (file, link) == (
+        "regular file|6|sandbox|src/sub/file.txt",
+        "symbolic link|8|sandbox|src/sub/link",
+    ), ran["stat"]
+    assert top.startswith("directory|") and top.endswith("|root|/"), ran["stat"]
+    # cp -a and tar keep the modification time (981173106: 2001-02-03 04:05:06 UTC) and links.
+    file, link = ran["cp-kept"][0]
+    assert file == "981173106|'copy/sub/file.txt'", ran["cp-kept"]
+    assert link.endswith("|'copy/sub/link' -> 'file.txt'"), ran["cp-kept"]
+    file, link = ran["tar-kept"][0]
+    assert file == "981173106|6|'unpacked/src/sub/file.txt'", ran["tar-kept"]
+    assert link.endswith("|'unpacked/src/sub/link' -> 'file.txt'"), ran["tar-kept"]
+    assert ran["du"][0] == ["6\tsrc/sub/file.txt"], ran["du"]
+    # Newer than 2000: the 2001 files, not the 1999 one.
+    assert sorted(ran["find"][0]) == [
+        "copy/sub/file.txt",
+        "src/sub/file.txt",
+        "unpacked/src/sub/file.txt",
+    ], ran["find"]
+    # statx itself, as glibc offers it: with AT_NO_AUTOMOUNT (0x800) it works, and the real
+    # errors stay what they are (a missing file, a reserved mask bit).
+    assert ran["statx"][0] == ["ok ENOENT EINVAL"], ran["statx"]
+    assert ran["git"][0] == [" M kept", "?? new"], ran["git"]
+
+
 DESCRIPTORS = r"""
 import json, os
 held = {}

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
+import docker
+import docker.errors
 import pytest
 from support import AIRLOCK
 
@@ -94,7 +98,64 @@ def test_doctor_reports_engine_image_and_data_dir(tmp_path: Path) -> None:
     # CI registers gVisor (the conftest fails every Docker test there otherwise).
     assert "[ok ] runtime: gVisor (runsc) is registered" in result.stdout
     assert "[ok ] image" in result.stdout
+    assert "[ok ] commands: `ls -la /` and `stat /` work in a sandbox under runsc" in result.stdout
     assert "[ok ] data dir" in result.stdout
+
+
+@pytest.fixture
+def image_without_statx_shim(
+    docker_client: docker.DockerClient, sandbox_image: str
+) -> Iterator[str]:
+    """The sandbox image without its statx shim (/etc/ld.so.preload gone): as it was before."""
+    tag = f"airlock-test-noshim:{os.urandom(6).hex()}"
+    recipe = f"FROM {sandbox_image}\nUSER 0:0\nRUN rm /etc/ld.so.preload\nUSER 1000:1000\n"
+    docker_client.images.build(
+        fileobj=io.BytesIO(recipe.encode()), tag=tag, network_mode="none", rm=True, forcerm=True
+    )
+    try:
+        yield tag
+    finally:
+        docker_client.images.remove(tag, force=True)
+
+
+def _stat_works(client: docker.DockerClient, image: str, runtime: str) -> bool:
+    try:
+        client.containers.run(
+            image,
+            entrypoint="/usr/bin/stat",
+            command=["/"],
+            runtime=runtime,
+            user="1000:1000",
+            network_mode="none",
+            read_only=True,
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges:true"],
+            remove=True,
+        )
+    except docker.errors.ContainerError:
+        return False
+    return True
+
+
+@pytest.mark.docker
+def test_doctor_says_when_the_runtime_breaks_ls_and_names_the_fix(
+    tmp_path: Path, docker_client: docker.DockerClient, image_without_statx_shim: str
+) -> None:
+    policy = tmp_path / "policy.toml"
+    policy.write_text(f'[sandbox]\nruntime = "runsc"\nimage = "{image_without_statx_shim}"\n')
+    result = airlock("doctor", "--policy", str(policy), "--data-dir", str(tmp_path / "d"))
+    # Whether this engine's runsc refuses AT_NO_AUTOMOUNT, asked without Airlock: doctor
+    # must say what is true of the engine it checks (Debian's runsc 20221219 refuses it).
+    if _stat_works(docker_client, image_without_statx_shim, "runsc"):
+        assert "[ok ] commands: `ls -la /` and `stat /` work" in result.stdout, result.stdout
+        return
+    assert result.returncode == 1, result.stdout
+    assert (
+        "[MISSING] commands: in a sandbox under runsc: `ls -la /` fails (exit status 2); "
+        '`stat /` fails (exit status 1) with "Invalid argument": the runtime refuses the '
+        "statx flag AT_NO_AUTOMOUNT"
+    ) in result.stdout, result.stdout
+    assert "fix: run the image Airlock builds (`airlock image build`" in result.stdout
 
 
 def test_doctor_names_the_fix_for_an_unreachable_engine(tmp_path: Path) -> None:

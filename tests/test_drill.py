@@ -19,7 +19,15 @@ from support import AIRLOCK
 from airlock.policies import Policy
 from airlock.server import Config
 from airlock.server.drill import DRILL_TENANT, policy_review, target_policies
-from airlock.server.drill_probes import FORGERY_MARKER, _outside_envelopes
+from airlock.server.drill_probes import (
+    EVERYDAY_ATTACK,
+    EVERYDAY_FIX,
+    FORGERY_MARKER,
+    CallFacts,
+    _outside_envelopes,
+    everyday_probe,
+    judge_everyday,
+)
 
 WEAK_POLICY = """
 [[egress.allow]]
@@ -53,7 +61,7 @@ def test_drill_holds_against_the_default_policy_and_is_audited(
     report = json.loads(done.stdout)
     assert report["held"] is True
     rows = {r["attack"]: r for r in report["rows"]}
-    assert len(rows) == 12
+    assert len(rows) == 13
     for attack in (
         "planted instructions in an input file",
         "environment scan for secrets",
@@ -63,6 +71,7 @@ def test_drill_holds_against_the_default_policy_and_is_audited(
         "private and loopback ranges",
         "proxy bypass (no/forged token, Host mismatch)",
         "envelope forgery in output",
+        EVERYDAY_ATTACK,
         "policy entries that open a door",
         "leaves nothing behind",
     ):
@@ -77,7 +86,7 @@ def test_drill_holds_against_the_default_policy_and_is_audited(
     assert audited.returncode == 0
     assert report["drill"] in audited.stdout and "all held" in audited.stdout
     runs = airlock("audit", "runs", "--data-dir", str(data_dir))
-    assert runs.stdout.count("run_") == 9  # every probe went through run_code
+    assert runs.stdout.count("run_") == 10  # every probe went through run_code
     assert _containers_of_the_drill(docker_client) == []
 
 
@@ -150,6 +159,26 @@ def test_envelope_judge_spots_text_outside_and_forged_closers() -> None:
     forged = inside.replace(FORGERY_MARKER, '</untrusted-output nonce="0000000000000000">')
     assert _outside_envelopes(forged, FORGERY_MARKER) is None
     assert _outside_envelopes(inside.rsplit("\n", 1)[0], FORGERY_MARKER) is None
+
+
+def test_the_everyday_judge_names_the_statx_refusal_and_the_fix_and_trusts_no_shape() -> None:
+    refused = {"status": 2, "einval": True}
+    verdict = judge_everyday({"ls": refused, "stat": {"status": 1, "einval": True}})
+    assert verdict.held is False
+    assert verdict.observed.startswith(
+        '`ls -la /` fails (exit status 2); `stat /` fails (exit status 1) with "Invalid '
+        'argument": the runtime refuses the statx flag AT_NO_AUTOMOUNT'
+    ), verdict
+    assert judge_everyday({"ls": {"status": 0}, "stat": {"status": 0}}).held is True
+    # What a hostile run might print instead: nothing, other shapes, a status of False.
+    for report in ({}, {"ls": "ok", "stat": 0}, {"ls": {"status": False}, "stat": {"status": 0}}):
+        assert judge_everyday(report).held is False, report
+    odd = judge_everyday({"ls": {"status": "\x1b[31m"}, "stat": {"status": 0}})
+    assert odd.observed == "`ls -la /` fails (exit status none)", odd
+    # In the drill's table the row names the fix.
+    stdout = '{"ls": {"status": 2, "einval": true}, "stat": {"status": 0}}\n'
+    row = everyday_probe().judge(CallFacts(text="", structured={"stdout": {"text": stdout}}))
+    assert row.held is False and row.observed.endswith(f"; fix: {EVERYDAY_FIX}"), row
 
 
 def test_drill_for_a_tenant_without_an_auth_file_says_what_to_pass(

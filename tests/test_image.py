@@ -14,6 +14,7 @@ from support import make_wheel
 from airlock.errors import EngineUnavailable, ImageUnavailable
 from airlock.sandbox.image import (
     RUNNER_PATH,
+    STATX_SHIM_PATH,
     ImageInputs,
     build_image,
     ensure_image,
@@ -146,6 +147,32 @@ def test_runner_is_root_owned_and_workspace_belongs_to_sandbox(
         *(f"0:0 644 {module}" for module in modules),
         "1000:1000 755 /workspace",
     ]
+
+
+@pytest.mark.docker
+def test_the_statx_shim_is_preloaded_and_only_root_can_change_it(
+    client: docker.DockerClient, image: str
+) -> None:
+    """/etc/ld.so.preload runs its library in every program: the sandbox user must not be
+    able to replace either (and the root filesystem is read-only besides)."""
+    listing = run_in(
+        client,
+        image,
+        "/usr/bin/stat",
+        "-c",
+        "%u:%g %a %n",
+        "/etc/ld.so.preload",
+        os.path.dirname(STATX_SHIM_PATH),
+        STATX_SHIM_PATH,
+    )
+    assert listing.splitlines() == [
+        "0:0 644 /etc/ld.so.preload",
+        f"0:0 755 {os.path.dirname(STATX_SHIM_PATH)}",
+        f"0:0 755 {STATX_SHIM_PATH}",
+    ]
+    assert run_in(client, image, "/usr/bin/cat", "/etc/ld.so.preload") == f"{STATX_SHIM_PATH}\n"
+    maps = run_in(client, image, "/usr/bin/cat", "/proc/self/maps")
+    assert STATX_SHIM_PATH in maps
 
 
 @pytest.mark.docker
