@@ -265,12 +265,17 @@ async def test_a_host_header_with_control_characters_is_logged_escaped(tmp_path:
                     b"Connection: close\r\n\r\n{}"
                 )
                 answer = await raw.receive()
+            # uvicorn's own records reach the same handler (it installs none of its own).
+            async with await anyio.connect_tcp("127.0.0.1", local.port) as raw:
+                await raw.send(b"GET /\x1b[2J HTTP/1.1\r\n\r\n")
+                refused = await raw.receive()
         log = local.log.read_bytes()
-    assert answer.startswith(b"HTTP/1.1 421 ")
+    assert answer.startswith(b"HTTP/1.1 421 ") and refused.startswith(b"HTTP/1.1 400 ")
     # The raw ESC and the C1 CSI (U+009B, as uvicorn reads the bytes C2 9B) never get out.
     text = log.decode()
     assert "\x1b" not in text and "\x9b" not in text
     assert "Invalid Host header: evil\\x1b[31mRED\u00c2\\x9b2J" in text
+    assert re.search(r"(?m)^\S+Z WARNING uvicorn.error: Invalid HTTP request received", text)
 
 
 def test_the_operator_token_is_made_once_and_a_loose_or_foreign_file_is_refused(
