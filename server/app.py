@@ -53,7 +53,7 @@ from airlock.tools.workspace import MAX_LIST_ENTRIES
 
 from .approvals import add_routes as add_approval_routes
 from .auth import current_tenant
-from .bearer import unauthorized, verified_token
+from .bearer import RouteAuth, unauthorized
 from .config import LOCAL_TENANT, Config
 from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from .metrics import Metrics
@@ -107,13 +107,16 @@ def build_server(
     local_tenant: str = LOCAL_TENANT,
     metrics: Metrics | None = None,
     clock: Callable[[], float] = time.time,
+    operator_token: str | None = None,
 ) -> MCPServer:
     """The Airlock MCP server. Over HTTP every call's tenant comes from its bearer token
     (the local user when serving loopback without auth); over stdio there is one local user.
     Which session a call gets follows `SessionRule`; over HTTP the rule depends on the
     caller's protocol era, so the session_id sentences in tools/list are chosen per request.
-    `clock` (Unix seconds) is the tools' and the broker's now; tests pass one they move."""
+    `clock` (Unix seconds) is the tools' and the broker's now; tests pass one they move.
+    /metrics and /approvals answer the `operator_token` and the verifier's tokens only."""
     routes = _ForRoutes()
+    route_auth = RouteAuth(token_verifier, operator_token)
     # Over stdio there is always a connection; over HTTP tools/list says the caller's rule.
     rule = SessionRule(connection=not http)
     SessionArg = Annotated[str | None, Field(max_length=64, description=rule.argument)]
@@ -164,16 +167,16 @@ def build_server(
 
     @mcp.custom_route("/metrics", methods=["GET"])  # type: ignore[untyped-decorator]
     async def metrics_endpoint(request: Request) -> Response:
-        # Custom routes skip the SDK's auth: check the bearer token as /mcp would.
-        if token_verifier is not None and await verified_token(token_verifier, request) is None:
+        # Custom routes skip the SDK's auth; a tenant's key sees its own series only.
+        who = await route_auth.caller(request)
+        if who is None:
             return unauthorized()
-        return Response(meter.render(), media_type=METRICS_CONTENT_TYPE)
+        return Response(meter.render(who.tenant), media_type=METRICS_CONTENT_TYPE)
 
     add_approval_routes(
         mcp,
         lambda: routes.running.services.db if routes.running is not None else None,
-        token_verifier,
-        local_tenant,
+        route_auth,
         time.time,
     )
 

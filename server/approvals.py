@@ -1,5 +1,5 @@
 """The operator's side of pending approvals: `airlock approvals list|approve|deny` and the
-admin-scoped HTTP routes under /approvals.
+HTTP routes under /approvals (the operator token, or admin keys for their own tenant).
 
 Both read and write the database the server uses (the CLI is another process), so a
 decision is one conditional UPDATE: only a pending, unexpired approval of a live session
@@ -18,7 +18,6 @@ from argparse import Namespace
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from mcp.server.auth.provider import TokenVerifier
 from mcp.server.mcpserver import MCPServer
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -28,8 +27,8 @@ from airlock.store import ApprovalRecord, Database
 from airlock.tools.context import iso_time
 from airlock.tools.envelope import sanitize
 
-from .auth import ADMIN_SCOPE, tenant_of
-from .bearer import unauthorized, verified_token
+from .auth import ADMIN_SCOPE
+from .bearer import RouteAuth, RouteCaller, unauthorized
 from .config import Config, open_records
 
 log = logging.getLogger("airlock.approvals")
@@ -121,52 +120,48 @@ async def approvals_text(db: Database, *, every: bool, now: float) -> str:
 def add_routes(
     mcp: MCPServer,
     db: Callable[[], Database | None],
-    verifier: TokenVerifier | None,
-    local_tenant: str,
+    auth: RouteAuth,
     clock: Callable[[], float],
 ) -> None:
-    """GET /approvals (the caller's tenant's pending ones), POST /approvals/{id}/approve
-    and /deny. With auth, the token needs the `airlock:admin` scope; a foreign or unknown
-    id is 404 either way."""
+    """GET /approvals (pending ones), POST /approvals/{id}/approve and /deny. The caller
+    is the operator (every tenant's) or a key or JWT with the `airlock:admin` scope (its
+    own tenant's); a foreign or unknown id is 404 either way."""
 
-    async def caller(request: Request) -> tuple[str, str] | Response:
-        if verifier is None:
-            return local_tenant, "http:local"
-        token = await verified_token(verifier, request)
-        if token is None:
-            return unauthorized()
-        if ADMIN_SCOPE not in token.scopes:
-            return JSONResponse(
-                {"error": "insufficient_scope", "error_description": f"needs {ADMIN_SCOPE}"},
-                status_code=403,
-            )
-        return tenant_of(token), f"http:{token.client_id}"
+    Handler = Callable[[Request, Database, RouteCaller], Awaitable[Response]]
 
-    def guarded(
-        handler: Callable[[Request, Database, str, str], Awaitable[Response]],
-    ) -> Callable[[Request], Awaitable[Response]]:
+    def guarded(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
         async def route(request: Request) -> Response:
-            who = await caller(request)
-            if isinstance(who, Response):
-                return who
+            who = await auth.caller(request)
+            if who is None:
+                return unauthorized()
+            if not who.admin:
+                return JSONResponse(
+                    {"error": "insufficient_scope", "error_description": f"needs {ADMIN_SCOPE}"},
+                    status_code=403,
+                )
             database = db()
             if database is None:
                 return JSONResponse({"error": "starting"}, status_code=503)
-            return await handler(request, database, *who)
+            return await handler(request, database, who)
 
         return route
 
-    async def listing(_: Request, database: Database, tenant: str, __: str) -> Response:
+    async def listing(_: Request, database: Database, who: RouteCaller) -> Response:
         await database.expire_approvals(now=clock())
-        records = await database.list_approvals(tenant=tenant, status="pending", limit=1000)
+        records = await database.list_approvals(tenant=who.tenant, status="pending", limit=1000)
         return JSONResponse({"approvals": [describe(r) for r in records]})
 
-    def deciding(approve: bool) -> Callable[[Request, Database, str, str], Awaitable[Response]]:
-        async def handler(request: Request, database: Database, tenant: str, by: str) -> Response:
+    def deciding(approve: bool) -> Handler:
+        async def handler(request: Request, database: Database, who: RouteCaller) -> Response:
             approval_id = str(request.path_params["approval_id"])
             try:
                 record = await decide(
-                    database, approval_id, approve=approve, by=by, now=clock(), tenant=tenant
+                    database,
+                    approval_id,
+                    approve=approve,
+                    by=who.by,
+                    now=clock(),
+                    tenant=who.tenant,
                 )
             except NotFound as exc:
                 return JSONResponse({"error": "not_found", "detail": str(exc)}, status_code=404)

@@ -1,30 +1,146 @@
-"""Bearer tokens on Airlock's own HTTP routes (/metrics, /approvals).
+"""Who calls Airlock's own HTTP routes (/metrics, /approvals): the operator or a tenant.
 
-The SDK checks tokens on /mcp only; custom routes call `verified_token` with the
-server's verifier, so they accept exactly the keys and JWTs /mcp accepts.
+The SDK checks tokens on /mcp only; these routes ask `RouteAuth.caller`, which accepts
+the operator token (the file `operator-token` in the data directory: random, 0600, made
+by the first `airlock serve --http`, so whoever may read the data directory is the
+operator) and the keys and JWTs /mcp accepts, each as its tenant. There is no anonymous
+caller, on loopback either: a web page reaching 127.0.0.1 holds none of these.
+Not here: the Host/Origin and CSRF checks every request passes first (`guard`).
 """
 
 from __future__ import annotations
 
-from mcp.server.auth.provider import AccessToken, TokenVerifier
+import base64
+import contextlib
+import hmac
+import logging
+import os
+import re
+import secrets
+import stat
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from mcp.server.auth.provider import TokenVerifier
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from airlock.errors import InvalidRequest
 
-async def verified_token(verifier: TokenVerifier, request: Request) -> AccessToken | None:
-    """The request's verified bearer token, or None when it has none or a bad one."""
-    scheme, _, credential = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not credential.strip():
-        return None
-    return await verifier.verify_token(credential.strip())
+from .auth import ADMIN_SCOPE, tenant_of
+
+log = logging.getLogger(__name__)
+
+OPERATOR_TOKEN_FILE = "operator-token"
+OPERATOR_TOKEN_PREFIX = "alo_"
+_TOKEN_BYTES = 32
+_TOKEN_FORM = re.compile(OPERATOR_TOKEN_PREFIX + r"[A-Za-z0-9_-]{43}")
+
+
+@dataclass(frozen=True)
+class RouteCaller:
+    """A verified caller of a route."""
+
+    tenant: str | None
+    """The caller's tenant; None for the operator, who sees and decides every tenant's."""
+    by: str
+    """Who, for the record of a decision: `http:operator` or `http:<key id>`."""
+    admin: bool
+    """May decide approvals (of `tenant`, or of all for the operator)."""
+
+
+class RouteAuth:
+    """Turns a request's `Authorization: Bearer` into a `RouteCaller`, or None."""
+
+    def __init__(self, verifier: TokenVerifier | None, operator_token: str | None) -> None:
+        self._verifier = verifier
+        self._operator = operator_token.encode() if operator_token else None
+
+    async def caller(self, request: Request) -> RouteCaller | None:
+        """The verified caller, or None when the request has no good credential."""
+        scheme, _, credential = request.headers.get("authorization", "").partition(" ")
+        credential = credential.strip()
+        if scheme.lower() != "bearer" or not credential:
+            return None
+        if self._operator is not None and hmac.compare_digest(
+            credential.encode("utf-8", "surrogatepass"), self._operator
+        ):
+            return RouteCaller(tenant=None, by="http:operator", admin=True)
+        if self._verifier is None:
+            return None
+        token = await self._verifier.verify_token(credential)
+        if token is None:
+            return None
+        return RouteCaller(
+            tenant=tenant_of(token), by=f"http:{token.client_id}", admin=ADMIN_SCOPE in token.scopes
+        )
 
 
 def unauthorized() -> JSONResponse:
     return JSONResponse(
         {
             "error": "invalid_token",
-            "error_description": "send Authorization: Bearer <API key or JWT>, as for /mcp",
+            "error_description": "send Authorization: Bearer <the operator token (the file "
+            f"{OPERATOR_TOKEN_FILE} in the server's data directory), or an API key or JWT>",
         },
         status_code=401,
         headers={"WWW-Authenticate": 'Bearer error="invalid_token"'},
     )
+
+
+def operator_token(data_dir: Path) -> str:
+    """The operator token of `data_dir`, made now (random, 0600) if it has none.
+
+    An existing file must be a regular file no one but its owner may read or write, and
+    hold one token (InvalidRequest naming the fix otherwise).
+    """
+    path = data_dir / OPERATOR_TOKEN_FILE
+    try:
+        if not path.exists():
+            _create(path)
+        return _read(path)
+    except OSError as exc:
+        raise InvalidRequest(
+            f"cannot make or read the operator token {path}: {exc.strerror or exc}; "
+            "check the data directory's owner and permissions"
+        ) from exc
+
+
+def _create(path: Path) -> None:
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    raw = base64.urlsafe_b64encode(secrets.token_bytes(_TOKEN_BYTES)).rstrip(b"=")
+    # Written in full under a temporary name (mkstemp makes it 0600), then linked into
+    # place: `link` fails if another server made one meanwhile (then that one is the
+    # token), and no reader ever sees half a file.
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{OPERATOR_TOKEN_FILE}-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(OPERATOR_TOKEN_PREFIX.encode() + raw + b"\n")
+            f.flush()
+            os.fsync(f.fileno())
+        with contextlib.suppress(FileExistsError):
+            os.link(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    log.info("made the operator token %s (for /approvals and /metrics)", path)
+
+
+def _read(path: Path) -> str:
+    # Not followed if a link: the token must be this file, not whatever it points at.
+    mode = path.lstat().st_mode
+    if not stat.S_ISREG(mode):
+        raise InvalidRequest(f"operator token {path} is not a regular file; remove it")
+    if mode & 0o077:
+        raise InvalidRequest(
+            f"operator token {path} is readable or writable by group or others "
+            f"(mode {stat.S_IMODE(mode):04o}); run `chmod 600 {path}`"
+        )
+    token = path.read_text("ascii", errors="replace").strip()
+    if not _TOKEN_FORM.fullmatch(token):
+        # Deliberately says nothing about what the file holds.
+        raise InvalidRequest(
+            f"operator token {path} does not hold a token; remove it and restart the server "
+            "to make a new one"
+        )
+    return token

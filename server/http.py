@@ -1,8 +1,11 @@
 """Serving over Streamable HTTP for remote orchestrators.
 
 Binds loopback by default and refuses any other address without authentication.
-DNS-rebinding protection (Host/Origin checks) stays on. uvicorn's own SIGINT and
-SIGTERM handling runs the server's lifespan to its end, which ends every session.
+Every request passes `guard.RequestGuard` first (Host/Origin checks, DNS-rebinding
+protection, on every route, and no CSRF); /metrics and /approvals need the operator token
+of the data directory or a bearer key (`bearer`). uvicorn's own SIGINT and SIGTERM
+handling runs the server's lifespan to its end, which ends every session; its log records
+go to the one handler `logs.setup_logging` installed, like every other library's.
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ from airlock.sandbox.image import image_inputs
 
 from .app import build_server
 from .auth import AirlockTokenVerifier, AuthConfig
+from .bearer import operator_token
 from .config import Config
+from .guard import RequestGuard
 from .metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -86,7 +91,10 @@ def serve_http(
     # then raises the signal again for the previous handler: make that a clean exit.
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, _exit_cleanly)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+    # log_config=None: uvicorn adds no handler of its own, so its records reach ours.
+    server = uvicorn.Server(
+        uvicorn.Config(app, log_level="warning", access_log=False, log_config=None)
+    )
     server.run(sockets=[listener])
 
 
@@ -101,7 +109,9 @@ def http_app(
     allowed_origins: list[str],
     metrics: Metrics | None = None,
 ) -> Starlette:
-    """The Streamable HTTP app: MCP on /mcp behind bearer auth when `auth` is given."""
+    """The Streamable HTTP app: MCP on /mcp behind bearer auth when `auth` is given, every
+    route behind the request guard, and the operator token made if the data directory
+    has none."""
     base = f"http://{_authority(host, port)}"
     verifier = AirlockTokenVerifier(auth) if auth is not None else None
     settings = _auth_settings(auth, base) if auth is not None else None
@@ -114,19 +124,21 @@ def http_app(
         auth=settings,
         tenant_policies=tenant_policies,
         metrics=metrics,
+        operator_token=operator_token(config.data_dir),
     )
     hosts = [_authority(host, port), f"localhost:{port}", f"127.0.0.1:{port}", *allowed_hosts]
     origins = [f"http://localhost:{port}", f"http://127.0.0.1:{port}", *allowed_origins]
+    security = TransportSecuritySettings(
+        enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins
+    )
     app = mcp.streamable_http_app(
         streamable_http_path=MCP_PATH,
         session_idle_timeout=float(policy.sessions.idle_ttl_s),
-        transport_security=TransportSecuritySettings(
-            enable_dns_rebinding_protection=True,
-            allowed_hosts=hosts,
-            allowed_origins=origins,
-        ),
+        transport_security=security,
         host=host,
     )
+    # Outermost of the app's middleware: before the SDK's bearer auth and every route.
+    app.add_middleware(RequestGuard, security=security)
     return app
 
 

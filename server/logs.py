@@ -6,6 +6,12 @@ key=value ...`; `json` (`--log-format json`, for log shippers) is one JSON objec
 with the same fields as keys. Structured fields travel in `extra={"fields": {...}}`
 (`tools.events` sends them); values that could carry spaces or control characters are
 quoted, so one event is always one line.
+
+Records carry text from outside (a Host header the SDK logs, a path, an exception's
+message): the one handler formats every logger's records, other libraries' included, and
+writes each control or invisible character as a visible escape (`\x1b`, `\u202e`), so no
+record can move the terminal's cursor, recolour it, hide text or forge a line. A text
+record's traceback follows on indented lines; only a record starts at column 0.
 """
 
 from __future__ import annotations
@@ -34,24 +40,51 @@ def _fields(record: logging.LogRecord) -> dict[str, Any]:
 
 def _value(value: Any) -> str:
     text = "-" if value is None else str(value)
+    # json.dumps escapes every control and non-ASCII character.
     return text if text and set(text) <= _PLAIN else json.dumps(text)
+
+
+def escape(text: str) -> str:
+    """`text` with each character `str.isprintable` refuses (controls, format characters
+    such as bidi overrides and zero-width ones, separators other than the space,
+    surrogates, private-use and unassigned code points) written as its Python escape."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else _escaped(c) for c in text)
+
+
+_SHORT = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escaped(char: str) -> str:
+    code = ord(char)
+    if char in _SHORT:
+        return _SHORT[char]
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 class TextFormatter(logging.Formatter):
     """`2026-11-30T19:40:01.123Z INFO airlock.runs: run finished run=... status=ok`."""
 
     def format(self, record: logging.LogRecord) -> str:
-        message = record.getMessage().replace("\n", "\\n")
-        parts = [_time(record), record.levelname, f"{record.name}: {message}"]
-        parts.extend(f"{key}={_value(value)}" for key, value in _fields(record).items())
+        message = escape(record.getMessage())
+        parts = [_time(record), escape(record.levelname), f"{escape(record.name)}: {message}"]
+        parts.extend(f"{escape(str(k))}={_value(v)}" for k, v in _fields(record).items())
         line = " ".join(parts)
         if record.exc_info:
-            line += "\n" + self.formatException(record.exc_info)
+            # Split on "\n" alone: every other line-breaking character is escaped.
+            trace = self.formatException(record.exc_info).split("\n")
+            line += "".join("\n    " + escape(part) for part in trace)
         return line
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time, level, logger, message, then the event's fields."""
+    """One JSON object per line: time, level, logger, message, then the event's fields.
+
+    `json.dumps` (ASCII output) writes every control and non-ASCII character as `\\uXXXX`.
+    """
 
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {

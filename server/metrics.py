@@ -5,6 +5,7 @@ reads a finished run and its egress records); gauges (live sessions, runs in pro
 live grants, the warm pool) are read from the live server at scrape time. Each server
 has its own registry, so two servers in one process never share numbers. Labels are
 tenants, statuses and decisions: never an id, a host or anything an agent chose freely.
+A tenant's view holds its own series only; the operator's holds every series.
 """
 
 from __future__ import annotations
@@ -136,8 +137,28 @@ class Metrics:
         elif isinstance(event, CapabilityDecided):
             self._capabilities.labels(event.tenant, event.outcome).inc()
 
-    def render(self) -> bytes:
-        return generate_latest(self.registry)
+    def render(self, tenant: str | None = None) -> bytes:
+        """Every series, or with `tenant` only the series labelled with that tenant (a
+        tenant's key must not learn another's names or counts, nor the server-wide totals)."""
+        if tenant is None:
+            return generate_latest(self.registry)
+        return generate_latest(_TenantView(self.registry, tenant))
+
+
+class _TenantView(Collector):
+    """The series of one tenant, for `generate_latest`."""
+
+    def __init__(self, registry: CollectorRegistry, tenant: str) -> None:
+        self.registry = registry
+        self.tenant = tenant
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self.registry.collect():
+            samples = [s for s in family.samples if s.labels.get("tenant") == self.tenant]
+            if samples:
+                mine = Metric(family.name, family.documentation, family.type, family.unit)
+                mine.samples = samples
+                yield mine
 
 
 def parse_listen(value: str) -> tuple[str, int]:

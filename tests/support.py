@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import socket
 import sys
@@ -86,12 +87,15 @@ class Serving:
 
 
 @asynccontextmanager
-async def serving_http(*args: str) -> AsyncIterator[Serving]:
+async def serving_http(*args: str, log: Path | None = None) -> AsyncIterator[Serving]:
     """`airlock serve --http` on a free loopback port with `args` added, once its
-    /healthz answers; stops the server with SIGTERM unless the test already did."""
+    /healthz answers; stops the server with SIGTERM unless the test already did.
+    With `log`, the server's stderr goes to that file."""
     port = free_port()
     command = [AIRLOCK, "serve", "--http", "--port", str(port), *args]
-    process = await anyio.open_process(command, stdin=None, stdout=None, stderr=None)
+    with contextlib.ExitStack() as files:
+        stderr = files.enter_context(log.open("wb")) if log is not None else None
+        process = await anyio.open_process(command, stdin=None, stdout=None, stderr=stderr)
     base = f"http://127.0.0.1:{port}"
     try:
         async with httpx.AsyncClient() as probe:

@@ -1,5 +1,6 @@
-"""Prometheus metrics: fed by run and capability events, served on /metrics behind the
-same bearer tokens as /mcp, or on a separate address the operator chooses."""
+"""Prometheus metrics: fed by run and capability events, served on /metrics to the
+operator token (every series) and to bearer keys (their own tenant's series), or on a
+separate address the operator chooses."""
 
 from __future__ import annotations
 
@@ -97,6 +98,25 @@ def test_a_bad_metrics_address_is_refused_naming_the_form(bad: str) -> None:
     assert parse_listen("[::1]:9464") == ("::1", 9464)
 
 
+def test_a_tenants_view_holds_its_own_series_only() -> None:
+    metrics = Metrics()
+    metrics.observe(RunFinished(_run("ok", 1500), "runc", (_egress("allow"),)))
+    metrics.observe(CapabilityDecided("globex", "ses_g", "gh", "denied"))
+    metrics.watch(lambda: LiveState(3, {"acme": 2, "globex": 1}, {"acme": 1}, 4, 3, 10, 2))
+    acme = samples(metrics.render("acme").decode())
+    globex = samples(metrics.render("globex").decode())
+    everything = samples(metrics.render().decode())
+    assert acme and globex
+    assert all(dict(labels).get("tenant") == "acme" for _, labels in acme)
+    assert all(dict(labels).get("tenant") == "globex" for _, labels in globex)
+    assert acme[("airlock_runs_total", (("status", "ok"), ("tenant", "acme")))] == 1
+    assert globex[("airlock_runs_in_progress", (("tenant", "globex"),))] == 1
+    # Server-wide numbers count every tenant: only the operator's view has them.
+    assert ("airlock_live_sessions", ()) not in acme
+    assert everything[("airlock_live_sessions", ())] == 3
+    assert set(acme) | set(globex) < set(everything)
+
+
 @pytest.mark.anyio
 @pytest.mark.docker
 async def test_metrics_need_a_token_over_http_and_count_a_tenants_run(tmp_path: Path) -> None:
@@ -112,13 +132,18 @@ async def test_metrics_need_a_token_over_http_and_count_a_tenants_run(tmp_path: 
         async with client(server, "acme", "auto") as acme:
             ran = await acme.call_tool("run_code", {"code": "print(1)"})
             assert not ran.is_error, ran.content
+            operator = (server.data_dir / "operator-token").read_text().strip()
             scraped = await probe.get(
+                f"{server.base}/metrics", headers={"Authorization": f"Bearer {operator}"}
+            )
+            globex = await probe.get(
                 f"{server.base}/metrics",
                 headers={"Authorization": f"Bearer {server.keys['globex']}"},
             )
         separate = await probe.get(f"http://127.0.0.1:{port}/metrics")
     assert anonymous.status_code == 401 and forged.status_code == 401
     assert "airlock_runs" not in anonymous.text
+    assert globex.status_code == 200 and "acme" not in globex.text
     assert scraped.status_code == 200
     assert scraped.headers["content-type"].startswith("text/plain")
     found = samples(scraped.text)

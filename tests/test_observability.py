@@ -11,6 +11,7 @@ import json
 import logging
 import re
 import secrets
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,47 @@ def test_text_lines_carry_time_level_and_fields_and_stay_one_line() -> None:
     assert level == "INFO"
     assert rest.startswith("airlock.runs: run finished run=run_x status=ok ")
     assert 'reason="two words\\nand a newline"' in rest
+
+
+@pytest.mark.parametrize(
+    ("raw", "shown"),
+    [
+        ("evil\x1b[31mRED", "evil\\x1b[31mRED"),  # ANSI colour
+        ("a\x9b2Jb", "a\\x9b2Jb"),  # C1 CSI: clears a terminal too
+        ("x\r2026-01-01T00:00:00.000Z INFO forged", "x\\r2026-01-01T00:00:00.000Z INFO forged"),
+        ("line\nforged", "line\\nforged"),
+        ("\u2028sep\u2029", "\\u2028sep\\u2029"),  # line and paragraph separators
+        ("gpj.\u202eexe", "gpj.\\u202eexe"),  # bidi override
+        ("zero\u200bwidth\ufeff", "zero\\u200bwidth\\ufeff"),
+        ("tab\there\x00\x7f", "tab\\there\\x00\\x7f"),
+        ("private\U000f0000", "private\\U000f0000"),
+        ("plain café ünïcode ✓", "plain café ünïcode ✓"),  # printable text stays as is
+    ],
+)
+def test_text_lines_escape_control_and_invisible_characters_visibly(raw: str, shown: str) -> None:
+    # Any library's record: the SDK logs a client's Host header with %-args or an f-string.
+    record = logging.LogRecord(
+        "mcp.server.transport_security", logging.WARNING, __file__, 1, "Host: %s", (raw,), None
+    )
+    line = TextFormatter().format(record)
+    assert line.endswith(f"mcp.server.transport_security: Host: {shown}")
+    assert line.isprintable()
+    entry = json.loads(JsonFormatter().format(record))
+    assert entry["message"] == f"Host: {raw}"
+    assert JsonFormatter().format(record).isascii()
+
+
+def test_a_traceback_is_escaped_and_indented_so_it_cannot_forge_a_record() -> None:
+    try:
+        raise ValueError("bad\x1b[2J\n2026-01-01T00:00:00.000Z INFO airlock.approvals: forged")
+    except ValueError:
+        record = logging.LogRecord(
+            "uvicorn.error", logging.ERROR, __file__, 1, "failed", None, sys.exc_info()
+        )
+    first, *rest = TextFormatter().format(record).split("\n")
+    assert first.endswith("uvicorn.error: failed")
+    assert rest and all(line.startswith("    ") and line.isprintable() for line in rest)
+    assert any("bad\\x1b[2J" in line for line in rest)
 
 
 def test_json_lines_are_one_object_with_the_fields_as_keys() -> None:
