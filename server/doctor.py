@@ -17,6 +17,7 @@ from airlock.sandbox import connect
 from airlock.sandbox.docker import registered_runtimes
 from airlock.sandbox.image import ImageInputs, base_exists, image_exists, image_inputs, image_tag
 from airlock.sandbox.runtime import AUTO, GVISOR, REGISTER_GVISOR, choose_runtime
+from airlock.store import private_dir
 
 from .config import Config
 from .secret_check import missing_secrets
@@ -137,7 +138,8 @@ def _runtime(wanted: str, client: docker.DockerClient) -> Check:
 
 def _data_dir(path: Path) -> Check:
     try:
-        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        # As the server would: every missing level 0700, and a wider one of ours tightened.
+        private_dir(path)
         with tempfile.NamedTemporaryFile(dir=path):
             pass
     except OSError as exc:

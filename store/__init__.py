@@ -12,6 +12,7 @@ from __future__ import annotations
 from .blobs import BlobStore, Draft, DraftWriter, Staging
 from .db import SCHEMA_VERSION, Database
 from .instances import InstanceLock, claim_instance, end_runs_of_dead_instances
+from .private import private_dir
 from .records import (
     ApprovalRecord,
     ApprovalStatus,
@@ -69,4 +70,5 @@ __all__ = [
     "claim_instance",
     "diff",
     "end_runs_of_dead_instances",
+    "private_dir",
 ]

@@ -20,6 +20,7 @@ import anyio.to_thread
 
 from airlock.errors import StoreError
 
+from .private import private_dir
 from .records import (
     ApprovalRecord,
     ArtifactRecord,
@@ -338,7 +339,7 @@ def _run_from_row(row: sqlite3.Row) -> RunRecord:
 
 
 def _connect(path: Path) -> sqlite3.Connection:
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    private_dir(path.parent)
     # Create the file 0600 ourselves: SQLite gives the -wal and -shm files the same mode.
     os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
     # isolation_level=None: no implicit transactions; writes open their own (see _write).
