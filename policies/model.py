@@ -827,6 +827,11 @@ class BrokerSettings(_Section):
     (`airlock approvals approve|deny`) when the client cannot ask its human; after that
     it expires, refused. Missing: 900 (15 minutes)."""
 
+    max_pending_approvals_per_session: int = Field(default=5, gt=0, le=1000)
+    """Most capability requests one session may have waiting for the operator at once;
+    one more is refused until the operator decides one or one expires, so no agent can
+    bury the operator's queue. Missing: 5."""
+
 
 class TenantLimits(_Section):
     """Caps per tenant (over HTTP each API key or JWT names one; over stdio there is one)."""

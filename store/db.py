@@ -789,9 +789,25 @@ class Database:
 
     # Approvals
 
-    async def create_approval(self, rec: ApprovalRecord) -> None:
+    async def create_approval(self, rec: ApprovalRecord, *, max_pending: int | None = None) -> bool:
+        """Insert `rec`; with `max_pending`, only while its session has fewer approvals
+        still pending (unexpired at `rec.created_at`), counted and inserted in one
+        transaction so concurrent requests cannot overshoot. False when refused."""
         params = _json_fields(rec.model_dump(), "params")
-        await self._write(lambda conn: conn.execute(_INSERT_APPROVAL, params))
+
+        def insert(conn: sqlite3.Connection) -> bool:
+            if max_pending is not None:
+                (pending,) = conn.execute(
+                    "SELECT COUNT(*) FROM approvals WHERE session_id = ? AND tenant = ?"
+                    " AND status = 'pending' AND expires_at > ?",
+                    (rec.session_id, rec.tenant, rec.created_at),
+                ).fetchone()
+                if pending >= max_pending:
+                    return False
+            conn.execute(_INSERT_APPROVAL, params)
+            return True
+
+        return await self._write(insert)
 
     async def get_approval(self, approval_id: str) -> ApprovalRecord | None:
         rows = await self._fetch(
