@@ -50,6 +50,8 @@ def _make(path: Path) -> None:
     try:
         path.mkdir(mode=PRIVATE_DIR_MODE)
     except FileExistsError:
-        # Made meanwhile by another process making the same directory: its mode is ours.
+        # Made meanwhile (another server starting on the same data dir), or a file: check
+        # it as any existing one.
+        private_dir(path)
         return
     path.chmod(PRIVATE_DIR_MODE)
