@@ -4,7 +4,8 @@
     ├── InvalidRequest        the caller can fix it: say what to change
     │   ├── UnsafePath        absolute, `..`, NUL, or otherwise escaping path
     │   ├── LimitExceeded     a request above what the policy allows
-    │   │   └── QuotaExceeded a grant beyond the live-capability quota of a session or tenant
+    │   │   └── QuotaExceeded a grant beyond a live-capability quota, or a request beyond a
+    │   │                     session's pending approvals
     │   └── CapabilityDenied  a capability request the policy or the human refused
     ├── ApprovalPending       a capability request now waits for the operator's decision
     ├── NotFound              unknown id; also anything of another session or tenant
@@ -47,7 +48,8 @@ class LimitExceeded(InvalidRequest):
 
 
 class QuotaExceeded(LimitExceeded):
-    """A new grant would exceed a quota of live capabilities; `quota` names which one."""
+    """A new grant would exceed a quota of live capabilities, or a new request the
+    session's quota of approvals pending; `quota` names which one."""
 
     def __init__(self, quota: str, limit: int, message: str) -> None:
         self.quota = quota

@@ -38,6 +38,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from airlock.errors import InvalidRequest, VaultError
+from airlock.store import private_dir
 
 from .secret import Secret
 
@@ -123,7 +124,7 @@ def _read_key(path: Path) -> bytes:
 
 
 def _create_key(path: Path) -> None:
-    _make_private_dir(path.parent)
+    private_dir(path.parent)
     data = base64.b64encode(os.urandom(KEY_BYTES)) + b"\n"
     # Written in full under a temporary name, then linked into place: `link` fails if the
     # key appeared meanwhile (another process won the race; its key is the key), and no
@@ -139,19 +140,6 @@ def _create_key(path: Path) -> None:
     finally:
         Path(tmp).unlink(missing_ok=True)
     _fsync_dir(path.parent)
-
-
-def _make_private_dir(path: Path) -> None:
-    """Create `path` as 0700 (parents too, as needed); an existing directory is left as is."""
-    if path.is_dir():
-        return
-    _make_private_dir(path.parent)
-    try:
-        path.mkdir(mode=0o700)
-    except FileExistsError:
-        return
-    # mkdir's mode is filtered by the umask; state it outright.
-    path.chmod(0o700)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -339,7 +327,7 @@ class Vault:
         body raises or changes nothing.
         """
         try:
-            _make_private_dir(self._path.parent)
+            private_dir(self._path.parent)
             lock_fd = os.open(
                 self._path.parent / f".{self._path.name}.lock", os.O_RDWR | os.O_CREAT, 0o600
             )

@@ -26,7 +26,7 @@ from airlock.broker import Grant, Grants, RunClaims, RunTokens, Secret, Vault
 from airlock.errors import EgressUnavailable
 from airlock.policies import Capability, EgressSettings
 from airlock.policies.capabilities import path_placeholders
-from airlock.store import EgressRecord
+from airlock.store import EgressRecord, private_dir
 
 from .decision import Rule
 from .ledger import RunIdentity, RunLedger
@@ -182,7 +182,7 @@ class Egress:
         # A unix socket path holds at most 107 bytes, so run directories live in a short
         # place (the system's temporary directory by default), each made unguessable.
         if self._root is not None:
-            self._root.mkdir(mode=0o700, parents=True, exist_ok=True)
+            private_dir(self._root)
         run_dir = Path(tempfile.mkdtemp(prefix="airlock-", dir=self._root))
         given = socket_dir is not None
         socket_dir = socket_dir or run_dir / SOCKET_DIR

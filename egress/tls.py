@@ -20,6 +20,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from airlock.store import private_dir
+
 CA_LIFETIME = datetime.timedelta(hours=24)
 LEAF_LIFETIME = datetime.timedelta(hours=24)
 # Clocks inside containers and clients drift; a cert "from the future" fails.
@@ -40,9 +42,8 @@ def _san(host: str) -> x509.GeneralName:
 class RunCA:
     """A per-run certificate authority that mints and caches leaf contexts by host."""
 
-    def __init__(self, run_id: str, private_dir: Path) -> None:
-        self._dir = private_dir
-        self._dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    def __init__(self, run_id: str, directory: Path) -> None:
+        self._dir = private_dir(directory)
         self._key = ec.generate_private_key(ec.SECP256R1())
         now = _now()
         name = x509.Name(

@@ -22,7 +22,9 @@ from airlock.policies.globs import (
     DEFAULT_EXCLUDED,
     DEFAULT_IGNORED,
     DEFAULT_PROTECTED,
+    canonical_segment,
     glob_matches,
+    matching_glob,
     protecting_glob,
 )
 from airlock.policies.hosts import (
@@ -80,11 +82,13 @@ __all__ = [
     "TenantLimits",
     "canonical_host",
     "canonical_host_pattern",
+    "canonical_segment",
     "default_policy_toml",
     "format_duration",
     "glob_matches",
     "host_matches",
     "load_policy",
+    "matching_glob",
     "parse_duration",
     "parse_ip_literal",
     "path_matches",

@@ -7,9 +7,15 @@ drill`). Nothing here touches a filesystem.
 A glob is matched against a whole path relative to the repository root, segment by
 segment: `**` (a whole segment) matches zero or more segments, `*` any run of
 characters within one segment, `?` one character; everything else matches itself.
-Matching ignores case, because a patch applied on a case-insensitive filesystem
-(macOS, Windows) writes `.GitHub/Workflows/x.yml` into `.github/workflows/`, and
-holding back too much is the safe mistake.
+Matching reads a path as a case-insensitive filesystem would, because a patch applied
+on macOS or Windows writes `.GitHub/Workflows/x.yml` into `.github/workflows/`, and so
+do `.github./workflows/x.yml`, `.github /workflows/x.yml` and `x.yml::$DATA` on Windows
+(`canonical_segment` undoes each, for every list). A Windows 8.3 short name (`GITHUB~1`)
+may stand for any name, so a protected glob counts it as matching; excluded and ignored
+paths do not. Holding back too much is the safe mistake.
+
+The default lists are data: each entry is one glob, and the tests take every entry in
+turn, in every spelling above.
 """
 
 from __future__ import annotations
@@ -22,12 +28,17 @@ DEFAULT_PROTECTED: tuple[str, ...] = (
     # CI systems: whoever edits these runs code with the pipeline's deploy credentials.
     ".github/workflows/**",
     ".github/actions/**",
+    "action.yml",
+    "action.yaml",
+    ".gitea/workflows/**",
+    ".forgejo/workflows/**",
     ".gitlab-ci.yml",
     ".gitlab/**",
     ".circleci/**",
     "**/Jenkinsfile",
     ".travis.yml",
     "azure-pipelines.yml",
+    "azure-pipelines.yaml",
     ".azure-pipelines/**",
     "bitbucket-pipelines.yml",
     ".buildkite/**",
@@ -35,38 +46,113 @@ DEFAULT_PROTECTED: tuple[str, ...] = (
     ".woodpecker.yml",
     ".woodpecker/**",
     "cloudbuild.yaml",
+    "cloudbuild.yml",
+    "buildspec.yml",
+    "buildspec.yaml",
+    ".cirrus.yml",
+    ".cirrus.star",
+    ".semaphore/**",
     "appveyor.yml",
+    ".appveyor.yml",
+    ".teamcity/**",
+    ".tekton/**",
+    "bitrise.yml",
+    "codemagic.yaml",
+    # Deploy platforms that run the build command a file in the repository names.
+    "netlify.toml",
+    "vercel.json",
+    "render.yaml",
     # Who must review a change, and where submodules are fetched from.
     "CODEOWNERS",
     ".github/CODEOWNERS",
     "docs/CODEOWNERS",
     ".gitmodules",
-    # Secrets, registry credentials, and files tools execute or load on a developer's
-    # machine without asking (direnv, editors' task runners, git hooks managers).
+    # Secrets and registry settings (a changed registry serves the next install's code).
     "**/.env*",
     "**/.npmrc",
+    "**/.yarnrc",
+    "**/.yarnrc.yml",
     "**/.pypirc",
     "**/.netrc",
+    "**/.cargo/config",
+    "**/.cargo/config.toml",
+    # Files tools execute or load on a developer's machine without asking: editors' task
+    # runners, cloud workspaces, git hook managers, package managers' hooks, and coding
+    # agents' settings (hooks, allowed commands) and MCP servers (commands they start).
     ".vscode/**",
+    ".idea/**",
     ".devcontainer/**",
+    ".devcontainer.json",
+    ".gitpod.yml",
+    ".gitpod.Dockerfile",
     ".husky/**",
+    ".githooks/**",
     ".pre-commit-config.yaml",
+    "lefthook.yml",
+    "lefthook.yaml",
+    ".lefthook.yml",
+    ".lefthook.yaml",
+    "lefthook-local.yml",
+    ".overcommit.yml",
+    "**/.pnpmfile.cjs",
+    ".claude/**",
+    ".mcp.json",
+    ".cursor/**",
+    ".gemini/**",
 )
 """Paths held back when a policy names none: CI and deploy configuration, code owners,
 secrets and files run automatically on a reviewer's machine."""
 
 DEFAULT_EXCLUDED: tuple[str, ...] = (
     "**/.env*",
+    # Package registries' credentials.
     "**/.npmrc",
+    "**/.yarnrc",
+    "**/.yarnrc.yml",
     "**/.pypirc",
+    "**/pip.conf",
+    "**/.cargo/credentials",
+    "**/.cargo/credentials.toml",
+    "**/.gem/credentials",
+    "**/auth.json",
+    "**/.m2/settings.xml",
+    "**/.m2/settings-security.xml",
+    "**/.gradle/gradle.properties",
+    "**/.nuget/NuGet.Config",
+    "**/.docker/config.json",
+    # Git, databases, clusters and infrastructure tools.
     "**/.netrc",
     "**/.git-credentials",
-    "**/.ssh/**",
+    "**/.config/gh/hosts.yml",
+    "**/.pgpass",
+    "**/.my.cnf",
+    "**/.kube/**",
+    "**/.vault-token",
+    "**/.terraformrc",
+    "**/credentials.tfrc.json",
+    "**/*.tfstate",
+    "**/*.tfstate.backup",
+    # Clouds: AWS, Google (service-account keys, gcloud's own), Azure, S3 tools.
     "**/.aws/**",
-    "**/.docker/config.json",
+    "**/.config/gcloud/**",
+    "**/application_default_credentials.json",
+    "**/*service-account*.json",
+    "**/*service_account*.json",
+    "**/credentials.json",
+    "**/client_secret*.json",
+    "**/.azure/**",
+    "**/.s3cfg",
+    "**/.boto",
+    # Keys and certificates.
+    "**/.ssh/**",
     "**/*.pem",
     "**/*.key",
+    "**/*.p12",
+    "**/*.pfx",
+    "**/*.jks",
+    "**/*.keystore",
     "**/id_rsa*",
+    "**/id_dsa*",
     "**/id_ecdsa*",
     "**/id_ed25519*",
 )
@@ -84,6 +170,11 @@ DEFAULT_IGNORED: tuple[str, ...] = (
 """New files a patch leaves out when a policy names none: caches and installed packages
 that running a project's tests leaves behind."""
 
+# A Windows 8.3 short name (`GITHUB~1`, `GITLAB~1.YML`): at most 8 characters before the
+# dot, a tilde and digits among them, at most 3 after. It may stand for any long name in
+# its directory: Windows makes some from a hash of the long name (`GI3A7C~1`).
+_SHORT_NAME = re.compile(r"(?=[^.]{2,8}(?:\.|$))[^.~]+~[0-9]+(?:\.[^.]{1,3})?")
+
 _FORBIDDEN = {
     "\\": "a backslash",
     "[": "a bracket",
@@ -97,7 +188,8 @@ def validate_glob(glob: str) -> str:
     """`glob` unchanged if it is a valid protected-path glob; else ValueError saying why.
 
     A glob is relative (no leading "/"), has no empty, "." or ".." segment, uses `**`
-    only as a whole segment, and has no backslash, bracket, brace or control character.
+    only as a whole segment, has no backslash, bracket, brace, colon or control
+    character, and no segment ends in a dot or space (no path is read so).
     """
     if not glob:
         raise ValueError('a glob cannot be empty; write a path such as ".github/workflows/**"')
@@ -114,11 +206,21 @@ def validate_glob(glob: str) -> str:
             )
     if any(not ch.isprintable() for ch in glob):
         raise ValueError(f"{_q(glob)} contains a control character; remove it")
+    if ":" in glob:
+        raise ValueError(
+            f"{_q(glob)} contains a colon; Windows reads what follows one as a data stream "
+            f"of the file before it, so write {_q(glob.split(':', 1)[0])}"
+        )
     for segment in glob.split("/"):
         if segment in ("", ".", ".."):
             raise ValueError(
                 f'{_q(glob)} has an empty, "." or ".." segment; write the path from the '
                 'repository root, such as "deploy/**"'
+            )
+        if segment.rstrip(". ") != segment:
+            raise ValueError(
+                f"{_q(glob)} has {_q(segment)}, which ends in a dot or space: Windows drops "
+                f"those from names, so write {_q(segment.rstrip('. '))}"
             )
         if "**" in segment and segment != "**":
             raise ValueError(
@@ -128,9 +230,19 @@ def validate_glob(glob: str) -> str:
     return glob
 
 
-def glob_matches(glob: str, path: str) -> bool:
-    """Whether the relative `path` falls under `glob`, ignoring case."""
-    segments = path.casefold().split("/")
+def canonical_segment(segment: str) -> str:
+    """One path segment as a case-insensitive Windows or macOS filesystem reads it: case
+    folded, an NTFS alternate data stream dropped (`ci.yml::$DATA` and `ci.yml:x` are
+    `ci.yml`), then trailing dots and spaces dropped (`.github.` and `.github ` are
+    `.github`). The one place these spellings are undone, for globs and for `.git`."""
+    return segment.casefold().split(":", 1)[0].rstrip(". ")
+
+
+def glob_matches(glob: str, path: str, *, short_names: bool = False) -> bool:
+    """Whether the relative `path` falls under `glob`, read as a case-insensitive
+    filesystem reads it (`canonical_segment`). With `short_names`, a segment that may be
+    a Windows short name matches any one segment of the glob, since it may stand for it."""
+    segments = [canonical_segment(segment) for segment in path.split("/")]
     reachable = {0}
     for wanted in glob.casefold().split("/"):
         if wanted == "**":
@@ -138,7 +250,13 @@ def glob_matches(glob: str, path: str) -> bool:
             continue
         pattern = _segment_regex(wanted)
         reachable = {
-            i + 1 for i in reachable if i < len(segments) and pattern.fullmatch(segments[i])
+            i + 1
+            for i in reachable
+            if i < len(segments)
+            and (
+                pattern.fullmatch(segments[i])
+                or (short_names and _SHORT_NAME.fullmatch(segments[i]))
+            )
         }
         if not reachable:
             return False
@@ -146,7 +264,16 @@ def glob_matches(glob: str, path: str) -> bool:
 
 
 def protecting_glob(globs: Iterable[str], path: str) -> str | None:
-    """The first of `globs` that `path` falls under, or None if none does."""
+    """The first of `globs` that holds `path` back, or None: protected paths, where a
+    name that may be a Windows short name for a protected one counts as that one (a
+    patch may be applied on Windows)."""
+    return next((glob for glob in globs if glob_matches(glob, path, short_names=True)), None)
+
+
+def matching_glob(globs: Iterable[str], path: str) -> str | None:
+    """The first of `globs` that `path` falls under, or None: excluded and ignored
+    paths, where a short name stands only for itself (a copy reads the host's real
+    names, and a name held in a patch by mistake is kept out of sight)."""
     return next((glob for glob in globs if glob_matches(glob, path)), None)
 
 

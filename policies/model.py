@@ -48,6 +48,7 @@ from airlock.policies.globs import (
     DEFAULT_EXCLUDED,
     DEFAULT_IGNORED,
     DEFAULT_PROTECTED,
+    matching_glob,
     protecting_glob,
     validate_glob,
 )
@@ -826,6 +827,11 @@ class BrokerSettings(_Section):
     (`airlock approvals approve|deny`) when the client cannot ask its human; after that
     it expires, refused. Missing: 900 (15 minutes)."""
 
+    max_pending_approvals_per_session: int = Field(default=5, gt=0, le=1000)
+    """Most capability requests one session may have waiting for the operator at once;
+    one more is refused until the operator decides one or one expires, so no agent can
+    bury the operator's queue. Missing: 5."""
+
 
 class TenantLimits(_Section):
     """Caps per tenant (over HTTP each API key or JWT names one; over stdio there is one)."""
@@ -872,16 +878,21 @@ class HatchSettings(_Section):
 
     protected: Annotated[tuple[_Glob, ...], BeforeValidator(_as_tuple)] = DEFAULT_PROTECTED
     """Globs of paths (from the root) a patch never carries; changes to them are listed as
-    needing a human. "**" is any number of segments, "*" and "?" match within one; case is
-    ignored. Missing means CI and deploy configuration, code owners, submodules, .env files,
-    registry credentials and editor/hook configuration. Writing it replaces that list, so
-    keep its entries unless you mean to let agents' patches change them."""
+    needing a human. "**" is any number of segments, "*" and "?" match within one; a path
+    is read as Windows and macOS read it (case, trailing dots and spaces and ":" data
+    streams ignored), and a Windows short name such as GITHUB~1 counts as matching.
+    Missing means CI and deploy configuration, code owners, submodules, .env files,
+    registry settings, and files editors, hook managers and coding agents run on their
+    own. Writing it replaces that list, so keep its entries unless you mean to let agents'
+    patches change them."""
 
     exclude: Annotated[tuple[_Glob, ...], BeforeValidator(_as_tuple)] = DEFAULT_EXCLUDED
     """Globs of paths (from the root) a copy never takes into the sandbox, listed as
-    skipped: files that hold credentials, since a sandbox holds no secret. Missing means
-    .env files, registry and git credentials, SSH and AWS directories, keys and
-    certificates. Writing it replaces that list."""
+    skipped: files that hold credentials, since a sandbox holds no secret. Matched as
+    `protected` is, except that a short name stands only for itself. Missing means .env
+    files, package registries', git, database, cluster and cloud credentials (service
+    account keys included), SSH keys, keys and certificates. Writing it replaces that
+    list."""
 
     ignore: Annotated[tuple[_Glob, ...], BeforeValidator(_as_tuple)] = DEFAULT_IGNORED
     """Globs of new files (absent from the copy) a patch leaves out and only counts:
@@ -906,7 +917,7 @@ class HatchSettings(_Section):
 
     def ignores(self, path: str) -> bool:
         """Whether a new file at the root-relative `path` stays out of patches."""
-        return protecting_glob(self.ignore, path) is not None
+        return matching_glob(self.ignore, path) is not None
 
 
 class ImageSettings(_Section):

@@ -31,6 +31,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from airlock.policies import canonical_segment
+
 TEXT_LIMIT = 1 << 20
 """Files larger than this (bytes) are diffed as binary: a line diff of them would be slow
 and no one reviews it line by line."""
@@ -170,8 +172,9 @@ def unsafe_name(path: str) -> str | None:
     for segment in path.split("/"):
         if segment in ("", ".", ".."):
             return 'has an empty, "." or ".." segment'
-        # NTFS and HFS+ ignore trailing dots and spaces and case; 8.3 names alias too.
-        if segment.rstrip(". ").casefold() in (".git", "git~1"):
+        # NTFS and HFS+ ignore case and trailing dots and spaces, NTFS reads a colon as
+        # a data stream, and its 8.3 name aliases too.
+        if canonical_segment(segment) in (".git", "git~1"):
             return "is inside .git, which is read-only: its changes never leave in a patch"
     return None
 

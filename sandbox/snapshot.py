@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from airlock.errors import InvalidRequest, LimitExceeded, UnsafePath
-from airlock.policies import protecting_glob
+from airlock.policies import matching_glob
 
 from .hatch import safe_relative_path
 
@@ -137,7 +137,7 @@ def _walk(
         if entry.casefold() == ".git" and not caps.include_git_dir:
             snapshot.note(f"{path}: skipped, .git is not copied (the policy keeps it out)")
             continue
-        glob = protecting_glob(caps.exclude, path)
+        glob = matching_glob(caps.exclude, path)
         if glob is not None:
             snapshot.note(f"{path}: skipped, the policy keeps it out of sandboxes ({glob})")
             continue

@@ -16,6 +16,10 @@ ENV_DATA_DIR = "AIRLOCK_DATA_DIR"
 ENV_POLICY = "AIRLOCK_POLICY"
 ENV_AUTH = "AIRLOCK_AUTH"
 LOCAL_TENANT = "local"
+RESERVED_TENANT_PREFIX = "airlock-"
+"""Tenant names Airlock keeps for its own callers: `airlock drill` calls as
+`airlock-drill`, and the usage review leaves that tenant's records out, so a real tenant
+of that name would be hidden from it. No API key or JWT may name one (nor `local`)."""
 
 
 def default_data_dir() -> Path:

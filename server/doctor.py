@@ -27,7 +27,7 @@ from airlock.sandbox.environment import sandbox_environment
 from airlock.sandbox.image import ImageInputs, base_exists, image_exists, image_inputs, image_tag
 from airlock.sandbox.instance import Instance
 from airlock.sandbox.runtime import AUTO, GVISOR, REGISTER_GVISOR, choose_runtime
-from airlock.store import BlobStore
+from airlock.store import BlobStore, private_dir
 
 from .config import Config
 from .drill_probes import EVERYDAY, EVERYDAY_FIX, PRELUDE, judge_everyday, report_of
@@ -209,7 +209,8 @@ async def _run_everyday(
 
 def _data_dir(path: Path) -> Check:
     try:
-        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        # As the server would: every missing level 0700, and a wider one of ours tightened.
+        private_dir(path)
         with tempfile.NamedTemporaryFile(dir=path):
             pass
     except OSError as exc:

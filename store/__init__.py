@@ -1,6 +1,6 @@
 """Airlock's records: SQLite (WAL) for sessions, runs, artifacts and versioned session
-workspaces, a content-addressed blob store for their bytes, and which server instance owns
-the runs still going.
+workspaces, a content-addressed blob store for their bytes, which server instance owns
+the runs still going, and the one way a directory of the data dir is made (0700).
 
 Imports nothing of ours but `airlock.errors`. Failures of sqlite3 or the filesystem come
 out as `StoreError`; a record that is not there is `None` (or an empty list), never
@@ -12,6 +12,7 @@ from __future__ import annotations
 from .blobs import BlobStore, Draft, DraftWriter, Staging
 from .db import SCHEMA_VERSION, Database
 from .instances import InstanceLock, claim_instance, end_runs_of_dead_instances
+from .private import private_dir
 from .records import (
     ApprovalRecord,
     ApprovalStatus,
@@ -69,4 +70,5 @@ __all__ = [
     "claim_instance",
     "diff",
     "end_runs_of_dead_instances",
+    "private_dir",
 ]

@@ -29,6 +29,8 @@ from pydantic import BaseModel, ConfigDict
 
 from airlock.errors import StoreError
 
+from .private import private_dir
+
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 _DRAFT_PREFIX = "draft-"
 STAGING_PREFIX = ".staging-"
@@ -78,9 +80,8 @@ class BlobStore:
         return sha256
 
     def _make_dirs(self, target: Path) -> None:
-        # mkdir(parents=True) ignores `mode` for the parents it creates, so make each level.
-        self._root.mkdir(mode=0o700, parents=True, exist_ok=True)
-        target.parent.mkdir(mode=0o700, exist_ok=True)
+        private_dir(self._root)
+        private_dir(target.parent)
 
     def open_blob(self, sha256: str) -> IO[bytes]:
         """The blob for reading, from its start. Blocking: call it in a worker thread.
@@ -98,7 +99,7 @@ class BlobStore:
         draft not kept when the block ends, however it ends."""
 
         def make() -> Path:
-            self._root.mkdir(mode=0o700, parents=True, exist_ok=True)
+            private_dir(self._root)
             # A leading dot: never a two-hex-digit blob directory.
             prefix = f"{STAGING_PREFIX}{self._owner}-" if self._owner else STAGING_PREFIX
             return Path(tempfile.mkdtemp(dir=self._root, prefix=prefix))

@@ -20,6 +20,7 @@ import anyio.to_thread
 
 from airlock.errors import StoreError
 
+from .private import private_dir
 from .records import (
     ApprovalRecord,
     ArtifactRecord,
@@ -338,7 +339,7 @@ def _run_from_row(row: sqlite3.Row) -> RunRecord:
 
 
 def _connect(path: Path) -> sqlite3.Connection:
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    private_dir(path.parent)
     # Create the file 0600 ourselves: SQLite gives the -wal and -shm files the same mode.
     os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
     # isolation_level=None: no implicit transactions; writes open their own (see _write).
@@ -788,9 +789,25 @@ class Database:
 
     # Approvals
 
-    async def create_approval(self, rec: ApprovalRecord) -> None:
+    async def create_approval(self, rec: ApprovalRecord, *, max_pending: int | None = None) -> bool:
+        """Insert `rec`; with `max_pending`, only while its session has fewer approvals
+        still pending (unexpired at `rec.created_at`), counted and inserted in one
+        transaction so concurrent requests cannot overshoot. False when refused."""
         params = _json_fields(rec.model_dump(), "params")
-        await self._write(lambda conn: conn.execute(_INSERT_APPROVAL, params))
+
+        def insert(conn: sqlite3.Connection) -> bool:
+            if max_pending is not None:
+                (pending,) = conn.execute(
+                    "SELECT COUNT(*) FROM approvals WHERE session_id = ? AND tenant = ?"
+                    " AND status = 'pending' AND expires_at > ?",
+                    (rec.session_id, rec.tenant, rec.created_at),
+                ).fetchone()
+                if pending >= max_pending:
+                    return False
+            conn.execute(_INSERT_APPROVAL, params)
+            return True
+
+        return await self._write(insert)
 
     async def get_approval(self, approval_id: str) -> ApprovalRecord | None:
         rows = await self._fetch(

@@ -37,6 +37,7 @@ from airlock.errors import StoreError
 
 from .blobs import BlobStore
 from .db import Database
+from .private import private_dir
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +78,8 @@ def _try_lock(fd: int) -> bool:
 
 def claim(directory: Path, instance_id: str) -> InstanceLock:
     """Hold `instance_id`'s file in `directory` locked until released or this process ends."""
-    staging = directory / CLAIMING
-    staging.mkdir(mode=0o700, parents=True, exist_ok=True)
+    private_dir(directory)
+    staging = private_dir(directory / CLAIMING)
     fd, temporary = tempfile.mkstemp(dir=staging, prefix=f"{instance_id}-")
     try:
         if not _try_lock(fd):

@@ -264,3 +264,80 @@ async def test_admin_keys_decide_their_own_tenants_approvals_over_http(tmp_path:
         assert not granted.is_error, text_of(granted)
         assert granted.structured_content is not None
         assert granted.structured_content["approved_by"] == "operator"
+
+
+async def test_one_session_cannot_bury_the_operator_in_pending_approvals(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    # The default policy's cap (5): no operator setting needed for the flood to stop.
+    server = build_server(Config(data_dir=data_dir), Policy.model_validate(POLICY))
+    async with Client(server) as c:
+        first, session = await pending_id(c)
+        # Many at once, as a flood would come: the count and the insert are one step.
+        results: list[CallToolResult] = []
+
+        async def one() -> None:
+            results.append(await ask(c, session_id=session))
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(12):
+                tg.start_soon(one)
+        texts = [text_of(r) for r in results]
+        assert all(r.is_error for r in results)
+        assert sum("waits until" in t for t in texts) == 4, texts
+        refused = [t for t in texts if "waits until" not in t]
+        assert len(refused) == 8
+        assert all(
+            "this session already has 5 capability requests waiting for the operator" in t
+            and "[broker] max_pending_approvals_per_session = 5" in t
+            and "Wait until the operator decides one" in t
+            for t in refused
+        ), refused[0]
+        code, listed, _ = await airlock(data_dir, "list")
+        assert code == 0 and listed.count(session) == 5
+
+        # A decision frees one.
+        code, _, err = await airlock(data_dir, "deny", first)
+        assert code == 0, err
+        again = await ask(c, session_id=session)
+        assert "waits until" in text_of(again), text_of(again)
+        full = await ask(c, session_id=session)
+        assert "already has 5 capability requests waiting" in text_of(full)
+
+
+def test_the_pending_cap_is_a_positive_policy_number() -> None:
+    assert Policy().broker.max_pending_approvals_per_session == 5
+    with pytest.raises(ValueError, match="greater than 0"):
+        Policy.model_validate({"broker": {"max_pending_approvals_per_session": 0}})
+
+
+async def test_the_pending_cap_counts_one_session_and_only_what_still_waits(tmp_path: Path) -> None:
+    db = await Database.open(tmp_path / "airlock.db")
+    try:
+        for sid in ("ses_a", "ses_b"):
+            await db.create_session(
+                SessionRecord(id=sid, tenant="t", created_at=0, last_used_at=0, expires_at=9e9)
+            )
+
+        def record(n: int, session: str, expires_at: float = 1000) -> ApprovalRecord:
+            return ApprovalRecord(
+                id=f"apr_{session}_{n}",
+                tenant="t",
+                session_id=session,
+                capability=CAP,
+                params={},
+                ttl_s=60,
+                reason="r",
+                status="pending",
+                created_at=100,
+                expires_at=expires_at,
+            )
+
+        # One that waited past its deadline (not yet swept) holds no place.
+        assert await db.create_approval(record(0, "ses_a", expires_at=100), max_pending=2)
+        assert await db.create_approval(record(1, "ses_a"), max_pending=2)
+        assert await db.create_approval(record(2, "ses_a"), max_pending=2)
+        assert not await db.create_approval(record(3, "ses_a"), max_pending=2)
+        assert await db.get_approval("apr_ses_a_3") is None
+        assert await db.create_approval(record(1, "ses_b"), max_pending=2)
+    finally:
+        await db.close()

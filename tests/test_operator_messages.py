@@ -165,7 +165,13 @@ def test_doctor_names_the_pull_for_a_missing_policy_image(tmp_path: Path) -> Non
     [
         (['ac"me'], "tenant: 'ac\"me' is not a tenant name: use 1-63 lowercase letters"),
         (["Acme Corp"], "tenant: 'Acme Corp' is not a tenant name"),
-        (["local"], "tenant: 'local' is not a tenant name"),
+        (["local"], "tenant: 'local' is not a tenant name: 'local' is reserved for the local"),
+        (
+            ["airlock-drill"],
+            "tenant: 'airlock-drill' is not a tenant name: names starting with 'airlock-' are "
+            "reserved for Airlock's own calls (`airlock drill` runs as 'airlock-drill', which "
+            "`airlock policy usage` leaves out); choose another name",
+        ),
         (["acme", "--id", 'x"y'], "id: 'x\"y' is not a key id"),
     ],
 )

@@ -5,12 +5,19 @@ dismissed unanswered), the request becomes a pending approval in the database, w
 server and the `airlock approvals` CLI (another process) share. The agent is told its id
 and how long it waits; it collects the grant by calling request_capability again with
 that id, in the same session. Nothing here grants anything: a pending approval expires
-refused, an approval counts once, and only for the session that asked.
+refused, an approval counts once, and only for the session that asked; a session has at
+most `[broker] max_pending_approvals_per_session` waiting at once.
 """
 
 from __future__ import annotations
 
-from airlock.errors import ApprovalPending, CapabilityDenied, InvalidRequest, NotFound
+from airlock.errors import (
+    ApprovalPending,
+    CapabilityDenied,
+    InvalidRequest,
+    NotFound,
+    QuotaExceeded,
+)
 from airlock.ids import new_id
 from airlock.store import ApprovalRecord
 
@@ -39,8 +46,10 @@ async def wait_for_operator(
     ttl: int,
     reason: str,
 ) -> None:
-    """Record the request as pending and tell the agent so (always raises ApprovalPending)."""
+    """Record the request as pending and tell the agent so (raises ApprovalPending), or
+    raise QuotaExceeded when the session already has as many waiting as its policy allows."""
     now = services.clock()
+    broker = services.policy_for(session.tenant).broker
     record = ApprovalRecord(
         id=new_id("apr_", random_bytes=10),
         tenant=session.tenant,
@@ -51,9 +60,20 @@ async def wait_for_operator(
         reason=reason,
         status="pending",
         created_at=now,
-        expires_at=now + services.policy_for(session.tenant).broker.approval_wait_s,
+        expires_at=now + broker.approval_wait_s,
     )
-    await services.db.create_approval(record)
+    most = broker.max_pending_approvals_per_session
+    if not await services.db.create_approval(record, max_pending=most):
+        raise QuotaExceeded(
+            "max_pending_approvals_per_session",
+            most,
+            f"this session already has {most} capability requests waiting for the operator, "
+            f"the most allowed ([broker] max_pending_approvals_per_session = {most}); nothing "
+            "new was recorded. Wait until the operator decides one (collect it with "
+            "request_capability and its approval_id) or one expires (each waits at most "
+            f"{broker.approval_wait_s} s), or ask the operator to decide them with "
+            "`airlock approvals list`.",
+        )
     raise ApprovalPending(record.id, _pending_message(record, now))
 
 

@@ -31,7 +31,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from ..config import LOCAL_TENANT
+from ..config import LOCAL_TENANT, RESERVED_TENANT_PREFIX
 from .jwks import SUPPORTED_ALGORITHMS, read_jwks_file
 
 TENANT_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
@@ -40,10 +40,7 @@ KEY_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$")
 _CROSS_ENTRY = "airlock_cross_entry"
 #: Set in the validation context by the loader, which runs the checks across entries itself.
 _LOADER_CHECKED = "airlock_loader_checked"
-_TENANT_RULE = (
-    "use 1-63 lowercase letters, digits and '-', starting with a letter or digit"
-    f" ('{LOCAL_TENANT}' is reserved for the local stdio user)"
-)
+_TENANT_RULE = "use 1-63 lowercase letters, digits and '-', starting with a letter or digit"
 
 
 def loader_context(base_dir: Path) -> dict[str, Any]:
@@ -69,9 +66,25 @@ def _loader_checked(info: ValidationInfo) -> bool:
     return bool((info.context or {}).get(_LOADER_CHECKED))
 
 
+def tenant_name_problem(value: str) -> str | None:
+    """Why `value` cannot name a tenant (in words that do not repeat it), or None."""
+    if not TENANT_PATTERN.fullmatch(value):
+        return _TENANT_RULE
+    if value == LOCAL_TENANT:
+        return f"'{LOCAL_TENANT}' is reserved for the local stdio user; choose another name"
+    if value.startswith(RESERVED_TENANT_PREFIX):
+        return (
+            f"names starting with '{RESERVED_TENANT_PREFIX}' are reserved for Airlock's own "
+            "calls (`airlock drill` runs as 'airlock-drill', which `airlock policy usage` "
+            "leaves out); choose another name"
+        )
+    return None
+
+
 def _check_tenant(value: str) -> str:
-    if not TENANT_PATTERN.fullmatch(value) or value == LOCAL_TENANT:
-        raise PydanticCustomError("tenant_name", f"{value!r} is not a tenant name: {_TENANT_RULE}")
+    problem = tenant_name_problem(value)
+    if problem is not None:
+        raise PydanticCustomError("tenant_name", f"{value!r} is not a tenant name: {problem}")
     return value
 
 

@@ -25,9 +25,8 @@ from joserfc.jwt import JWTClaimsRegistry
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.provider import AccessToken
 
-from ..config import LOCAL_TENANT
 from .api_keys import hash_api_key
-from .config import TENANT_PATTERN, ApiKeyEntry, AuthConfig, JwtSettings
+from .config import ApiKeyEntry, AuthConfig, JwtSettings, tenant_name_problem
 from .jwks import AllowlistRegistry, JwksUrlKeys, short_reason
 
 log = logging.getLogger(__name__)
@@ -206,8 +205,9 @@ class AirlockTokenVerifier:
         tenant = claims.get(settings.tenant_claim)
         if not isinstance(tenant, str) or not tenant:
             raise _Rejected(f"JWT claim {settings.tenant_claim!r} is missing or not a string")
-        if not TENANT_PATTERN.fullmatch(tenant) or tenant == LOCAL_TENANT:
-            raise _Rejected(f"JWT claim {settings.tenant_claim!r} is not a tenant name")
+        problem = tenant_name_problem(tenant)
+        if problem is not None:
+            raise _Rejected(f"JWT claim {settings.tenant_claim!r} is not a tenant name: {problem}")
         subject = claims.get("sub") if isinstance(claims.get("sub"), str) else None
         caller = next(
             (
