@@ -3,8 +3,10 @@
 This room holds the policy model, loading and validating policy files, the default
 policy shipped with the package, and the pure helpers that enforcing rooms share
 with it: host canonicalization and matching (`policies.hosts`) and capability
-scopes, path patterns and durations (`policies.capabilities`), and the globs of
-paths a hatch patch holds back (`policies.globs`). It imports nothing
+scopes, path patterns and durations (`policies.capabilities`), the globs of
+paths a hatch patch holds back (`policies.globs`), and what a valid policy opens that
+an operator should see (`policies.review`, for the drill and the exception review).
+It imports nothing
 of Airlock's but the shared `airlock` leaf; the rooms that enforce a policy import it
 from here.
 """

@@ -30,6 +30,7 @@ from airlock.tools.envelope import sanitize
 from .auth import ADMIN_SCOPE
 from .bearer import RouteAuth, RouteCaller, unauthorized
 from .config import Config, open_records
+from .terminal import safe_line
 
 log = logging.getLogger("airlock.approvals")
 
@@ -106,14 +107,16 @@ async def approvals_text(db: Database, *, every: bool, now: float) -> str:
         return "no pending approvals" if not every else "no approvals recorded"
     lines = []
     for r in records:
-        d = describe(r)
-        params = ",".join(f"{k}={v}" for k, v in sorted(d["params"].items())) or "-"
-        lines.append(
-            f"{r.id}  {r.status}  tenant {r.tenant}  session {r.session_id}\n"
-            f"    {r.capability} ({params}) for {r.ttl_s} s; waits until {d['waits_until']}"
-            + (f"; decided by {r.decided_by}" if r.decided_by else "")
-            + f"\n    reason (the agent's words): {d['reason']!r}"
-        )
+        params = ",".join(f"{k}={v}" for k, v in sorted(r.params.items())) or "-"
+        lines += [
+            safe_line(f"{r.id}  {r.status}  tenant {r.tenant}  session {r.session_id}"),
+            "    "
+            + safe_line(
+                f"{r.capability} ({params}) for {r.ttl_s} s; waits until {iso_time(r.expires_at)}"
+                + (f"; decided by {r.decided_by}" if r.decided_by else "")
+            ),
+            "    reason (the agent's words): " + safe_line(repr(r.reason)),
+        ]
     return "\n".join(lines)
 
 
@@ -194,8 +197,10 @@ async def approvals_command(config: Config, action: str, args: Namespace) -> int
     finally:
         await db.close()
     sys.stdout.write(
-        f"{record.id} {record.status}: {record.capability} for session {record.session_id} "
-        f"of tenant {record.tenant}"
+        safe_line(
+            f"{record.id} {record.status}: {record.capability} for session "
+            f"{record.session_id} of tenant {record.tenant}"
+        )
         + (
             "; the agent collects it by calling request_capability with this approval_id\n"
             if record.status == "approved"

@@ -1,7 +1,8 @@
 """`airlock audit`: what ran, what it cost, what it printed.
 
-Sandbox output is sanitized before it reaches the operator's terminal: it may
-hold escape sequences written to fool exactly that terminal.
+Sandbox output and every stored value go through `terminal` before they reach the
+operator's terminal: they may hold escape sequences written to fool exactly that
+terminal, or newlines that forge a line of the report.
 """
 
 from __future__ import annotations
@@ -9,8 +10,10 @@ from __future__ import annotations
 from airlock.errors import NotFound
 from airlock.store import BlobStore, Database, RunRecord
 from airlock.tools.context import iso_time
-from airlock.tools.envelope import new_nonce, sanitize, wrap
+from airlock.tools.envelope import new_nonce, wrap
 from airlock.tools.run_code import STREAM_PATHS
+
+from .terminal import safe_block, safe_line, table
 
 
 def _cpu(run: RunRecord) -> str:
@@ -27,21 +30,12 @@ def _duration(run: RunRecord) -> str:
     return f"{run.duration_ms}ms" if run.duration_ms is not None else "-"
 
 
-def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
-    everything = [header, *rows]
-    widths = [max(len(row[i]) for row in everything) for i in range(len(header))]
-    return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in everything
-    )
-
-
 async def runs_table(db: Database, *, session_id: str | None, limit: int) -> str:
     runs = await db.list_runs(session_id=session_id, limit=limit)
     if not runs:
         return "no runs recorded"
     header = ("RUN", "SESSION", "STARTED", "LANG", "STATUS", "EXIT", "DURATION", "CPU", "PEAK MEM")
-    return _table(
+    return table(
         header,
         [
             (
@@ -67,7 +61,7 @@ async def egress_table(
     if not records:
         return "no egress recorded"
     header = ("TIME", "RUN", "DECISION", "STATUS", "REQUEST", "IN", "OUT", "IP", "REASON")
-    return _table(
+    return table(
         header,
         [
             (
@@ -75,11 +69,11 @@ async def egress_table(
                 r.run_id,
                 r.decision,
                 str(r.status),
-                sanitize(f"{r.method} {r.host}:{r.port}{r.path}"),
+                f"{r.method} {r.host}:{r.port}{r.path}",
                 str(r.bytes_in),
                 str(r.bytes_out),
                 r.resolved_ip or "-",
-                sanitize(r.reason) + (f" [injected {', '.join(r.injected)}]" if r.injected else ""),
+                r.reason + (f" [injected {', '.join(r.injected)}]" if r.injected else ""),
             )
             for r in records
         ],
@@ -100,7 +94,7 @@ async def grants_table(db: Database, *, session_id: str | None, limit: int) -> s
         "SESSION",
         "REASON",
     )
-    return _table(
+    return table(
         header,
         [
             (
@@ -111,7 +105,7 @@ async def grants_table(db: Database, *, session_id: str | None, limit: int) -> s
                 iso_time(g.expires_at),
                 iso_time(g.revoked_at) if g.revoked_at else "-",
                 g.session_id,
-                sanitize(g.reason),
+                g.reason,
             )
             for g in grants
         ],
@@ -134,17 +128,18 @@ async def run_detail(db: Database, blobs: BlobStore, run_id: str) -> str:
         f"usage      cpu {_cpu(run)}, peak memory {_memory(run)}",
         f"limits     {', '.join(f'{k}={v}' for k, v in sorted(run.limits.items()))}",
     ]
+    lines = [safe_line(line) for line in lines]
     if run.error:
         # The error may quote the container (a runner fault): data, never instructions.
         lines.append("error      (may quote the sandbox; the text inside the envelope is data)")
         lines.append(wrap(run.error, run_id=run.id, stream="error", nonce=new_nonce()))
     inputs = await db.list_run_inputs(run.id)
     lines.append(f"inputs     {len(inputs)}")
-    lines.extend(f"  {sanitize(f.path)}  {f.size} bytes  {f.sha256}" for f in inputs)
+    lines.extend(safe_line(f"  {f.path}  {f.size} bytes  {f.sha256}") for f in inputs)
     artifacts = await db.list_artifacts(run.id)
     files = [a for a in artifacts if a.path not in STREAM_PATHS.values()]
     lines.append(f"artifacts  {len(files)}")
-    lines.extend(f"  {sanitize(a.path)}  {a.size} bytes  {a.mime_type}  {a.sha256}" for a in files)
+    lines.extend(safe_line(f"  {a.path}  {a.size} bytes  {a.mime_type}  {a.sha256}") for a in files)
     kept = {a.path: a for a in artifacts}
     for name, total, sha in (
         ("stdout", run.stdout_bytes, run.stdout_sha256),
@@ -154,13 +149,14 @@ async def run_detail(db: Database, blobs: BlobStore, run_id: str) -> str:
         record = kept.get(STREAM_PATHS[name])
         if record is not None:
             text = (await blobs.read(record.sha256)).decode("utf-8", errors="replace")
-            lines.append(sanitize(text).rstrip("\n"))
+            lines.append(safe_block(text).rstrip("\n"))
             if record.size < total:
                 lines.append(f"[kept the first {record.size} of {total} bytes]")
     lines.append(f"--- code ({run.language}), sha256 {run.code_sha256} ---")
     if await blobs.exists(run.code_sha256):
         # The agent's own code, shown as written, minus what could drive the terminal.
-        lines.append(sanitize((await blobs.read(run.code_sha256)).decode()).rstrip("\n"))
+        code = (await blobs.read(run.code_sha256)).decode("utf-8", errors="replace")
+        lines.append(safe_block(code).rstrip("\n"))
     else:
         lines.append("[not kept: this run predates code auditing]")
     return "\n".join(lines)
@@ -174,12 +170,17 @@ async def drills_table(db: Database, *, limit: int) -> str:
     for d in drills:
         verdict = f"{d.failed} GOT THROUGH" if d.failed else "all held"
         lines.append(
-            f"{d.id}  {iso_time(d.started_at)}  {verdict}, {d.held} held, "
-            f"{d.not_applicable} n/a  against {d.target}"
+            safe_line(
+                f"{d.id}  {iso_time(d.started_at)}  {verdict}, {d.held} held, "
+                f"{d.not_applicable} n/a  against {d.target}"
+            )
         )
         lines.extend(
-            f"    {'NO ' if row['held'] is False else 'n/a' if row['held'] is None else 'yes'}"
-            f"  {row['attack']}: {row['observed']}"
+            "    "
+            + safe_line(
+                f"{'NO ' if row['held'] is False else 'n/a' if row['held'] is None else 'yes'}"
+                f"  {row['attack']}: {row['observed']}"
+            )
             for row in d.rows
         )
     return "\n".join(lines)

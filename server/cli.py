@@ -42,7 +42,7 @@ from .logs import LOG_FORMATS, setup_logging
 from .metrics import Metrics, serve_metrics
 from .secret_check import missing_secrets
 from .stdio import serve_stdio
-from .terminal import registration_hint, stdin_is_terminal
+from .terminal import registration_hint, safe_block, stdin_is_terminal
 from .usage import usage_main
 
 log = logging.getLogger("airlock")
@@ -473,7 +473,7 @@ async def _patch(config: Config, args: argparse.Namespace) -> int:
             if args.raw:
                 sys.stdout.buffer.write(text)
                 return 0
-            body = patches.visible(text.decode("utf-8", "replace"))
+            body = safe_block(text.decode("utf-8", "replace"))
             _out(patches.describe(record, copy) + "\n\n" + body.rstrip("\n"))
             return 0
         policy = load_policy(config.policy_path)

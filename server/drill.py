@@ -4,17 +4,20 @@ The drill builds the real server on the real data directory with the policy unde
 (the server's, or one tenant's), and sends each hostile program (`drill_probes`) through
 `run_code` with the SDK's in-memory client: the very path an agent's code takes. Its
 calls run as their own tenant (`airlock-drill`), each probe in a fresh session that it
-ends. Afterwards it checks that nothing was left behind (containers, live sessions,
-unrevoked grants) and records the whole table in the database (`airlock audit drills`).
+ends. One probe is derived from the policy (what its allow rules open, judged from the
+proxy's records in the database), and `policies.review` names the doors no probe can see.
+Afterwards it checks that nothing was left behind (containers, live sessions, unrevoked
+grants) and records the whole table in the database (`airlock audit drills`). The table
+is printed through `terminal.table`, wrapped to about 100 columns.
 """
 
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import json
 import os
 import sys
+import textwrap
 import time
 from dataclasses import asdict, dataclass
 from functools import partial
@@ -29,6 +32,7 @@ from airlock.broker import Vault, load_key, vault_path
 from airlock.errors import AirlockError, InvalidRequest
 from airlock.ids import new_id
 from airlock.policies import Policy, load_policy
+from airlock.policies.review import review
 from airlock.sandbox import connect
 from airlock.sandbox.environment import sandbox_environment
 from airlock.store import Database, DrillRecord
@@ -38,16 +42,22 @@ from .app import build_server
 from .auth import load_auth_config
 from .config import ENV_AUTH, Config
 from .drill_probes import (
+    OPENINGS_ATTACK,
+    OPENINGS_EXPECTED,
     PROTECTED_PAYLOAD,
     CallFacts,
     Probe,
     Verdict,
     battery,
     everyday_probe,
+    judge_openings,
+    opening_targets,
+    openings_probe,
     protected_probe,
     replay_probe,
     token_probe,
 )
+from .terminal import safe_line, table
 
 DRILL_TENANT = "airlock-drill"
 CALL_TIMEOUT_S = 180
@@ -65,6 +75,16 @@ class DrillRow:
     held: bool | None
 
 
+_HELD = {True: "yes", False: "NO", None: "n/a"}
+# HELD, ATTACK, EXPECTED, OBSERVED: 4 + 24 + 24 + 42 and three gaps of 2 make 100 columns.
+_WRAP = (None, 24, 24, 42)
+_WIDTH = 100
+
+
+def _wrapped_verdict(text: str) -> list[str]:
+    return textwrap.wrap(safe_line(text), _WIDTH, break_on_hyphens=False)
+
+
 @dataclass(frozen=True)
 class DrillReport:
     id: str
@@ -77,23 +97,16 @@ class DrillReport:
         return [r for r in self.rows if r.held is False]
 
     def table(self) -> str:
-        header = ("ATTACK", "EXPECTED", "OBSERVED", "HELD")
-        body = [
-            (r.attack, r.expected, r.observed, {True: "yes", False: "NO", None: "n/a"}[r.held])
-            for r in self.rows
-        ]
-        widths = [max(len(row[i]) for row in [header, *body]) for i in range(3)]
-        lines = [
-            "  ".join([*(c.ljust(w) for c, w in zip(row[:3], widths, strict=True)), row[3]])
-            for row in [header, *body]
-        ]
+        """The report for a terminal, about 100 columns wide: long cells wrap."""
+        body = [(_HELD[r.held], r.attack, r.expected, r.observed) for r in self.rows]
+        lines = table(("HELD", "ATTACK", "EXPECTED", "OBSERVED"), body, wrap=_WRAP)
         failed = len(self.failed)
         verdict = (
             f"drill {self.id} against {self.target}: "
             + (f"{failed} attack(s) got through" if failed else "every attack was held")
             + f" ({sum(r.held is None for r in self.rows)} not applicable under this policy)"
         )
-        return "\n".join([*lines, "", verdict])
+        return "\n".join([lines, "", *_wrapped_verdict(verdict)])
 
     def as_json(self) -> str:
         return json.dumps(
@@ -159,6 +172,7 @@ async def run_drill(
         rows.append(await _replay(client, host, sessions))
         rows.append(await _protected(client, effective, sessions))
         rows.append(await _everyday(client, sessions))
+        rows.append(await _openings(client, config, effective, sessions))
     rows.append(policy_review(effective))
     rows.append(await _leftovers(config, sessions))
     report = DrillReport(id=drill_id, target=target, rows=rows, sessions=sessions)
@@ -278,34 +292,40 @@ def _text(result: CallToolResult) -> str:
     return "\n".join(getattr(block, "text", "") for block in result.content)
 
 
-METADATA_ADDRESSES = (
-    ipaddress.ip_address("169.254.169.254"),
-    ipaddress.ip_address("169.254.170.2"),
-    ipaddress.ip_address("fd00:ec2::254"),
-    ipaddress.ip_address("100.100.100.200"),
-)
+async def _openings(
+    client: Client, config: Config, policy: Policy, sessions: list[str]
+) -> DrillRow:
+    """Ask the proxy for every destination the allow rules name, and an address in each
+    range they open; judged from the proxy's records (what it dialled), not the sandbox."""
+    findings = [f for f in review(policy) if f.kind == "private_range"]
+    targets, notes = opening_targets(policy)
+    if not targets:
+        if not policy.egress.allow:
+            notes.append("the policy has no allow rules: runs reach nothing without a capability")
+        elif not notes:
+            notes.append("the allow rules name only wildcards: no host to ask the proxy for")
+        observed = "; ".join([*(f.text for f in findings), *notes])
+        return DrillRow(OPENINGS_ATTACK, OPENINGS_EXPECTED, observed, False if findings else None)
+    facts, session = await _attack(client, openings_probe(targets))
+    sessions.append(session)
+    db = await Database.open(config.db_path)
+    try:
+        records = await db.list_egress(run_id=str(facts.structured["run_id"]), limit=1000)
+    finally:
+        await db.close()
+    verdict = judge_openings(findings, records, notes)
+    return DrillRow(OPENINGS_ATTACK, OPENINGS_EXPECTED, verdict.observed, verdict.held)
 
 
 def policy_review(policy: Policy) -> DrillRow:
-    """What no probe can see from inside: entries that open a door for a later run."""
-    problems = []
-    entries = [
-        (f"capability {n}", c.hosts, c.allow_private, c.secret)
-        for n, c in sorted(policy.capabilities.items())
-    ]
-    entries += [
-        (f"allow rule {r.name}", r.hosts, r.allow_private, None) for r in policy.egress.allow
-    ]
-    for label, hosts, allow_private, secret in entries:
-        networks = [ipaddress.ip_network(cidr, strict=False) for cidr in allow_private]
-        if any(address in net for net in networks for address in METADATA_ADDRESSES):
-            problems.append(f"{label} lets runs reach a cloud metadata address")
-        if secret is not None and any(h.startswith("*") for h in hosts):
-            problems.append(f"{label} sends secret {secret} to a wildcard host")
+    """What no probe can see from inside: entries that open a door for a later run (the
+    ranges they open are the openings row's; too many destinations is advice, no door)."""
+    problems = [f.text for f in review(policy) if f.door and f.kind != "private_range"]
+    entries = len(policy.capabilities) + len(policy.egress.allow)
     return DrillRow(
         "policy entries that open a door",
-        "no metadata range allowed, no secret on a wildcard host",
-        "; ".join(problems) or f"{len(entries)} entries reviewed, none",
+        "no wide wildcard, broad write, metadata range or secret on a wildcard",
+        "; ".join(problems) or f"{entries} entries reviewed, none",
         not problems,
     )
 

@@ -2,13 +2,13 @@
 
 Everything a patch holds was chosen by sandboxed code, including file names, so `show`
 makes every control, invisible and bidi character visible as `<U+XXXX>` before it reaches
-a terminal (`--raw` gives the exact bytes, for piping). `apply` is `sandbox.patch_apply`.
+a terminal (`terminal.safe_line` for each name, `safe_block` for the patch text; `--raw`
+gives the exact bytes, for piping). `apply` is `sandbox.patch_apply`.
 """
 
 from __future__ import annotations
 
 import json
-import unicodedata
 from pathlib import Path
 
 import anyio.to_thread
@@ -20,6 +20,8 @@ from airlock.sandbox.patch_apply import apply_patch
 from airlock.store import BlobStore, Database, HatchCopyRecord, PatchRecord
 from airlock.tools.context import iso_time
 from airlock.tools.hatch import PATCH_ID
+
+from .terminal import safe_line, table
 
 
 async def load_patch(
@@ -38,8 +40,8 @@ async def patches_table(db: Database, *, session_id: str | None, limit: int) -> 
     records = await db.list_patches(session_id=session_id, limit=limit)
     if not records:
         return "no patches recorded"
-    rows = [("PATCH", "COPY", "SESSION", "MADE", "FILES", "NEEDS HUMAN", "REFUSED")]
-    rows += [
+    header = ("PATCH", "COPY", "SESSION", "MADE", "FILES", "NEEDS HUMAN", "REFUSED")
+    rows = [
         (
             r.id,
             r.copy_id,
@@ -51,22 +53,7 @@ async def patches_table(db: Database, *, session_id: str | None, limit: int) -> 
         )
         for r in records
     ]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join(
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in rows
-    )
-
-
-def visible(text: str) -> str:
-    """`text` with every control, format, private-use, surrogate and line/paragraph
-    separator character except newline and tab written as `<U+XXXX>`."""
-    return "".join(
-        f"<U+{ord(ch):04X}>"
-        if ch not in "\n\t" and (unicodedata.category(ch)[0] == "C" or ch in "\u2028\u2029")
-        else ch
-        for ch in text
-    )
+    return table(header, rows)
 
 
 def describe(record: PatchRecord, copy: HatchCopyRecord) -> str:
@@ -94,7 +81,7 @@ def describe(record: PatchRecord, copy: HatchCopyRecord) -> str:
         lines.append("refused (names that cannot be written safely; not in the patch):")
         lines.extend(f"  {r['path']!r}: {r['reason']}" for r in record.refused)
     lines.append(f"apply: airlock patch apply {record.id} --to DIR [--check]")
-    return visible("\n".join(lines))
+    return "\n".join(safe_line(line) for line in lines)
 
 
 async def apply(
@@ -138,4 +125,4 @@ async def apply(
             "not in the patch, needs a human: "
             + ", ".join(f"{h['path']} ({h['change']})" for h in record.held_back)
         )
-    return visible("\n".join(lines)), 1 if report.failed else 0
+    return "\n".join(safe_line(line) for line in lines), 1 if report.failed else 0

@@ -1,11 +1,15 @@
 """`airlock policy usage`: the exception review, from the stored egress log and grants.
 
 For every egress allow rule and capability of the policy: how often it was granted, how
-many requests it let out, how many of its requests or approvals were refused, and when it
-was last used; the destinations runs were refused, grouped by host; and what to act on
-(rules nobody used in the window, policies and capabilities that list more than
-`MAX_DESTINATIONS` hosts). Drill runs (`airlock-drill`) are left out unless asked for.
-Host names and reasons in the log came from sandboxes, so they are shown sanitized.
+many requests it let out, how many of its requests or approvals were refused, when it
+was last used, and how many destinations it weighs (`policies.review.weight`: a
+wildcard counts more than a host, a wildcard over a whole cloud or tunnel service more
+than `MAX_DESTINATIONS`); the destinations runs were refused, grouped by host; and what to
+act on: rules nobody used in the window, and every finding of `policies.review` (wide
+wildcards, write methods on broad paths, open private ranges, too many destinations).
+Drill runs (`airlock-drill`) are left out unless asked for. Host names and reasons in the
+log came from sandboxes (or a tampered database), so the text goes through
+`terminal.safe_line`; JSON escapes them itself.
 """
 
 from __future__ import annotations
@@ -21,14 +25,20 @@ import anyio
 
 from airlock.errors import InvalidRequest
 from airlock.policies import Policy
+from airlock.policies.review import (
+    HOST_WEIGHT,
+    WIDE_WEIGHT,
+    WILDCARD_WEIGHT,
+    destinations,
+    review,
+)
 from airlock.store import Database
 from airlock.tools.context import iso_time
-from airlock.tools.envelope import sanitize
 
 from .config import Config, open_records
 from .drill import DRILL_TENANT, target_policies
+from .terminal import safe_line, table
 
-MAX_DESTINATIONS = 12
 DAY_S = 86_400
 
 
@@ -37,6 +47,7 @@ class RuleUsage:
     kind: str  # "allow rule" or "capability"
     name: str
     destinations: int
+    """Weighted (`policies.review.weight`), not the number of host patterns."""
     grants: int = 0
     requests: int = 0
     denials: int = 0
@@ -90,23 +101,23 @@ class UsageReport:
             for r in self.rules
         ]
         if rows:
-            widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-            lines.extend(
-                "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
-                for row in [header, *rows]
+            lines.append(table(header, rows))
+            lines.append(
+                f"(DESTINATIONS: a host counts {HOST_WEIGHT}, a wildcard {WILDCARD_WEIGHT}, "
+                f"a wildcard over a cloud or tunnel service {WIDE_WEIGHT})"
             )
         else:
             lines.append("the policy has no egress allow rules and no capabilities")
         lines += ["", "Denied destinations:"]
         lines.extend(
-            f"  {d.host}  {d.count} request(s), ports {','.join(map(str, d.ports))}, "
-            f"last {iso_time(d.last_time)}: {d.reason}"
+            f"  {safe_line(d.host)}  {d.count} request(s), ports {','.join(map(str, d.ports))}, "
+            f"last {iso_time(d.last_time)}: {safe_line(d.reason)}"
             for d in self.denied
         )
         if not self.denied:
             lines.append("  none")
         lines += ["", "Review:"]
-        lines.extend(f"  {finding}" for finding in self.findings or ["nothing to act on"])
+        lines.extend(f"  {safe_line(f)}" for f in self.findings or ["nothing to act on"])
         return "\n".join(lines)
 
 
@@ -139,10 +150,13 @@ async def usage_report(
     rules: dict[str, RuleUsage] = {}
     for rule in policy.egress.allow:
         rules[f"policy:{rule.name}"] = RuleUsage(
-            "allow rule", rule.name, len(rule.hosts), last_use=last_use.get(f"policy:{rule.name}")
+            "allow rule",
+            rule.name,
+            destinations(rule.hosts),
+            last_use=last_use.get(f"policy:{rule.name}"),
         )
     for name, cap in sorted(policy.capabilities.items()):
-        rules[name] = RuleUsage("capability", name, len(cap.hosts))
+        rules[name] = RuleUsage("capability", name, destinations(cap.hosts))
     for grant in grants:
         usage = rules.get(grant.capability)
         if usage is None:
@@ -168,43 +182,31 @@ async def usage_report(
             else:
                 usage.requests += count.count
         if count.decision == "deny":
-            host = sanitize(count.host)
-            entry = denied.setdefault(host, DeniedHost(host, 0, count.last_time))
+            entry = denied.setdefault(count.host, DeniedHost(count.host, 0, count.last_time))
             entry.count += count.count
             if count.port not in entry.ports:
                 entry.ports.append(count.port)
             if count.last_time >= entry.last_time:
                 entry.last_time = count.last_time
-                entry.reason = sanitize(count.reason)
+                entry.reason = count.reason
     return UsageReport(
         policy=label,
         tenant=tenant,
         since=since,
         rules=list(rules.values()),
         denied=sorted(denied.values(), key=lambda d: (-d.count, d.host)),
-        findings=_findings(policy, list(rules.values()), since),
+        findings=_findings(policy, list(rules.values())),
     )
 
 
-def _findings(policy: Policy, rules: list[RuleUsage], since: float) -> list[str]:
+def _findings(policy: Policy, rules: list[RuleUsage]) -> list[str]:
     findings = []
     for rule in rules:
         if rule.requests == 0 and rule.grants == 0:
             last = max(filter(None, (rule.last_use, rule.last_grant)), default=None)
             when = iso_time(last) if last is not None else "ever (never used)"
             findings.append(f"{rule.kind} {rule.name}: unused since {when}: remove it?")
-    allowed_hosts = sum(len(rule.hosts) for rule in policy.egress.allow)
-    if allowed_hosts > MAX_DESTINATIONS:
-        findings.append(
-            f"the policy's allow rules list {allowed_hosts} destinations (more than "
-            f"{MAX_DESTINATIONS}): every run reaches all of them; move some to capabilities"
-        )
-    for name, cap in sorted(policy.capabilities.items()):
-        if len(cap.hosts) > MAX_DESTINATIONS:
-            findings.append(
-                f"capability {name} lists {len(cap.hosts)} destinations (more than "
-                f"{MAX_DESTINATIONS}): split it by task"
-            )
+    findings.extend(f.text for f in review(policy))
     return findings
 
 

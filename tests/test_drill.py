@@ -3,31 +3,43 @@ fail against a deliberately weak one.
 
 The drill runs as a real subprocess against the real engine and image; the weak policy
 lets every run reach 127.0.0.1 through the proxy (the only address it opens), which the
-"private and loopback ranges" probe must catch.
+"private and loopback ranges" probe must catch. The issue's policy opens the host's
+loopback on a port no fixed probe tries, to a real server listening there: only the
+probe derived from the policy finds it.
 """
 
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 from pathlib import Path
+from typing import Any
 
+import anyio
 import docker
 import pytest
 from support import AIRLOCK
+from upstream import Upstream
 
 from airlock.policies import Policy
+from airlock.policies.review import review
 from airlock.server import Config
 from airlock.server.drill import DRILL_TENANT, policy_review, target_policies
 from airlock.server.drill_probes import (
     EVERYDAY_ATTACK,
     EVERYDAY_FIX,
     FORGERY_MARKER,
+    OPENINGS_ATTACK,
     CallFacts,
+    Target,
     _outside_envelopes,
     everyday_probe,
     judge_everyday,
+    judge_openings,
+    opening_targets,
 )
+from airlock.store import Database, DrillRecord, EgressRecord
 
 WEAK_POLICY = """
 [[egress.allow]]
@@ -61,7 +73,7 @@ def test_drill_holds_against_the_default_policy_and_is_audited(
     report = json.loads(done.stdout)
     assert report["held"] is True
     rows = {r["attack"]: r for r in report["rows"]}
-    assert len(rows) == 13
+    assert len(rows) == 14
     for attack in (
         "planted instructions in an input file",
         "environment scan for secrets",
@@ -81,6 +93,8 @@ def test_drill_holds_against_the_default_policy_and_is_audited(
     assert replay["held"] is None and "no egress" in replay["observed"]
     protected = rows["writes to protected hatch paths"]
     assert protected["held"] is None and "no [hatch] roots" in protected["observed"]
+    openings = rows[OPENINGS_ATTACK]
+    assert openings["held"] is None and "no allow rules" in openings["observed"]
 
     audited = airlock("audit", "drills", "--data-dir", str(data_dir))
     assert audited.returncode == 0
@@ -100,18 +114,85 @@ def test_drill_fails_against_a_policy_that_opens_loopback(
     (repo / "README.md").write_text("a repository the drill copies in\n")
     weak = tmp_path / "weak.toml"
     weak.write_text(WEAK_POLICY + f'\n[hatch.roots]\nrepo = "{repo.resolve()}"\n')
-    done = airlock("drill", "--data-dir", str(data_dir), "--policy", str(weak))
+    done = airlock("drill", "--data-dir", str(data_dir), "--policy", str(weak), "--json")
     assert done.returncode == 1, (done.stdout, done.stderr[-3000:])
-    lines = {line.split("  ")[0]: line for line in done.stdout.splitlines()}
-    private = lines["private and loopback ranges"]
-    assert "got through: GET 127.0.0.1:80" in private and private.endswith("NO")
+    rows = {r["attack"]: r for r in json.loads(done.stdout)["rows"]}
+    private = rows["private and loopback ranges"]
+    assert "got through: GET 127.0.0.1:80" in private["observed"] and private["held"] is False
+    # The probe derived from the policy names the rule that opens the range.
+    openings = rows[OPENINGS_ATTACK]
+    assert openings["held"] is False, openings
+    assert openings["observed"].startswith(
+        "opened by the policy: allow rule internal opens 127.0.0.0/8 to every run"
+    )
+    assert "GET 127.0.0.1:80 reached 127.0.0.1 (rule internal" in openings["observed"]
     # With egress the run token exists, and replaying it after its session fails.
-    assert lines["run token replayed after its session ended"].endswith("yes"), done.stdout
-    assert lines["cloud metadata addresses"].endswith("yes")
-    protected = lines["writes to protected hatch paths"]
-    assert "the patch held every one back under needs_human" in protected, protected
-    assert protected.endswith("yes")
-    assert "1 attack(s) got through" in done.stdout
+    assert rows["run token replayed after its session ended"]["held"] is True
+    assert rows["cloud metadata addresses"]["held"] is True
+    protected = rows["writes to protected hatch paths"]
+    assert "the patch held every one back under needs_human" in protected["observed"]
+    assert protected["held"] is True
+    assert [a for a, r in rows.items() if r["held"] is False] == [
+        "private and loopback ranges",
+        OPENINGS_ATTACK,
+    ]
+    assert _containers_of_the_drill(docker_client) == []
+
+
+# The issue's scenario: loopback opened on a port none of the fixed probes tries.
+LOOPBACK_POLICY = """
+[[egress.allow]]
+name = "local-dev"
+hosts = ["localhost"]
+ports = [{port}]
+methods = ["GET"]
+paths = ["/**"]
+allow_private = ["127.0.0.0/8"]
+"""
+
+
+async def _last_drill(data_dir: Path) -> DrillRecord:
+    db = await Database.open(data_dir / "airlock.db")
+    try:
+        return (await db.list_drills(limit=1))[0]
+    finally:
+        await db.close()
+
+
+@pytest.mark.docker
+def test_drill_reports_the_loopback_port_the_policy_opens_to_a_real_server(
+    data_dir: Path, tmp_path: Path, plain_upstream: Upstream, docker_client: docker.DockerClient
+) -> None:
+    # The proxy refuses a name with any address outside allow_private, so the scenario
+    # needs localhost to be 127.0.0.1 alone, as it is on this machine.
+    addresses = {a[4][0] for a in socket.getaddrinfo("localhost", plain_upstream.port)}
+    assert addresses == {"127.0.0.1"}, addresses
+    assert plain_upstream.port not in (80, 2375, 22, 443)  # no fixed probe tries it
+    policy = tmp_path / "loopback.toml"
+    policy.write_text(LOOPBACK_POLICY.format(port=plain_upstream.port))
+    done = airlock("drill", "--data-dir", str(data_dir), "--policy", str(policy))
+    assert done.returncode == 1, (done.stdout, done.stderr[-3000:])
+    # The table fits a terminal of about 100 columns.
+    assert max(len(line) for line in done.stdout.splitlines()) <= 100, done.stdout
+    assert "1 attack(s) got through" in done.stdout.replace("\n", " ")
+    # A real request reached the host's loopback server through the proxy.
+    assert [(s.method, s.path) for s in plain_upstream.seen] == [("GET", "/")]
+    record = anyio.run(_last_drill, data_dir)
+    rows = {r["attack"]: r for r in record.rows}
+    openings = rows[OPENINGS_ATTACK]
+    assert openings["held"] is False, openings
+    observed = openings["observed"]
+    assert observed.startswith(
+        "opened by the policy: allow rule local-dev opens 127.0.0.0/8 to every run "
+        "(allow_private, hosts localhost)"
+    ), observed
+    assert (
+        f"GET localhost:{plain_upstream.port} reached 127.0.0.1 (rule local-dev, answered 200)"
+        in observed
+    )
+    # Every other attack held or did not apply: the fixed probes never saw this door.
+    others = [a for a, r in rows.items() if r["held"] is False and a != OPENINGS_ATTACK]
+    assert others == []
     assert _containers_of_the_drill(docker_client) == []
 
 
@@ -146,6 +227,138 @@ def test_policy_review_names_a_metadata_range_and_a_secret_on_a_wildcard() -> No
     assert "allow rule meta lets runs reach a cloud metadata address" in row.observed
     assert "capability cloud sends secret cloud_token to a wildcard host" in row.observed
     assert policy_review(Policy()).held is True
+
+
+def test_policy_review_flags_the_issues_wide_wildcards_with_write_methods_on_everything() -> None:
+    hosts = ["*.amazonaws.com", "*.ngrok-free.app", "*.blob.core.windows.net"]
+    policy = Policy.model_validate(
+        {
+            "egress": {
+                "allow": [{"name": "clouds", "hosts": hosts, "methods": ["GET"], "paths": ["/**"]}]
+            },
+            "capabilities": {
+                "content": {
+                    "hosts": ["*.githubusercontent.com"],
+                    "methods": ["GET", "POST", "PUT"],
+                    "paths": ["/**"],
+                }
+            },
+        }
+    )
+    row = policy_review(policy)
+    assert row.held is False
+    for host in [*hosts, "*.githubusercontent.com"]:
+        assert f"allows {host}: every " in row.observed, row.observed
+    assert "capability content allows POST/PUT on /** of *.githubusercontent.com" in row.observed
+
+
+def test_the_openings_probe_asks_for_each_rules_hosts_ports_and_an_address_in_each_range() -> None:
+    policy = Policy.model_validate(
+        {
+            "egress": {
+                "allow": [
+                    {
+                        "name": "local",
+                        "hosts": ["localhost", "*.corp.example"],
+                        "ports": [8123, 9000],
+                        "methods": ["POST", "HEAD"],
+                        "paths": ["/api/*/**"],
+                        "allow_private": ["127.0.0.0/8", "fd00:1::/64", "10.9.9.9/32"],
+                    },
+                    {
+                        "name": "ssh",
+                        "hosts": ["git.example.com"],
+                        "ports": [22],
+                        "tls": "passthrough",
+                    },
+                    {
+                        "name": "upload",
+                        "hosts": ["u.example.com"],
+                        "methods": ["PUT"],
+                        "paths": ["/**"],
+                    },
+                ]
+            }
+        }
+    )
+    targets, notes = opening_targets(policy)
+    local = [(t.host, t.port) for t in targets if t.rule == "local"]
+    assert local == [
+        (host, port)
+        for host in ("localhost", "127.0.0.1", "fd00:1::1", "10.9.9.9")
+        for port in (8123, 9000)
+    ]
+    assert {(t.method, t.path) for t in targets if t.rule == "local"} == {
+        ("HEAD", "/api/airlock-drill")
+    }
+    assert [t for t in targets if t.rule == "ssh"] == [
+        Target("ssh", "git.example.com", 22, None, "/")
+    ]
+    assert notes == ["allow rule upload allows only write methods: not probed"]
+
+
+def _record(host: str, ip: str | None, decision: str, **extra: Any) -> EgressRecord:
+    fields: dict[str, Any] = {
+        "time": 0,
+        "tenant": DRILL_TENANT,
+        "session_id": "ses_d",
+        "run_id": "run_d",
+        "capability": "policy:local",
+        "method": "GET",
+        "host": host,
+        "port": 8123,
+        "path": "/",
+        "status": 200 if decision == "allow" else 403,
+        "bytes_in": 0,
+        "bytes_out": 0,
+        "duration_ms": 1,
+        "decision": decision,
+        "reason": "r",
+        "resolved_ip": ip,
+        **extra,
+    }
+    return EgressRecord.model_validate(fields)
+
+
+def test_judging_the_openings_from_the_proxys_records() -> None:
+    public = [_record("pypi.org", "151.101.0.223", "allow"), _record("x", None, "deny")]
+    held = judge_openings([], public, [])
+    assert held.held is True
+    assert (
+        held.observed == "no guarded address reached; 1 public destination(s) reached, as allowed"
+    )
+    # A guarded address the proxy dialled fails the row even with no finding (a broken
+    # SSRF guard), and names the rule; a refused request is not an opening.
+    private = [
+        _record("localhost", "127.0.0.1", "allow"),
+        _record("10.0.0.1", None, "deny"),
+        _record("10.0.0.2", None, "error", status=502),  # the dial failed: no address kept
+    ]
+    reached = judge_openings([], private, [])
+    assert reached.held is False
+    assert reached.observed == (
+        "opened by the policy: GET localhost:8123 reached 127.0.0.1 (rule local, answered 200); "
+        "GET 10.0.0.2:8123 reached 10.0.0.2 (rule local, answered 502)"
+    )
+    local = Policy.model_validate(
+        {
+            "egress": {
+                "allow": [
+                    {
+                        "name": "local",
+                        "hosts": ["*.corp.example"],
+                        "methods": ["GET"],
+                        "paths": ["/**"],
+                        "allow_private": ["10.0.0.0/8"],
+                    }
+                ]
+            }
+        }
+    )
+    # A range opened to names no probe can list is a door all the same.
+    statically = judge_openings(review(local), public, [])
+    assert statically.held is False
+    assert "allow rule local opens 10.0.0.0/8 to every run" in statically.observed
 
 
 def test_envelope_judge_spots_text_outside_and_forged_closers() -> None:

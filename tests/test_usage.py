@@ -164,13 +164,13 @@ def test_review_counts_use_per_rule_and_capability_and_groups_denied_hosts(
     assert metadata["count"] == 2 and metadata["ports"] == [80]
     assert metadata["last_time"] == iso_time(NOW - DAY)  # the latest of its denials
     assert "drill.example" not in denied  # the drill's own attacks are not exceptions
-    assert "evil.example" in denied  # sandbox-chosen names arrive sanitized
+    assert "evil.example\x1b[2J" in denied  # exact in JSON, which escapes the ESC
     assert "\x1b" not in done.stdout
     findings = "\n".join(report["findings"])
     assert "allow rule old-mirror: unused since 20" in findings and "remove it?" in findings
     assert "capability wide: unused since ever (never used): remove it?" in findings
-    assert "capability wide lists 13 destinations (more than 12)" in findings
-    assert "allow rules list 13 destinations (more than 12)" in findings
+    assert "capability wide reaches 13 weighted destinations (more than 12)" in findings
+    assert "allow rules reach 13 weighted destinations (more than 12" in findings
     assert "pypi" not in findings and "github-read" not in findings
 
 
@@ -189,3 +189,72 @@ def test_a_bad_window_is_refused_naming_the_form(seeded: tuple[Path, Path], sinc
     done = usage(*seeded, f"--since={since}")
     assert done.returncode == 1
     assert "write e.g. 30d, 12h or 2w" in done.stderr
+
+
+# The issue's four wide wildcards, with write methods on /**: 4 destinations before, so
+# the "more than 12" warning never fired and nothing was flagged.
+WILDCARDS = ["*.amazonaws.com", "*.ngrok-free.app", "*.blob.core.windows.net"]
+WILDCARD_POLICY = f"""
+[[egress.allow]]
+name = "clouds"
+hosts = {json.dumps(WILDCARDS)}
+methods = ["GET"]
+paths = ["/**"]
+
+[capabilities.content]
+hosts = ["*.githubusercontent.com"]
+methods = ["GET", "POST", "PUT", "DELETE"]
+paths = ["/**"]
+"""
+
+
+def test_wide_wildcards_and_broad_writes_are_flagged_and_weigh_more_than_hosts(
+    tmp_path: Path,
+) -> None:
+    policy = tmp_path / "wide.toml"
+    policy.write_text(WILDCARD_POLICY)
+    done = usage(tmp_path / "data", policy)
+    assert done.returncode == 0, done.stderr
+    review = done.stdout.split("\nReview:\n", 1)[1]
+    for host in [*WILDCARDS, "*.githubusercontent.com"]:
+        assert f" allows {host}: every " in review, review
+    assert "capability content allows POST/PUT/DELETE on /** of *.githubusercontent.com" in review
+    assert "the allow rules reach 39 weighted destinations (more than 12" in review
+    clouds = next(line for line in done.stdout.splitlines() if line.startswith("allow rule"))
+    assert clouds.split()[3] == "39"  # the DESTINATIONS column is weighted too
+
+
+async def seed_forgery(data_dir: Path) -> None:
+    db = await Database.open(data_dir / "airlock.db")
+    try:
+        await db.add_egress(
+            [
+                egress(
+                    None,
+                    "deny",
+                    "evil.example\nReview:\n  nothing to act on\x1b[8m",
+                    1,
+                    reason="refused\nReview:\n  all clear\x1b]0;title\x07",
+                )
+            ]
+        )
+    finally:
+        await db.close()
+
+
+def test_a_tampered_egress_log_cannot_forge_a_review_section_or_drive_the_terminal(
+    tmp_path: Path,
+) -> None:
+    data_dir = tmp_path / "data"
+    anyio.run(seed_forgery, data_dir)
+    policy = tmp_path / "policy.toml"
+    policy.write_text(POLICY)
+    done = usage(data_dir, policy)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines.count("Review:") == 1
+    assert not any(line.strip() in ("nothing to act on", "all clear") for line in lines)
+    assert "\x1b" not in done.stdout and "\x07" not in done.stdout
+    shown = next(line for line in lines if "evil.example" in line)
+    assert shown.startswith("  evil.example<U+000A>Review:<U+000A>  nothing to act on<U+001B>[8m")
+    assert "refused<U+000A>Review:<U+000A>  all clear<U+001B>]0;title<U+0007>" in shown
