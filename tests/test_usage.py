@@ -208,11 +208,16 @@ paths = ["/**"]
 """
 
 
+async def _empty_records(data_dir: Path) -> None:
+    await (await Database.open(data_dir / "airlock.db")).close()
+
+
 def test_wide_wildcards_and_broad_writes_are_flagged_and_weigh_more_than_hosts(
     tmp_path: Path,
 ) -> None:
     policy = tmp_path / "wide.toml"
     policy.write_text(WILDCARD_POLICY)
+    anyio.run(_empty_records, tmp_path / "data")  # a server's data dir, before any run
     done = usage(tmp_path / "data", policy)
     assert done.returncode == 0, done.stderr
     review = done.stdout.split("\nReview:\n", 1)[1]
