@@ -50,6 +50,7 @@ from airlock.errors import EngineUnavailable, ImageUnavailable
 from airlock.policies import ImageSettings
 
 from .boot import SANDBOX_UID
+from .build_stages import StageTracker, remove_stages
 from .pylock import IMAGE_PYTHON_VERSION, PythonLock, default_lock, fetch_wheels, read_lock
 
 RUNNER_PATH: Path = Path(__file__).with_name("runner.py")
@@ -597,6 +598,7 @@ def _build_layer(
     tag = recipe.tag
     progress(f"building {tag} on {recipe.base}")
     tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
+    stages = StageTracker()
     with _engine_errors(), _build_context(recipe, wheels) as context:
         try:
             events = client.api.build(
@@ -621,10 +623,14 @@ def _build_layer(
                 for line in text.splitlines():
                     if line.strip():
                         tail.append(line)
+                        stages.feed(line)
                         progress(f"build: {line}")
                 _raise_on_error(event, f"building {tag} failed", tail)
         except docker.errors.APIError as exc:
             raise ImageUnavailable(f"building {tag} failed: {exc}") from exc
+        finally:
+            # Whether or not the build got through, its finished stages serve nothing.
+            remove_stages(client, stages.stages, progress)
     if not image_exists(client, tag):
         raise ImageUnavailable(f"the build of {tag} ended without creating it")
     progress(f"built {tag}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 from support import make_wheel
 
 from airlock.errors import EngineUnavailable, ImageUnavailable
+from airlock.sandbox.build_stages import StageTracker, remove_stages
 from airlock.sandbox.image import (
     RUNNER_PATH,
     STATX_SHIM_PATH,
@@ -20,6 +22,7 @@ from airlock.sandbox.image import (
     ensure_image,
     image_exists,
     image_tag,
+    offline_base_tag,
 )
 from airlock.sandbox.pylock import parse_lock
 
@@ -214,3 +217,39 @@ def test_ensure_image_again_reuses_the_built_image(client: docker.DockerClient, 
     assert ensure_image(client, reported.append, runner=RUNNER_PATH) == image
     assert client.images.get(image).id == built_id
     assert reported == []
+
+
+@pytest.mark.docker
+def test_a_multi_stage_build_leaves_no_untagged_stage_behind(
+    client: docker.DockerClient, image: str
+) -> None:
+    """The engine's real output for a two-stage build on the image's own base: the first
+    stage's result is found and removed once the build is done; the base and the result
+    stay. (The sandbox image's wheels stage alone left 1.2 GB untagged.)"""
+    base = offline_base_tag()
+    dockerfile = (
+        f"FROM {base} AS first\nRUN echo one > /one\nFROM {base}\nCOPY --from=first /one /one\n"
+    )
+    tag = "airlock-test-stages:latest"
+    stages, said = StageTracker(), []
+    try:
+        for event in client.api.build(
+            fileobj=io.BytesIO(dockerfile.encode()),
+            tag=tag,
+            rm=True,
+            forcerm=True,
+            nocache=True,
+            decode=True,
+            network_mode="none",
+        ):
+            for line in str(event.get("stream", "")).splitlines():
+                stages.feed(line)
+        assert len(stages.stages) == 1, "the first stage's image was not found in the output"
+        (first,) = stages.stages
+        assert not client.images.get(first).tags  # untagged: the leftover this removes
+        remove_stages(client, stages.stages, said.append)
+        with pytest.raises(docker.errors.ImageNotFound):
+            client.images.get(first)
+        assert client.images.get(base).tags and client.images.get(tag).tags and said == []
+    finally:
+        client.images.remove(tag, force=True)
