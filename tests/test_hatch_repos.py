@@ -588,7 +588,7 @@ def shell(line: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 
 def readme_hatch_blocks() -> dict[str, str]:
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
-    section = readme.split("### The hatch:", 1)[1].split("\n## ", 1)[0]
+    section = readme.split("\n## A first real task", 1)[1].split("\n## ", 1)[0]
     return dict(re.findall(r"```(toml|python|sh)\n(.+?)\n```", section, flags=re.DOTALL))
 
 

@@ -35,13 +35,17 @@ from airlock.server.cli import _parser
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
+# The README and the docs it sends readers to: every command, snippet and default in them is
+# checked alike (the README first, so its opening commands stay first).
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+TEXTS = "\n".join([README, *(doc.read_text(encoding="utf-8") for doc in DOCS)])
 FENCE = re.compile(r"^(?P<indent> *)```(?P<lang>\w*)\n(?P<body>.*?)^(?P=indent)```", re.M | re.S)
 SEPARATORS = {"&&", "||", "|", ";"}
 
 
 def _blocks(lang: str) -> list[str]:
     found = []
-    for match in FENCE.finditer(README):
+    for match in FENCE.finditer(TEXTS):
         if match["lang"] == lang:
             indent = len(match["indent"])
             found.append("".join(line[indent:] for line in match["body"].splitlines(True)))
@@ -156,7 +160,7 @@ def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.Argument
 
 
 def test_every_airlock_command_named_in_the_prose_exists_with_its_options() -> None:
-    spans = re.findall(r"`(?:\.venv/bin/)?airlock ([a-z][^`]*)`", README)
+    spans = re.findall(r"`(?:\.venv/bin/)?airlock ([a-z][^`]*)`", TEXTS)
     assert len(spans) >= 15, spans
     for span in spans:
         words = shlex.split(span.replace("[", " ").replace("]", " ").replace("…", ""))
@@ -224,14 +228,17 @@ def test_the_auth_file_example_loads(tmp_path: Path) -> None:
 def test_the_readme_links_only_files_that_exist() -> None:
     for target in re.findall(r"\]\(([^)#:]+)\)", README):
         assert (ROOT / target).exists(), target
+    for doc in DOCS:
+        for target in re.findall(r"\]\(([^)#:]+)", doc.read_text(encoding="utf-8")):
+            assert (doc.parent / target).exists(), f"{doc.name} links {target}"
     for name in re.findall(r"`([A-Z]+\.md)`", README):
         assert (ROOT / name).exists(), f"the README names {name}, which is not in the repository"
 
 
 def test_defaults_named_in_the_prose_are_the_real_ones() -> None:
     defaults = Policy()
-    timeout = re.search(r"`timeout_s` defaults to the policy's default \((\d+) s\)", README)
-    inline = re.search(r"inline up to (\d+) KiB; the whole stream \(up to (\d+) MiB\)", README)
+    timeout = re.search(r"`timeout_s` defaults to the policy's default \((\d+) s\)", TEXTS)
+    inline = re.search(r"inline up to (\d+) KiB; the whole stream \(up to (\d+) MiB\)", TEXTS)
     assert timeout is not None and inline is not None
     assert int(timeout[1]) == defaults.limits.timeout_s
     assert int(inline[1]) * 1024 == defaults.output.inline_bytes
