@@ -1,5 +1,6 @@
 """Building the sandbox image: a Debian base with the tools agents reach for, plus Airlock's
-layer (the Python packages of a hash-pinned lock file, the user, the runner, the manifest).
+layer (the Python packages of a hash-pinned lock file, the user, the runner, the pip and npm
+wrappers, the module that reads editable installs, the warmed home, the manifest).
 
 Belongs here: the image recipe, the tag derived from it, the offline base bootstrapped with
 `debootstrap` and imported into Docker, and turning engine and build failures into

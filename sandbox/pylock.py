@@ -1,9 +1,10 @@
 """The Python lock file: hash-pinned wheels installed into the sandbox image at build time.
 
 Belongs here: reading a lock (pip's requirements format, every entry `name==version` with at
-least one `--hash=sha256:`), resolving requirements into such a lock for the image's Python,
-and fetching the wheels a lock names, each checked against its hashes. Not here: the image
-recipe and the build (`sandbox/image.py`).
+least one `--hash=sha256:`, and a `# requested:` comment naming what the requirements asked
+for, the rest being their dependencies), resolving requirements into such a lock for the
+image's Python, and fetching the wheels a lock names, each checked against its hashes. Not
+here: the image recipe and the build (`sandbox/image.py`).
 
 Everything runs on the build host through pip's own client, outside the sandbox boundary; the
 image build then installs from the fetched files with no network. Only wheels are accepted:
