@@ -291,17 +291,19 @@ timed pip download six
 timed python3 -m pip install --target /tmp/t --index-url https://pypi.org/simple six
 timed git clone -q https://github.com/psf/requests /tmp/requests
 timed curl -sS https://pypi.org/simple/six/
+timed wget -q https://registry.npmjs.org/left-pad
+timed npx --offline=false --yes left-pad
 """
 
 
 async def test_every_package_client_fails_fast_without_a_network(make_server: MakeServer) -> None:
     async with Client(make_server()) as client:
-        data = (await run(client, CLIENTS, language="bash", timeout_s=60)).structured_content
+        data = (await run(client, CLIENTS, language="bash", timeout_s=120)).structured_content
     assert data["status"] == "ok", data
     lines = [line.split(" ", 2) for line in data["stdout"]["text"].splitlines()]
-    assert len(lines) == 7, data
+    assert len(lines) == 9, data
     for elapsed, status, command in lines:
         assert status != "0", (command, data["stderr"]["text"])
-        # npm's own start takes a second or two under gVisor; its retries took 73 s.
-        assert int(elapsed) < 10_000, (command, elapsed, data["stderr"]["text"])
+        # npm alone takes 2-4 s to start on a loaded 2-core machine; its retries took 73 s.
+        assert int(elapsed) < 30_000, (command, elapsed, data["stderr"]["text"])
     assert "cannot be installed inside an Airlock sandbox" in data["stderr"]["text"]
