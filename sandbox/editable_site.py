@@ -21,9 +21,10 @@ import os
 
 WORKSPACE = "/workspace"
 EDITABLE_DIR = "/workspace/.editable"
-# Bounds on what a start reads, whatever a run left there.
+# Bounds on what a start reads and checks, whatever a run left there.
 MAX_PTH_FILES = 64
 MAX_PTH_BYTES = 64 * 1024
+MAX_LINES = 1024
 
 
 def editable_paths(directory: str = EDITABLE_DIR, workspace: str = WORKSPACE) -> list[str]:
@@ -35,13 +36,13 @@ def editable_paths(directory: str = EDITABLE_DIR, workspace: str = WORKSPACE) ->
         return []
     inside = os.path.realpath(workspace) + os.sep
     found = [directory]
-    for name in names[:MAX_PTH_FILES]:
-        for line in _lines(os.path.join(directory, name)):
-            if line.startswith(("import ", "import\t", "#")):
-                continue
-            path = os.path.realpath(os.path.join(directory, line))
-            if path.startswith(inside) and os.path.isdir(path) and path not in found:
-                found.append(path)
+    lines = [line for name in names[:MAX_PTH_FILES] for line in _lines(f"{directory}/{name}")]
+    for line in lines[:MAX_LINES]:
+        if line.startswith(("import ", "import\t", "#")):
+            continue
+        path = os.path.realpath(os.path.join(directory, line))
+        if path.startswith(inside) and os.path.isdir(path) and path not in found:
+            found.append(path)
     return found
 
 

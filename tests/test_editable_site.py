@@ -53,3 +53,11 @@ def test_prestart_and_the_site_module_name_one_directory() -> None:
     # prestart.py runs standalone in the image and cannot import this module; a job whose
     # workspace holds editable installs gets a fresh interpreter that puts them on its path.
     assert prestart.EDITABLE_DIR == editable_site.EDITABLE_DIR
+
+
+def test_a_flood_of_lines_is_read_only_up_to_the_bound(tmp_path: Path) -> None:
+    workspace, editable = _workspace(tmp_path)
+    filler = "# filler\n" * editable_site.MAX_LINES
+    (editable / "a-flood.pth").write_text(filler)
+    (editable / "b-late.pth").write_text(f"{workspace}/proj/src\n")
+    assert editable_site.editable_paths(str(editable), str(workspace)) == [str(editable)]
