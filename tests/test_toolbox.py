@@ -196,11 +196,15 @@ async def test_run_code_description_summarizes_the_image(make_server: MakeServer
     assert isinstance(TextContent, type)
 
 
-# Two src-layout projects, one per build backend; the setuptools one also has a test suite
-# whose conftest imports hypothesis (pytest collects it in a later run).
+# Two src-layout projects, one per build backend (the setuptools one has a test suite whose
+# conftest imports hypothesis; pytest collects it in a later run), and a flat one with only
+# a setup.py.
 EDITABLE_PROJECTS = r"""
 set -e
-mkdir -p st/src/st_pkg st/tests hat/src/hat_pkg
+mkdir -p st/src/st_pkg st/tests hat/src/hat_pkg old/old_pkg
+echo 'VALUE = "setup.py"' > old/old_pkg/__init__.py
+echo 'from setuptools import setup; setup(name="old-pkg", version="5", packages=["old_pkg"])' \
+  > old/setup.py
 echo 'VALUE = "setuptools"' > st/src/st_pkg/__init__.py
 printf '%s\n' '[build-system]' 'requires = ["setuptools>=61"]' \
   'build-backend = "setuptools.build_meta"' '[project]' 'name = "st-pkg"' 'version = "1.2"' \
@@ -211,15 +215,15 @@ printf '%s\n' 'import st_pkg' 'def test_value():' '    assert st_pkg.VALUE == "s
 echo 'VALUE = "hatchling"' > hat/src/hat_pkg/__init__.py
 printf '%s\n' '[build-system]' 'requires = ["hatchling"]' 'build-backend = "hatchling.build"' \
   '[project]' 'name = "hat-pkg"' 'version = "3.4"' > hat/pyproject.toml
-pip install -q -e ./st
+pip install -q -e ./st -e old
 cd hat && pip install -q -e . && echo installed
 """
 LATER = r"""
 set -e
 python3 -c '
 from importlib.metadata import version
-import st_pkg, hat_pkg
-print(st_pkg.VALUE, version("st-pkg"), hat_pkg.VALUE, version("hat-pkg"))'
+import st_pkg, hat_pkg, old_pkg
+print(st_pkg.VALUE, version("st-pkg"), hat_pkg.VALUE, version("hat-pkg"), old_pkg.VALUE)'
 cd st && python3 -m pytest -q -p no:cacheprovider tests | tail -1
 started=$(date +%s%N)
 pip install requests-oauthlib || echo "refused in $(( ($(date +%s%N) - started) / 1000000 )) ms"
@@ -241,7 +245,7 @@ async def test_editable_install_of_a_copied_project_works_offline_for_the_sessio
     data = later.structured_content
     assert data["status"] == "ok", data["stderr"]
     out = data["stdout"]["text"].splitlines()
-    assert out[0] == "setuptools 1.2 hatchling 3.4"
+    assert out[0] == "setuptools 1.2 hatchling 3.4 setup.py"
     assert out[1].startswith("1 passed")
     assert out[2].startswith("refused in "), out
     assert int(out[2].split()[2]) < 2000, out
