@@ -107,7 +107,7 @@ class Limits(_Section):
     """Size in MiB of the /workspace tmpfs, where the code runs and leaves its files."""
 
     tmp_mb: int = Field(default=64, gt=0)
-    """Size in MiB of the /tmp tmpfs."""
+    """Size in MiB of the /tmp tmpfs, and of the code's home (/home/sandbox, a tmpfs too)."""
 
     @model_validator(mode="after")
     def _timeout_within_max(self) -> Limits:

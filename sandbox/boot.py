@@ -23,6 +23,13 @@ import time
 
 SANDBOX_UID = 1000
 WORKSPACE = "/workspace"
+# The code's home: a tmpfs of its own container, so what programs keep there (caches,
+# configuration, Python's user site-packages) neither comes back as artifacts nor reaches
+# the session's next run.
+SANDBOX_HOME = "/home/sandbox"
+# What the image warmed for that home (caches that take seconds to build): prestart.py
+# copies it in before the job comes.
+HOME_TEMPLATE = "/opt/airlock/home"
 PYTHON = "/usr/bin/python3"
 PRESTART = os.path.join(os.path.dirname(os.path.abspath(__file__)), "prestart.py")
 # util-linux's setpriv drops to the sandbox user before it execs the rest of the command
@@ -116,7 +123,15 @@ def start_code_process() -> CodeProcess | None:
     try:
         pid = os.posix_spawn(
             DROP_TO_SANDBOX_USER[0],
-            [*DROP_TO_SANDBOX_USER, PYTHON, "-u", PRESTART, str(ORDER_FD), WORKSPACE],
+            [
+                *DROP_TO_SANDBOX_USER,
+                PYTHON,
+                "-u",
+                PRESTART,
+                str(ORDER_FD),
+                WORKSPACE,
+                HOME_TEMPLATE,
+            ],
             {name: value for name, value in os.environ.items() if name != "HOSTNAME"},
             file_actions=[
                 (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),

@@ -49,7 +49,7 @@ from airlock.errors import (
 )
 from airlock.store import Staging
 
-from .boot import SANDBOX_UID
+from .boot import SANDBOX_HOME, SANDBOX_UID
 from .docker_attach import attach
 from .docker_pool import MAX_CONNECTIONS, share_one_pool
 from .environment import CA_BUNDLE, EGRESS_MOUNT, RELAY_PORT, sandbox_environment
@@ -196,6 +196,9 @@ def container_options(
         "tmpfs": {
             "/workspace": f"rw,exec,nosuid,nodev,size={limits.workspace_mb}m,{owner}",
             "/tmp": f"rw,noexec,nosuid,nodev,size={limits.tmp_mb}m,{owner}",
+            # HOME: caches and dotfiles of one run, gone with its container (as /tmp's
+            # files are, and under the same cap).
+            SANDBOX_HOME: f"rw,noexec,nosuid,nodev,size={limits.tmp_mb}m,{owner}",
         },
         "pids_limit": limits.pids * RUNSC_HOST_PIDS_PER_TASK + RUNSC_HOST_PIDS
         if gvisor

@@ -1,11 +1,21 @@
 """The environment of the user's code inside a sandbox, and where egress lives in there.
 
 Built from an empty dict, never from the server's own environment: nothing of
-the host (tokens, paths, cloud credentials) may leak in. With egress, the only
+the host (tokens, paths, cloud credentials) may leak in.
+
+Nothing a run leaves in /workspace may run by itself in the session's later runs. So HOME
+is the container's own tmpfs, not /workspace: a dotfile kept there (a `.pth` or
+`usercustomize.py` in Python's user site, a `.gitconfig` with a hook, an `.npmrc`) would
+act in every later run. And Python has no user site at all (PYTHONNOUSERSITE): site
+imports `usercustomize` from anywhere on the path, and the path holds the session's
+editable installs under /workspace (sandbox/editable_site.py; `sitecustomize` is Debian's,
+found first in the standard library's directory). With egress, the only
 additions point standard clients at the in-container relay and the run's CA.
 """
 
 from __future__ import annotations
+
+from .boot import SANDBOX_HOME
 
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 EGRESS_MOUNT = "/airlock/egress"
@@ -25,9 +35,10 @@ def sandbox_environment(proxy_token: str | None = None) -> dict[str, str]:
     """The complete environment of a run; `proxy_token` only when the run has egress."""
     env = {
         "PATH": SANDBOX_PATH,
-        "HOME": "/workspace",
+        "HOME": SANDBOX_HOME,
         "LANG": "C.UTF-8",
         "PYTHONUNBUFFERED": "1",
+        "PYTHONNOUSERSITE": "1",
     }
     if proxy_token is None:
         return env

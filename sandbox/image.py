@@ -1,5 +1,6 @@
 """Building the sandbox image: a Debian base with the tools agents reach for, plus Airlock's
-layer (the Python packages of a hash-pinned lock file, the user, the runner, the manifest).
+layer (the Python packages of a hash-pinned lock file, the user, the runner, the pip and npm
+wrappers, the module that reads editable installs, the warmed home, the manifest).
 
 Belongs here: the image recipe, the tag derived from it, the offline base bootstrapped with
 `debootstrap` and imported into Docker, and turning engine and build failures into
@@ -49,7 +50,7 @@ import airlock
 from airlock.errors import EngineUnavailable, ImageUnavailable
 from airlock.policies import ImageSettings
 
-from .boot import SANDBOX_UID
+from .boot import HOME_TEMPLATE, SANDBOX_HOME, SANDBOX_UID
 from .build_stages import StageTracker, remove_stages
 from .pylock import IMAGE_PYTHON_VERSION, PythonLock, default_lock, fetch_wheels, read_lock
 
@@ -57,6 +58,7 @@ RUNNER_PATH: Path = Path(__file__).with_name("runner.py")
 BOOT_PATH: Path = Path(__file__).with_name("boot.py")
 INVENTORY_PATH: Path = Path(__file__).with_name("inventory.py")
 PRESTART_PATH: Path = Path(__file__).with_name("prestart.py")
+EDITABLE_SITE_PATH: Path = Path(__file__).with_name("editable_site.py")
 FILES_DIR: Path = Path(__file__).with_name("files")
 MANIFEST_PATH = "/opt/airlock/manifest.json"
 # Preloaded into every dynamically linked program of the image through /etc/ld.so.preload:
@@ -98,6 +100,8 @@ _PRUNED = (
 )
 
 PYTHON = "/usr/bin/python3"
+# Where the lock's packages are installed (pip's prefix is /usr/local on Debian).
+SITE_PACKAGES = "/usr/local/lib/python3.11/dist-packages"
 IMAGE_LABEL = "airlock.image"
 
 # Two stages, so the wheels never become a layer of the image: the first installs them into a
@@ -108,9 +112,13 @@ IMAGE_LABEL = "airlock.image"
 # Setuid bits are cleared because the base brings su, mount, passwd and friends (apt depends
 # on adduser, which depends on passwd): the backend's no-new-privileges makes them inert, but
 # an image that has none stays safe under a runtime or backend that forgets that option.
-# The files under /etc and the pip wrapper make pip and npm refuse at once (packages come
-# from the lock, at build time) and give git an author; matplotlib gets the headless Agg
-# backend in its own rc file, since the sandbox environment is fixed.
+# The files under /etc and the pip and npm wrappers make pip and npm refuse at once (packages
+# come from the lock, at build time; only `pip install -e` of a project in /workspace works,
+# offline) and give git an author; matplotlib gets the headless Agg backend in its own rc
+# file, since the sandbox environment is fixed, and its font list is built here, into the
+# template prestart.py copies into every sandbox's home (building it takes seconds).
+# airlock_editable_site (sandbox/editable_site.py) and its .pth put a session's editable
+# installs on every Python's path without running anything of theirs.
 # The entrypoint (boot.py), the runner and prestart.py form the package `sandbox` under
 # /opt/airlock, so the runner's relative import of boot works there as on the host.
 # `compileall` makes a runner that does not compile under the image's Python fail the build,
@@ -138,23 +146,27 @@ RUN gcc -O2 -Wall -Wextra -Werror -shared -fPIC -s -Wl,-z,relro,-z,now \\
 FROM $base
 COPY --from=wheels /staging/usr/local /usr/local
 RUN groupadd -g $uid sandbox \\
- && useradd -u $uid -g $uid -d /workspace -M -s /bin/bash sandbox \\
- && mkdir -p /workspace /opt/airlock/sandbox \\
+ && useradd -u $uid -g $uid -d $home -M -s /bin/bash sandbox \\
+ && mkdir -p /workspace $home /opt/airlock/sandbox \\
  && chown $uid:$uid /workspace \\
  && find / -xdev -type f -perm /6000 -exec chmod ug-s {} +
 COPY files/pip.conf files/gitconfig files/npmrc /etc/
 COPY files/EXTERNALLY-MANAGED /usr/lib/python3.11/EXTERNALLY-MANAGED
-COPY files/pip /usr/local/bin/pip
+COPY files/pip files/npm /usr/local/bin/
+COPY editable_site.py $site/airlock_editable_site.py
+COPY files/airlock_editable_site.pth $site/
 COPY boot.py runner.py prestart.py /opt/airlock/sandbox/
 COPY inventory.py /opt/airlock/
 COPY --from=shim /statx.so $shim
 RUN echo $shim > /etc/ld.so.preload \\
  && grep -q $shim /proc/self/maps \\
- && chmod 755 /usr/local/bin/pip \\
+ && chmod 755 /usr/local/bin/pip /usr/local/bin/npm \\
  && ln -s pip /usr/local/bin/pip3 && ln -s pip /usr/local/bin/pip3.11 \\
- && for rc in /usr/local/lib/python3.11/dist-packages/matplotlib/mpl-data/matplotlibrc; do \\
+ && for rc in $site/matplotlib/mpl-data/matplotlibrc; do \\
       [ ! -f "$$rc" ] || echo 'backend: Agg' >> "$$rc"; done \\
- && $python -m compileall -q /opt/airlock \\
+ && if $python -c 'import matplotlib' 2>/dev/null; then \\
+      MPLCONFIGDIR=$template/.cache/matplotlib $python -c 'import matplotlib.font_manager'; fi \\
+ && $python -m compileall -q /opt/airlock $site/airlock_editable_site.py \\
  && $python -I /opt/airlock/inventory.py > $manifest
 LABEL $label=1
 USER $uid:$uid
@@ -162,7 +174,6 @@ WORKDIR /workspace
 ENV PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8
 ENTRYPOINT ["$python", "-I", "-S", "/opt/airlock/sandbox/boot.py"]
 """)
-
 # Per-read timeout while streaming a build: a step may stay silent for a while.
 _BUILD_READ_TIMEOUT_S = 600
 # Where the base tree is bootstrapped: debootstrap must create device nodes and run binaries
@@ -173,7 +184,8 @@ _ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _PROXY_VARIABLES = frozenset({"http_proxy", "https_proxy", "no_proxy"})
 _START_DOCKER = "start the Docker engine (e.g. `sudo systemctl start docker` or `dockerd &`)"
 _CONTEXT_FILES = (
-    *("pip.conf", "gitconfig", "npmrc", "EXTERNALLY-MANAGED", "pip"),
+    *("pip.conf", "gitconfig", "npmrc", "EXTERNALLY-MANAGED", "pip", "npm"),
+    "airlock_editable_site.pth",
     "statx-shim.c",
 )
 
@@ -224,8 +236,13 @@ def image_inputs(settings: ImageSettings) -> ImageInputs:
 
 def describe_toolbox(inputs: ImageInputs) -> str:
     """What the image offers, for the agent: written into run_code's description, so that
-    it need not probe. Built from the recipe, so it is known before the image exists."""
-    packages = ", ".join(entry.pin.replace("==", " ") for entry in inputs.python_lock.entries)
+    it need not probe. Built from the recipe, so it is known before the image exists. Only
+    the packages the lock was asked for are named (the rest are what those depend on)."""
+    lock = inputs.python_lock
+    named = lock.requested or lock.entries
+    packages = ", ".join(entry.pin.replace("==", " ") for entry in named)
+    if len(named) < len(lock.entries):
+        packages += f" (and {len(lock.entries) - len(named)} packages these depend on)"
     extra = ""
     if inputs.debian_packages:
         extra = f", plus the Debian packages {', '.join(inputs.debian_packages)}"
@@ -233,8 +250,10 @@ def describe_toolbox(inputs: ImageInputs) -> str:
         f"The sandbox has Python {IMAGE_PYTHON_VERSION[:4]} with these packages: {packages}. "
         f"Command-line tools: {', '.join(CLI_TOOLS)}{extra}. matplotlib draws headless "
         "(save figures to files; PNG, JPEG, GIF and WebP files come back as images). "
-        "Nothing can be installed at run time (pip and npm refuse at once): dependencies "
-        "come from the operator's lock file. The full list with versions is in "
+        "Nothing can be installed from an index at run time (pip and npm refuse at once): "
+        "dependencies come from the operator's lock file. `pip install -e DIR` of a project "
+        "in /workspace works offline (no dependencies installed) and lasts for the session. "
+        f"HOME ({SANDBOX_HOME}) is new in every run. The full list with versions is in "
         f"{MANIFEST_PATH}."
     )
 
@@ -334,6 +353,7 @@ def _recipe(inputs: ImageInputs, runner: Path) -> _Recipe:
         ("runner.py", runner),
         ("prestart.py", PRESTART_PATH),
         ("inventory.py", INVENTORY_PATH),
+        ("editable_site.py", EDITABLE_SITE_PATH),
         *((f"files/{name}", FILES_DIR / name) for name in _CONTEXT_FILES),
     ):
         try:
@@ -348,6 +368,9 @@ def _recipe(inputs: ImageInputs, runner: Path) -> _Recipe:
         base=base,
         python=PYTHON,
         uid=SANDBOX_UID,
+        home=SANDBOX_HOME,
+        template=HOME_TEMPLATE,
+        site=SITE_PACKAGES,
         label=IMAGE_LABEL,
         manifest=MANIFEST_PATH,
         shim=STATX_SHIM_PATH,

@@ -2,7 +2,9 @@
 
 sandbox/boot.py starts it as the sandbox user when its container starts, so a call
 does not wait for Python to start (under gVisor that was most of a warm `print(1)`):
-`prestart.py ORDER_FD DIRECTORY`. It moves to DIRECTORY (the code's working directory),
+`prestart.py ORDER_FD DIRECTORY [HOME_TEMPLATE]`. It fills the code's (empty) HOME with a
+copy of HOME_TEMPLATE (the caches the image warmed, such as matplotlib's font list, which
+takes seconds to build), moves to DIRECTORY (the code's working directory),
 keeps no descriptor but its standard three and ORDER_FD, and waits for one order
 there: the job's argv and
 environment (the count of arguments, the arguments, then NAME=VALUE entries, each ended
@@ -14,8 +16,8 @@ already loaded). Then it becomes that program:
   `os.environ`, and an uncaught exception reported by `sys.excepthook` without this
   file's frame, exit status 1;
 - anything else (another language, or an environment that differs in what Python reads
-  while it starts, or a user site-packages directory the job brought in) is exec'd,
-  so it starts exactly as it would have.
+  while it starts, or editable installs the job's workspace brought in, which a starting
+  Python puts on its path) is exec'd, so it starts exactly as it would have.
 
 What stays visible of the early start: the modules imported here are already in
 `sys.modules`, `/proc/self/environ` and `sys.orig_argv` show how this process started,
@@ -38,6 +40,8 @@ from types import ModuleType
 # environment differs in any of these gets a fresh interpreter.
 STARTUP_NAMES = frozenset({"HOME", "LANG", "LANGUAGE", "PATH", "TZ", "GLIBC_TUNABLES"})
 STARTUP_PREFIXES = ("PYTHON", "LC_", "LD_", "MALLOC_")
+# Where `pip install -e` puts a session's editable installs (sandbox/editable_site.py).
+EDITABLE_DIR = "/workspace/.editable"
 
 
 def _keep_only_standard_and(order: int) -> None:
@@ -72,7 +76,22 @@ def _runs_here(argv: list[str], env: dict[str, str]) -> bool:
         and os.path.realpath(argv[0]) == os.path.realpath(sys.executable)
         and _starts_alike(env)
         and not (site.ENABLE_USER_SITE and os.path.isdir(site.getusersitepackages()))
+        and not os.path.isdir(EDITABLE_DIR)
     )
+
+
+def _fill_home(template: str) -> None:
+    """Copy the files under `template` into HOME, which is empty: a copy, not a link, so
+    that a program may rewrite its cache as it would anywhere."""
+    home = os.environ.get("HOME", "")
+    for root, _dirs, files in os.walk(template):
+        target = os.path.join(home, os.path.relpath(root, template))
+        os.makedirs(target, exist_ok=True)
+        for name in files:
+            with open(os.path.join(root, name), "rb") as source:
+                data = source.read()
+            with open(os.path.join(target, name), "wb") as copy:
+                copy.write(data)
 
 
 def _run(script: str) -> None:
@@ -118,6 +137,12 @@ def main() -> None:
         pass
     order, directory = int(sys.argv[1]), sys.argv[2]
     _keep_only_standard_and(order)
+    if len(sys.argv) > 3:
+        # A home it cannot fill is a slower first plot, not a failed run.
+        try:  # noqa: SIM105
+            _fill_home(sys.argv[3])
+        except OSError:
+            pass
     os.chdir(directory)
     argv, env = _read_order(order)
     if not _runs_here(argv, env):

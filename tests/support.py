@@ -45,13 +45,16 @@ async def wait_until(check: Callable[[], T], *, within: float = 30, interval: fl
             await anyio.sleep(interval)
 
 
-def make_wheel(directory: Path, name: str = "airlock_probe", version: str = "1.0") -> Path:
-    """A minimal valid pure-Python wheel."""
+def make_wheel(
+    directory: Path, name: str = "airlock_probe", version: str = "1.0", requires: str = ""
+) -> Path:
+    """A minimal valid pure-Python wheel (depending on `requires`, if named)."""
     dist_info = f"{name}-{version}.dist-info"
+    depends = f"Requires-Dist: {requires}\n" if requires else ""
     files = {
         f"{name}/__init__.py": b"VALUE = 1\n",
         f"{dist_info}/METADATA": (
-            f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode()
+            f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n{depends}".encode()
         ),
         f"{dist_info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
         b"Tag: py3-none-any\n",

@@ -45,7 +45,7 @@ SMALL = {"limits": {"memory_mb": 128, "pids": 64, "workspace_mb": 32, "tmp_mb": 
 # The fork bombs: enough memory that the task limit, not memory, is what stops them
 # (under gVisor's ptrace platform every task costs a few MiB of the container's memory).
 FORKS = {"limits": {**SMALL["limits"], "memory_mb": 512}}
-SANDBOX_ENV_KEYS = {"PATH", "HOME", "LANG", "PYTHONUNBUFFERED"}
+SANDBOX_ENV_KEYS = {"PATH", "HOME", "LANG", "PYTHONUNBUFFERED", "PYTHONNOUSERSITE"}
 SYSTEM_BIN_DIRS = {"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"}
 MIB = 1024 * 1024
 
@@ -217,12 +217,12 @@ async def test_server_environment_is_invisible_inside(
         probe = json.loads(r.structured_content["stdout"]["text"])
         env = probe["env"]
         assert set(env) == SANDBOX_ENV_KEYS
-        assert env["HOME"] == "/workspace"
+        assert env["HOME"] == "/home/sandbox"
         assert env["LANG"] == "C.UTF-8"
         assert env["PYTHONUNBUFFERED"] == "1"
         assert set(env["PATH"].split(":")) <= SYSTEM_BIN_DIRS
         host_home = os.environ.get("HOME")
-        if host_home and host_home != "/workspace":
+        if host_home and host_home != "/home/sandbox":
             assert host_home not in env.values()
         # The code's own process got exactly that environment from the runner.
         own = dict(item.split("=", 1) for item in probe["self"].split("\0") if item)
@@ -252,7 +252,7 @@ async def test_server_environment_is_invisible_inside(
         self_part = out.split("== self\n")[1].split("== every\n")[0]
         received = dict(line.split("=", 1) for line in self_part.splitlines() if line)
         assert set(received) == SANDBOX_ENV_KEYS
-        assert received["HOME"] == "/workspace"
+        assert received["HOME"] == "/home/sandbox"
         assert received["LANG"] == "C.UTF-8"
         assert received["PYTHONUNBUFFERED"] == "1"
         # `env` from bash adds only what bash itself exports (PWD, SHLVL, _).
@@ -505,6 +505,60 @@ async def test_calls_dockers_default_profile_refuses_are_refused(make_server: An
     assert probe.pop("personality") in {"EPERM", "EINVAL"}, probe
     assert probe.pop("persona") in {0, -1}, probe
     assert probe == dict.fromkeys(probe, "EPERM")
+
+
+# ---- 3b. what one run plants for the next ---------------------------------------------
+
+# Where a later run's Python, git or bash would pick code up by itself, planted in the home
+# (where it is now, and where it was before: /workspace) and among the session's editable
+# installs. Every payload prints PLANTED and leaves a mark in /tmp.
+PLANT = r"""
+import os
+payload = "open('/tmp/planted-ran', 'a').write('x'); print('PLANTED', __file__)"
+pth = "import os; " + payload.replace("__file__", "'a .pth'") + "\n"
+for home in {os.path.expanduser("~"), "/workspace"}:
+    site = os.path.join(home, ".local/lib/python3.11/site-packages")
+    os.makedirs(site, exist_ok=True)
+    open(os.path.join(site, "evil.pth"), "w").write(pth)
+    for name in ("usercustomize.py", "sitecustomize.py"):
+        open(os.path.join(site, name), "w").write(payload)
+    open(os.path.join(home, ".gitconfig"), "w").write("[core]\n\tfsmonitor = /workspace/hook\n")
+    open(os.path.join(home, ".bashrc"), "w").write("echo PLANTED bashrc\n")
+open("/workspace/hook", "w").write("#!/bin/sh\necho PLANTED git >&2\necho x >> /tmp/planted-ran\n")
+os.chmod("/workspace/hook", 0o755)
+os.makedirs("/workspace/.editable/lib", exist_ok=True)
+open("/workspace/.editable/evil.pth", "w").write(pth + "/workspace/.editable/lib\n")
+for directory in ("/workspace", "/workspace/.editable", "/workspace/.editable/lib"):
+    for name in ("usercustomize.py", "sitecustomize.py"):
+        open(os.path.join(directory, name), "w").write(payload)
+print("planted")
+"""
+PLANTED_THEN = r"""
+cd /workspace
+python3 -c 'print("python ran")'
+git init -q /tmp/repo && git -C /tmp/repo status --short && echo "git ran"
+bash -c 'echo "bash ran"'
+pytest --version >/dev/null 2>&1 && echo "pytest ran"
+test -e /tmp/planted-ran && echo "MARK FOUND" || echo "no mark"
+"""
+
+
+async def test_files_one_run_plants_never_run_by_themselves_in_the_next(make_server: Any) -> None:
+    async with Client(make_server(SMALL)) as c:
+        planted = await run(c, PLANT)
+        assert planted["status"] == "ok", planted
+        session = planted["session_id"]
+        later = await run(c, "import json\nprint('main ran')", session_id=session)
+        assert later["status"] == "ok", later
+        assert later["stdout"]["text"] == "main ran\n", later
+        assert later["stderr"]["text"] == "", later
+        shell = await run(c, PLANTED_THEN, language="bash", session_id=session)
+        assert shell["status"] == "ok", shell
+        out = shell["stdout"]["text"] + shell["stderr"]["text"]
+        assert "PLANTED" not in out, out
+        for ran in ("python ran", "git ran", "bash ran", "pytest ran", "no mark"):
+            assert ran in out, out
+        await assert_alive(c, session)
 
 
 # ---- 4. fork bomb ---------------------------------------------------------------------

@@ -45,9 +45,10 @@ CAP = "local-api"
 ASK = "ask-api"
 BASE_ENV = {
     "PATH": "/usr/local/bin:/usr/bin:/bin",
-    "HOME": "/workspace",
+    "HOME": "/home/sandbox",
     "LANG": "C.UTF-8",
     "PYTHONUNBUFFERED": "1",
+    "PYTHONNOUSERSITE": "1",
 }
 CA_BUNDLE = "/tmp/.airlock/ca-bundle.pem"
 CA_VARIABLES = (

@@ -140,11 +140,14 @@ async def test_an_ending_reads_as_python_itself_reports_it(
     assert data["stderr"]["text"] == stderr
 
 
-async def test_a_user_site_brought_in_gets_a_fresh_interpreter_that_uses_it(
+async def test_editable_installs_brought_in_get_a_fresh_interpreter_that_uses_them(
     make_server: MakeServer,
 ) -> None:
     files = [
-        {"path": ".local/lib/python3.11/site-packages/brought.py", "content": "WHERE = 'user'\n"}
+        {"path": ".editable/__editable__.brought-1.0.pth", "content": "/workspace/src\n"},
+        {"path": "src/brought.py", "content": "WHERE = 'editable'\n"},
+        # HOME is not /workspace, and Python has no user site: this is only a file.
+        {"path": ".local/lib/python3.11/site-packages/brought.py", "content": "WHERE = 'user'\n"},
     ]
     code = (
         "import sys, brought\n"
@@ -152,7 +155,7 @@ async def test_a_user_site_brought_in_gets_a_fresh_interpreter_that_uses_it(
     )
     async with Client(make_server()) as client:
         data = await run(client, code, files=files)
-    assert data["stdout"]["text"] == "user False\n", data
+    assert data["stdout"]["text"] == "editable False\n", data
 
 
 async def test_bash_gets_its_own_process(make_server: MakeServer) -> None:

@@ -1,7 +1,9 @@
 """What the default image offers agents, driven through run_code like a client would.
 
-Packages from the lock import, the tools run, plots come back as pictures, and installing
-at run time fails at once with a message that names the lock file.
+Packages from the lock import, the tools run, plots come back as pictures, installing
+from an index at run time fails at once with a message that names the lock file (an
+editable install of a project in /workspace works, offline, for the rest of the session),
+every package client fails fast, and no cache comes back as an artifact.
 """
 
 from __future__ import annotations
@@ -99,7 +101,14 @@ import json
 from importlib import metadata
 import numpy, scipy, lxml.etree, pandas, matplotlib, PIL, yaml, bs4, openpyxl
 import requests, httpx, pytest, scipy.linalg
-print(json.dumps({d.metadata["Name"].lower(): d.version for d in metadata.distributions()}))
+import hypothesis, coverage, pytest_cov, xdist, mypy.api, ruff
+import setuptools.build_meta, hatchling.build, flit_core.buildapi, editables
+# The first of a name is the one imported: setuptools puts its vendored copies (an older
+# packaging, ...) at the end of sys.path.
+installed = {}
+for d in metadata.distributions():
+    installed.setdefault(d.metadata["Name"].lower(), d.version)
+print(json.dumps(installed))
 """
     async with Client(make_server()) as client:
         result = await run(client, code)
@@ -185,3 +194,120 @@ async def test_run_code_description_summarizes_the_image(make_server: MakeServer
     assert f"numpy {numpy.version}" in tool.description
     assert "git" in tool.description and "lock file" in tool.description
     assert isinstance(TextContent, type)
+
+
+# Two src-layout projects, one per build backend (the setuptools one has a test suite whose
+# conftest imports hypothesis; pytest collects it in a later run), and a flat one with only
+# a setup.py.
+EDITABLE_PROJECTS = r"""
+set -e
+mkdir -p st/src/st_pkg st/tests hat/src/hat_pkg old/old_pkg
+echo 'VALUE = "setup.py"' > old/old_pkg/__init__.py
+echo 'from setuptools import setup; setup(name="old-pkg", version="5", packages=["old_pkg"])' \
+  > old/setup.py
+echo 'VALUE = "setuptools"' > st/src/st_pkg/__init__.py
+printf '%s\n' '[build-system]' 'requires = ["setuptools>=61"]' \
+  'build-backend = "setuptools.build_meta"' '[project]' 'name = "st-pkg"' 'version = "1.2"' \
+  'dependencies = ["requests-oauthlib"]' > st/pyproject.toml
+echo 'import hypothesis' > st/tests/conftest.py
+printf '%s\n' 'import st_pkg' 'def test_value():' '    assert st_pkg.VALUE == "setuptools"' \
+  > st/tests/test_value.py
+echo 'VALUE = "hatchling"' > hat/src/hat_pkg/__init__.py
+printf '%s\n' '[build-system]' 'requires = ["hatchling"]' 'build-backend = "hatchling.build"' \
+  '[project]' 'name = "hat-pkg"' 'version = "3.4"' > hat/pyproject.toml
+pip install -q -e ./st -e old
+cd hat && pip install -q -e . && echo installed
+"""
+LATER = r"""
+set -e
+python3 -c '
+from importlib.metadata import version
+import st_pkg, hat_pkg, old_pkg
+print(st_pkg.VALUE, version("st-pkg"), hat_pkg.VALUE, version("hat-pkg"), old_pkg.VALUE)'
+cd st && python3 -m pytest -q -p no:cacheprovider tests | tail -1
+started=$(date +%s%N)
+pip install requests-oauthlib || echo "refused in $(( ($(date +%s%N) - started) / 1000000 )) ms"
+"""
+
+
+async def test_editable_install_of_a_copied_project_works_offline_for_the_session(
+    make_server: MakeServer,
+) -> None:
+    async with Client(make_server()) as client:
+        installed = (await run(client, EDITABLE_PROJECTS, language="bash")).structured_content
+        assert installed["status"] == "ok", installed["stderr"]
+        assert installed["stdout"]["text"].endswith("installed\n")
+        # The install is workspace files: it lasts as long as the session's files do.
+        paths = {a["path"] for a in installed["artifacts"]}
+        assert any(p.startswith(".editable/st_pkg-1.2.dist-info/") for p in paths), paths
+        session = installed["session_id"]
+        later = await run(client, LATER, language="bash", session_id=session)
+    data = later.structured_content
+    assert data["status"] == "ok", data["stderr"]
+    out = data["stdout"]["text"].splitlines()
+    assert out[0] == "setuptools 1.2 hatchling 3.4 setup.py"
+    assert out[1].startswith("1 passed")
+    assert out[2].startswith("refused in "), out
+    assert int(out[2].split()[2]) < 2000, out
+    assert "operator's lock file" in data["stderr"]["text"]
+    assert "'requests-oauthlib'" in data["stderr"]["text"]
+
+
+CACHES = r"""
+import logging, os, subprocess
+logging.basicConfig(level=logging.INFO)
+cache = os.path.expanduser("~/.cache/matplotlib")
+print("warm" if any(n.startswith("fontlist-") for n in os.listdir(cache)) else "cold")
+import matplotlib.pyplot as plt
+plt.plot([1, 2, 3])
+plt.savefig("plot.png")
+npm = subprocess.run(["npm", "--offline=false", "view", "left-pad"], capture_output=True)
+print("npm", npm.returncode != 0, os.path.isdir(os.path.expanduser("~/.npm")))
+"""
+
+
+async def test_matplotlib_and_npm_leave_no_cache_among_the_artifacts(
+    make_server: MakeServer,
+) -> None:
+    async with Client(make_server()) as client:
+        data = (await run(client, CACHES, timeout_s=60)).structured_content
+    assert data["status"] == "ok", data["stderr"]
+    # The font list was built with the image: no run builds it again.
+    assert data["stdout"]["text"] == "warm\nnpm True True\n", data["stderr"]
+    assert "generated new fontManager" not in data["stderr"]["text"]
+    assert [a["path"] for a in data["artifacts"]] == ["plot.png"]
+
+
+# Each client, asked for a package from a registry with no network to reach one, must fail
+# at once: the time each took, in ms, and its exit status.
+CLIENTS = r"""
+timed() {
+    started=$(date +%s%N)
+    "$@" > /tmp/out 2>&1
+    status=$?
+    echo "$(( ($(date +%s%N) - started) / 1000000 )) $status $*"
+    tail -n 3 /tmp/out >&2
+}
+timed npm install left-pad
+timed npm --offline=false view left-pad
+timed npm --offline=false install --prefer-online left-pad
+timed pip download six
+timed python3 -m pip install --target /tmp/t --index-url https://pypi.org/simple six
+timed git clone -q https://github.com/psf/requests /tmp/requests
+timed curl -sS https://pypi.org/simple/six/
+timed wget -q https://registry.npmjs.org/left-pad
+timed npx --offline=false --yes left-pad
+"""
+
+
+async def test_every_package_client_fails_fast_without_a_network(make_server: MakeServer) -> None:
+    async with Client(make_server()) as client:
+        data = (await run(client, CLIENTS, language="bash", timeout_s=120)).structured_content
+    assert data["status"] == "ok", data
+    lines = [line.split(" ", 2) for line in data["stdout"]["text"].splitlines()]
+    assert len(lines) == 9, data
+    for elapsed, status, command in lines:
+        assert status != "0", (command, data["stderr"]["text"])
+        # npm alone takes 2-4 s to start on a loaded 2-core machine; its retries took 73 s.
+        assert int(elapsed) < 30_000, (command, elapsed, data["stderr"]["text"])
+    assert "cannot be installed inside an Airlock sandbox" in data["stderr"]["text"]

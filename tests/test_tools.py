@@ -273,7 +273,7 @@ async def test_live_container_is_hardened(
     assert host["Init"] is True
     assert host["IpcMode"] == "private"
     assert host["LogConfig"]["Type"] == "none"
-    assert set(host["Tmpfs"]) == {"/workspace", "/tmp"}
+    assert set(host["Tmpfs"]) == {"/workspace", "/tmp", "/home/sandbox"}
     assert "size=256m" in host["Tmpfs"]["/workspace"]
     assert attrs["Config"]["User"] == "0:0"
     labels = attrs["Config"]["Labels"]
