@@ -9,6 +9,7 @@ on the real store. The patch then goes through the real `git apply`.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import re
@@ -28,7 +29,15 @@ from airlock.errors import LimitExceeded
 from airlock.policies import Policy
 from airlock.sandbox.instance import Instance
 from airlock.server.engine import Engine
-from airlock.store import BlobStore, Database, SessionRecord, WorkspaceDelta, WorkspaceFile
+from airlock.server.patches import visible, write_patch
+from airlock.store import (
+    BlobStore,
+    Database,
+    PatchRecord,
+    SessionRecord,
+    WorkspaceDelta,
+    WorkspaceFile,
+)
 from airlock.tools import Services, copy_in, get_patch
 from airlock.tools.context import Session
 
@@ -257,3 +266,32 @@ async def test_a_patch_over_the_cap_is_refused_naming_it_and_nothing_is_kept(
     # No draft of the refused patch stays behind in the blob store.
     blobs = Path(services.policy.hatch.roots["app"]).parent / "blobs"
     assert [p.name for p in blobs.iterdir() if p.name.startswith(".")] == []
+
+
+@pytest.mark.parametrize("tail", [b"\n\n", b"", b"\n" * 70_000])
+async def test_show_streams_the_patch_as_it_would_print_it_whole(
+    opened: Callable[..., Any], tail: bytes
+) -> None:
+    services = await opened()
+    # A two-byte character across the first 64 KiB piece, controls, and newlines last.
+    patch = b"+" * 65535 + "é\u202e\x1b[31m\n".encode() + b"+line\n" * 3 + tail
+    record = PatchRecord(
+        id="pat_" + "a" * 26,
+        copy_id="cpy_" + "a" * 26,
+        tenant="local",
+        session_id="ses_1",
+        created_at=0,
+        version=1,
+        sha256=await services.blobs.put(patch),
+        size=len(patch),
+        entries=[],
+        held_back=[],
+        refused=[],
+    )
+    raw, shown = io.BytesIO(), io.BytesIO()
+    write_patch(services.blobs, record, raw, raw=True)
+    write_patch(services.blobs, record, shown, raw=False)
+    assert raw.getvalue() == patch
+    expected = visible(patch.decode("utf-8", "replace")).rstrip("\n") + "\n"
+    assert shown.getvalue().decode() == expected
+    assert "é<U+202E><U+001B>[31m" in expected
