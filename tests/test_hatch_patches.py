@@ -179,6 +179,27 @@ async def test_a_new_change_makes_a_new_patch_and_going_back_gives_the_first_aga
     assert builds == [1, 1]
 
 
+async def test_callers_asking_at_once_wait_for_one_patch(
+    opened: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    old, new = lock_files()
+    services = await opened()
+    session, copy_id = await copied(services, {"Cargo.lock": old})
+    await sandbox_writes(services, session, {"Cargo.lock": new})
+    builds = count_builds(monkeypatch)
+    results: list[dict[str, Any]] = []
+
+    async def ask() -> None:
+        results.append(await whole_patch(services, session, copy_id))
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(4):
+            tg.start_soon(ask)
+    assert builds == [1]
+    assert len({r["patch_id"] for r in results}) == 1
+    assert len(await services.db.list_patches()) == 1
+
+
 def _kib(field: str) -> int:
     status = Path("/proc/self/status").read_text()
     match = re.search(rf"^{field}:\s+(\d+) kB$", status, re.MULTILINE)

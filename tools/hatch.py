@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import weakref
 
 import anyio
 import anyio.from_thread
@@ -54,6 +55,9 @@ PATCH_ID = re.compile(r"pat_[a-z2-7]{26}")
 MAX_DEST_LENGTH = 128
 MAX_LISTED = 50
 _MIB = 1024 * 1024
+# One patch made per copy at a time: a caller asking while another's patch is being made
+# waits for it and then finds it kept, instead of making the same patch again.
+_making: weakref.WeakValueDictionary[str, anyio.Lock] = weakref.WeakValueDictionary()
 # Segments of letters, digits, ".", "_" and "-", never starting with "." (so no "." or
 # ".." segment and no hidden or reserved directory): nothing to decode, nothing to fold.
 _DEST = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*(?:/[A-Za-z0-9_][A-Za-z0-9._-]*)*")
@@ -239,9 +243,22 @@ async def make_patch(services: Services, session: Session, copy: HatchCopyRecord
     }
     hatch = services.policy_for(session.tenant).hatch
     source = _source(copy, current, hatch)
-    earlier = await services.db.find_patch(copy.id, source)
-    if earlier is not None:
-        return earlier
+    async with _making.setdefault(copy.id, anyio.Lock()):
+        earlier = await services.db.find_patch(copy.id, source)
+        if earlier is not None:
+            return earlier
+        return await _new_patch(services, session, copy, head.version, current, hatch, source)
+
+
+async def _new_patch(
+    services: Services,
+    session: Session,
+    copy: HatchCopyRecord,
+    version: int,
+    current: dict[str, FileState],
+    hatch: HatchSettings,
+    source: str,
+) -> PatchRecord:
     raw = json.loads(await services.blobs.read(copy.baseline_sha256))
     baseline = {path: FileState(sha256=sha, mode=mode) for path, (sha, mode) in raw.items()}
     async with services.blobs.staging() as staging:
@@ -256,7 +273,7 @@ async def make_patch(services: Services, session: Session, copy: HatchCopyRecord
             tenant=session.tenant,
             session_id=session.id,
             created_at=services.clock(),
-            version=head.version,
+            version=version,
             sha256=draft.sha256,
             size=draft.size,
             entries=[
