@@ -8,12 +8,14 @@ on the real store. The patch then goes through the real `git apply`.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import io
 import json
 import os
 import re
 import sys
+import zlib
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -27,9 +29,10 @@ from airlock.broker import Grants, RunTokens, Vault, load_key, vault_path
 from airlock.egress import Egress
 from airlock.errors import LimitExceeded
 from airlock.policies import Policy
+from airlock.sandbox.gitdiff import git_blob_id
 from airlock.sandbox.instance import Instance
 from airlock.server.engine import Engine
-from airlock.server.patches import visible, write_patch
+from airlock.server.patches import apply, describe, load_patch, visible, write_patch
 from airlock.store import (
     BlobStore,
     Database,
@@ -316,3 +319,73 @@ async def test_show_streams_the_patch_as_it_would_print_it_whole(
     expected = visible(patch.decode("utf-8", "replace")).rstrip("\n") + "\n"
     assert shown.getvalue().decode() == expected
     assert "é<U+202E><U+001B>[31m" in expected
+
+
+def _old_literal(data: bytes) -> bytes:
+    """A binary hunk as the writer before this one made it: zlib level 9, one base85 call
+    per 52-byte line."""
+    deflated = zlib.compress(data, 9)
+    out = [b"literal %d\n" % len(data)]
+    for start in range(0, len(deflated), 52):
+        chunk = deflated[start : start + 52]
+        letter = (
+            chr(ord("A") + len(chunk) - 1) if len(chunk) <= 26 else chr(ord("a") + len(chunk) - 27)
+        )
+        out.append(letter.encode() + base64.b85encode(chunk, pad=True) + b"\n")
+    return b"".join(out) + b"\n"
+
+
+async def test_a_patch_kept_before_source_keys_still_shows_and_applies(
+    opened: Callable[..., Any], tmp_path: Path
+) -> None:
+    services = await opened()
+    old_text, new_text = b"one\ntwo\nthree\n", b"one\n2\nthree\n"
+    image = b"\0" + bytes(range(256)) * 64
+    session, copy_id = await copied(services, {"a.txt": old_text})
+    # What the old writer stored for this change: difflib's hunk and a level-9 literal.
+    text = (
+        b"diff --git a/a.txt b/a.txt\n"
+        + f"index {git_blob_id(old_text)}..{git_blob_id(new_text)} 100644\n".encode()
+        + b"--- a/a.txt\n+++ b/a.txt\n@@ -1,3 +1,3 @@\n one\n-two\n+2\n three\n"
+        + b"diff --git a/logo.bin b/logo.bin\nnew file mode 100644\n"
+        + f"index {'0' * 40}..{git_blob_id(image)}\n".encode()
+        + b"GIT binary patch\n"
+        + _old_literal(image)
+        + _old_literal(b"")
+    )
+    record = PatchRecord(
+        id="pat_" + "b" * 26,
+        copy_id=copy_id,
+        tenant="local",
+        session_id=session.id,
+        created_at=1,
+        version=1,
+        sha256=await services.blobs.put(text),
+        size=len(text),
+        entries=[
+            {"path": "a.txt", "change": "modified", "old_path": None, "binary": False},
+            {"path": "logo.bin", "change": "added", "old_path": None, "binary": True},
+        ],
+        held_back=[],
+        refused=[],
+    )
+    await services.db.add_patch(record)  # as kept then: no source_sha256, no "whole"
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    (checkout / "a.txt").write_bytes(old_text)
+    report, code = await apply(
+        services.db, services.blobs, services.policy, record.id, checkout, check=False
+    )
+    assert code == 0, report
+    assert (checkout / "a.txt").read_bytes() == new_text
+    assert (checkout / "logo.bin").read_bytes() == image
+    kept, copy = await load_patch(services.db, record.id)
+    assert "modified  a.txt" in describe(kept, copy)
+    # Asking for the same changes now makes a patch by source: the new writer's.
+    await sandbox_writes(services, session, {"a.txt": new_text, "logo.bin": image})
+    made = await whole_patch(services, session, copy_id)
+    assert made["patch_id"] != record.id
+    assert [(f["path"], f["whole"]) for f in made["files"]] == [
+        ("a.txt", False),
+        ("logo.bin", False),
+    ]

@@ -6,8 +6,8 @@ the baseline it copied is kept. get_patch compares the workspace under the copy'
 directory with that baseline and returns a git patch (`sandbox.gitdiff`) in the
 untrusted envelope, a page at a time; applying it is a human's or CI's step (`airlock
 patch apply`). A patch is written straight into the blob store and kept by its source
-(the baseline, the files and the globs), so asking again for the same changes costs a
-database lookup, not a second diff.
+(the baseline, the files and the globs), one at a time per copy, so asking again for the
+same changes (or asking at once) costs a database lookup, not a second diff.
 """
 
 from __future__ import annotations
