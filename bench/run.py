@@ -86,6 +86,12 @@ ratio of two things measured in the same run, interleaved:
   once idle (engine ready, pool full, no call yet), then after every block of calls, each
   reading taken once the engine is quiet. Calls are issued 8 at a time to keep the run
   short; the number judged is RSS after the last block against RSS after the first.
+* patch: no containers. `sandbox.gitdiff.build_patch` in this process, writing to a file,
+  on three changes: a 125 KB lock-style file with every fifth version bumped, 1 MiB of
+  random two-symbol lines replaced by others (past the diff's budget), and 32 MiB of new
+  random binary files. Reported: this process's CPU seconds per MiB changed (old plus new
+  bytes), the diff's work units against its budget, and beside them the CPU of `git diff
+  --no-index --binary` (git's C implementation, no config) on the same files. Not judged.
 """
 
 from __future__ import annotations
@@ -127,7 +133,7 @@ ROOT = Path(__file__).resolve().parent.parent
 WORKER = Path(__file__).resolve().with_name("egress_worker.py")
 AIRLOCK = Path(sys.executable).with_name("airlock")
 DEFAULT_OUT = ROOT / "bench" / "results" / "latest.json"
-SECTIONS = ("warm", "cold", "concurrency", "egress-run", "egress", "teardown", "rss")
+SECTIONS = ("warm", "cold", "concurrency", "egress-run", "egress", "teardown", "rss", "patch")
 RUNTIMES = ("runc", "runsc")
 # Sections measured once per runtime; the others use the default runtime ("auto").
 PER_RUNTIME = ("warm", "cold", "concurrency", "egress-run")
@@ -789,6 +795,83 @@ async def section_rss(b: Bench) -> dict[str, Any]:
     return {"readings": readings, "growth": growth, "orphans": srv.orphans}
 
 
+def _patch_cases() -> dict[str, tuple[dict[str, bytes], dict[str, bytes]]]:
+    import random
+
+    block = b'[[package]]\nname = "dep"\nversion = "1.0.0"\nsource = "registry+x"\n\n'
+    blocks = [block] * (125_000 // len(block))
+    lock = b"".join(blocks)
+    for i in range(0, len(blocks), 5):
+        blocks[i] = block.replace(b"1.0.0", b"1.0.1")
+    rng = random.Random(1)
+    hostile = [b"".join(rng.choice([b"a\n", b"b\n"]) for _ in range(1 << 19)) for _ in "ab"]
+    binary = {f"blob{i}.bin": b"\0" + os.urandom(4 << 20) for i in range(8)}
+    return {
+        "lock file (125 KB, every 5th version)": ({"f": lock}, {"f": b"".join(blocks)}),
+        "hostile lines (1 MiB, past budget)": ({"f": hostile[0]}, {"f": hostile[1]}),
+        "new binary files (32 MiB)": ({}, binary),
+    }
+
+
+def _patch_once(
+    before: dict[str, bytes], after: dict[str, bytes], tmp: Path
+) -> tuple[float, int, int, float]:
+    """CPU seconds of build_patch, its work and budget, and git diff's CPU seconds."""
+    import hashlib
+    import io
+
+    from airlock.sandbox.gitdiff import FileState, build_patch
+    from airlock.sandbox.linediff import budget
+
+    blobs = {hashlib.sha256(d).hexdigest(): d for d in (*before.values(), *after.values())}
+
+    def states(tree: dict[str, bytes]) -> dict[str, FileState]:
+        return {p: FileState(hashlib.sha256(d).hexdigest(), 0o644) for p, d in tree.items()}
+
+    with open(tmp / "out.patch", "wb") as out:
+        t0 = time.process_time()
+        made = build_patch(
+            states(before), states(after), lambda s: io.BytesIO(blobs[s]), out, lambda _: None
+        )
+        spent = time.process_time() - t0
+    texts = [e for e in made.entries if not e.binary]
+    work = sum(e.work for e in texts)
+    allowed = sum(budget(len(before.get(e.path, b"")), len(after.get(e.path, b""))) for e in texts)
+    for side, tree in (("a", before), ("b", after)):
+        (tmp / side).mkdir()
+        for name, data in tree.items():
+            (tmp / side / name).write_bytes(data)
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp), "GIT_CONFIG_NOSYSTEM": "1"}
+    c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run(
+        ["git", "diff", "--no-index", "--binary", "--full-index", "a", "b"],
+        cwd=tmp,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        check=False,
+    )
+    c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    git_cpu = c1.ru_utime + c1.ru_stime - c0.ru_utime - c0.ru_stime
+    return spent, work, allowed, git_cpu
+
+
+async def section_patch(b: Bench) -> dict[str, Any]:
+    section = "7 patch"
+    results: dict[str, Any] = {}
+    for name, (before, after) in _patch_cases().items():
+        tmp = Path(tempfile.mkdtemp(prefix="patch-", dir=b.temp))
+        spent, work, allowed, git_cpu = await anyio.to_thread.run_sync(
+            _patch_once, before, after, tmp
+        )
+        mib = (sum(map(len, before.values())) + sum(map(len, after.values()))) / (1 << 20)
+        results[name] = {"cpu_s": spent, "mib": mib, "work": work, "budget": allowed}
+        results[name]["git_cpu_s"] = git_cpu
+        b.row(section, f"{name}: CPU per MiB", f"{spent / mib:.3f} s (git {git_cpu / mib:.3f} s)")
+        if allowed:
+            b.row(section, f"{name}: diff work", f"{work} of {allowed}")
+    return results
+
+
 async def section_egress(b: Bench) -> dict[str, Any]:
     import trustme  # a dev extra, like the rest of the test tooling
 
@@ -1100,6 +1183,7 @@ SECTION_FUNCS: dict[str, Callable[[Bench], Awaitable[dict[str, Any]]]] = {
     "egress": section_egress,
     "teardown": section_teardown,
     "rss": section_rss,
+    "patch": section_patch,
 }
 
 

@@ -906,6 +906,10 @@ class HatchSettings(_Section):
     max_bytes: int = Field(default=64 * _MIB, gt=0)
     """Total size in bytes of the files one copy_in may take; more is refused."""
 
+    max_patch_mb: int = Field(default=256, gt=0, le=4096)
+    """Largest patch get_patch writes, in MiB (binary files count about 1.3 times their
+    deflated size); a larger one is refused, naming this cap, and nothing is kept."""
+
     include_git_dir_read_only: bool = False
     """Copy `.git` directories too. They hold history and may hold credentials (remote
     URLs, hooks), so missing means false: they are skipped. Either way no change under a

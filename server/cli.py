@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import anyio
+import anyio.to_thread
 
 from airlock import __version__
 from airlock.broker import Vault, load_key, vault_path
@@ -42,7 +43,7 @@ from .logs import LOG_FORMATS, setup_logging
 from .metrics import Metrics, serve_metrics
 from .secret_check import missing_secrets
 from .stdio import serve_stdio
-from .terminal import registration_hint, safe_block, stdin_is_terminal
+from .terminal import registration_hint, stdin_is_terminal
 from .usage import usage_main
 
 log = logging.getLogger("airlock")
@@ -469,12 +470,13 @@ async def _patch(config: Config, args: argparse.Namespace) -> int:
             _out(await patches.patches_table(db, session_id=args.session, limit=args.limit))
             return 0
         if args.patch_command == "show":
-            record, copy, text = await patches.load_patch(db, blobs, args.patch_id)
-            if args.raw:
-                sys.stdout.buffer.write(text)
-                return 0
-            body = safe_block(text.decode("utf-8", "replace"))
-            _out(patches.describe(record, copy) + "\n\n" + body.rstrip("\n"))
+            record, copy = await patches.load_patch(db, args.patch_id)
+            if not args.raw:
+                _out(patches.describe(record, copy) + "\n")
+            sys.stdout.flush()
+            await anyio.to_thread.run_sync(
+                lambda: patches.write_patch(blobs, record, sys.stdout.buffer, raw=args.raw)
+            )
             return 0
         policy = load_policy(config.policy_path)
         report, code = await patches.apply(

@@ -2,14 +2,17 @@
 
 Everything a patch holds was chosen by sandboxed code, including file names, so `show`
 makes every control, invisible and bidi character visible as `<U+XXXX>` before it reaches
-a terminal (`terminal.safe_line` for each name, `safe_block` for the patch text; `--raw`
-gives the exact bytes, for piping). `apply` is `sandbox.patch_apply`.
+a terminal (`terminal.safe_line` for each name, `safe_block` for the patch text, streamed
+from the blob store a piece at a time; `--raw` gives the exact bytes, for piping). `apply`
+is `sandbox.patch_apply`.
 """
 
 from __future__ import annotations
 
+import codecs
 import json
 from pathlib import Path
+from typing import IO
 
 import anyio.to_thread
 
@@ -21,18 +24,41 @@ from airlock.store import BlobStore, Database, HatchCopyRecord, PatchRecord
 from airlock.tools.context import iso_time
 from airlock.tools.hatch import PATCH_ID
 
-from .terminal import safe_line, table
+from .terminal import safe_block, safe_line, table
+
+_PIECE = 1 << 16
 
 
-async def load_patch(
-    db: Database, blobs: BlobStore, patch_id: str
-) -> tuple[PatchRecord, HatchCopyRecord, bytes]:
-    """The patch, the copy it belongs to, and its text; NotFound for an unknown id."""
+async def load_patch(db: Database, patch_id: str) -> tuple[PatchRecord, HatchCopyRecord]:
+    """The patch and the copy it belongs to; NotFound for an unknown id."""
     record = await db.get_patch(patch_id) if PATCH_ID.fullmatch(patch_id) else None
     copy = await db.get_copy(record.copy_id) if record is not None else None
     if record is None or copy is None:
         raise NotFound(f"no patch {patch_id[:64]!r}; patch ids look like pat_... (from get_patch)")
-    return record, copy, await blobs.read(record.sha256)
+    return record, copy
+
+
+def write_patch(blobs: BlobStore, record: PatchRecord, out: IO[bytes], *, raw: bool) -> None:
+    """The patch text to `out` a piece at a time, never whole in memory: exactly its bytes
+    with `raw`, else decoded, made safe (`safe_block`) and without its trailing newlines.
+    Blocking."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    held = ""  # trailing newlines of the text so far: written only if more text follows
+    with blobs.open_blob(record.sha256) as patch:
+        while piece := patch.read(_PIECE):
+            if raw:
+                out.write(piece)
+                continue
+            text = safe_block(decoder.decode(piece))
+            body = text.rstrip("\n")
+            if body:
+                out.write((held + body).encode())
+                held = text[len(body) :]
+            else:
+                held += text
+    if not raw:
+        tail = safe_block(decoder.decode(b"", final=True)).rstrip("\n")
+        out.write((held + tail if tail else "").encode() + b"\n")
 
 
 async def patches_table(db: Database, *, session_id: str | None, limit: int) -> str:
@@ -71,6 +97,8 @@ def describe(record: PatchRecord, copy: HatchCopyRecord) -> str:
         if entry.get("old_path"):
             name = f"{entry['old_path']} -> {name}"
         binary = " (binary)" if entry.get("binary") else ""
+        if entry.get("whole"):
+            binary += " (lines replaced whole: a shorter diff cost too much)"
         lines.append(f"  {entry['change']:<9} {name}{binary}")
     if record.held_back:
         lines.append("needs a human (protected; not in the patch, make these by hand if wanted):")
@@ -88,7 +116,8 @@ async def apply(
     db: Database, blobs: BlobStore, policy: Policy, patch_id: str, target: Path, *, check: bool
 ) -> tuple[str, int]:
     """Apply (or with `check`, try) a patch to `target`; the report and the exit code."""
-    record, copy, text = await load_patch(db, blobs, patch_id)
+    record, copy = await load_patch(db, patch_id)
+    text = await blobs.read(record.sha256)
     raw = json.loads(await blobs.read(copy.baseline_sha256))
     baseline = {path: FileState(sha256=sha, mode=mode) for path, (sha, mode) in raw.items()}
     listed = {p for e in record.entries for p in (e["path"], e.get("old_path")) if p}

@@ -247,6 +247,7 @@ _ADDED_COLUMNS = (
     ("workspace_files", "version", "INTEGER NOT NULL DEFAULT 0"),
     ("runs", "runtime", "TEXT NOT NULL DEFAULT ''"),
     ("runs", "instance_id", "TEXT NOT NULL DEFAULT ''"),
+    ("hatch_patches", "source_sha256", "TEXT NOT NULL DEFAULT ''"),
 )
 
 _SESSION_COLUMNS = (
@@ -273,7 +274,7 @@ _COPY_COLUMNS = (
 )
 _PATCH_COLUMNS = (
     "id, copy_id, tenant, session_id, created_at, version, sha256, size, entries_json,"
-    " held_back_json, refused_json, ignored_json"
+    " held_back_json, refused_json, ignored_json, source_sha256"
 )
 _PATCH_JSON = ("entries", "held_back", "refused", "ignored")
 
@@ -959,12 +960,12 @@ class Database:
         )
         return [PatchRecord.model_validate(_from_json_fields(row, *_PATCH_JSON)) for row in rows]
 
-    async def find_patch(self, copy_id: str, sha256: str) -> PatchRecord | None:
-        """The first patch of a copy with exactly this text, if one was made already."""
+    async def find_patch(self, copy_id: str, source_sha256: str) -> PatchRecord | None:
+        """The first patch of a copy made from exactly this source, if one was made already."""
         rows = await self._fetch(
-            f"SELECT {_PATCH_COLUMNS} FROM hatch_patches WHERE copy_id = ? AND sha256 = ?"
+            f"SELECT {_PATCH_COLUMNS} FROM hatch_patches WHERE copy_id = ? AND source_sha256 = ?"
             " ORDER BY created_at, rowid LIMIT 1",
-            (copy_id, sha256),
+            (copy_id, source_sha256),
         )
         return (
             PatchRecord.model_validate(_from_json_fields(rows[0], *_PATCH_JSON)) if rows else None

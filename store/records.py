@@ -275,6 +275,10 @@ class PatchRecord(BaseModel):
     refused: list[dict[str, Any]]
     ignored: list[str] = []
     """New files left out by the policy's ignore globs (caches, build output)."""
+    source_sha256: str = ""
+    """What the patch was made from (the copy's baseline, the files under its directory,
+    the globs that decide, the writer's format), hashed: the same source gives this patch
+    back instead of making it again. Empty for patches made before it was kept."""
 
 
 class EgressCount(BaseModel):

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import os
+import random
 import subprocess
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -18,6 +22,7 @@ from airlock.sandbox.gitdiff import (
     quote_name,
     unsafe_name,
 )
+from airlock.sandbox.linediff import budget
 
 Tree = dict[str, tuple[bytes, int]]
 
@@ -31,11 +36,46 @@ def _states(tree: Tree) -> tuple[dict[str, FileState], dict[str, bytes]]:
     return states, blobs
 
 
-def _patch(before: Tree, after: Tree, protected: tuple[str, ...] = DEFAULT_PROTECTED) -> GitPatch:
+@dataclass(frozen=True)
+class Written:
+    text: bytes
+    patch: GitPatch
+
+
+def written_patch(
+    before: Tree, after: Tree, protected: tuple[str, ...] = DEFAULT_PROTECTED
+) -> Written:
+    """The patch from `before` to `after`, written to memory."""
     old, old_blobs = _states(before)
     new, new_blobs = _states(after)
     blobs = {**old_blobs, **new_blobs}
-    return build_patch(old, new, blobs.__getitem__, lambda p: protecting_glob(protected, p))
+    out = io.BytesIO()
+    patch = build_patch(
+        old,
+        new,
+        lambda sha: io.BytesIO(blobs[sha]),
+        out,
+        lambda p: protecting_glob(protected, p),
+    )
+    return Written(text=out.getvalue(), patch=patch)
+
+
+LOCK_BLOCK = (
+    b'[[package]]\nname = "dep"\nversion = "1.0.0"\n'
+    b'source = "registry+https://github.com/rust-lang/crates.io-index"\n\n'
+)
+
+
+def lock_files() -> tuple[bytes, bytes]:
+    """A 125 KB lock-style file of one repeated block, and it with 25 KB of blocks edited
+    (every fifth version bumped): difflib.SequenceMatcher(autojunk=False) spent 49 s of
+    CPU on it."""
+    count = 125_000 // len(LOCK_BLOCK)
+    blocks = [LOCK_BLOCK] * count
+    bumped = LOCK_BLOCK.replace(b"1.0.0", b"1.0.1")
+    for i in range(0, 230 * 5, 5):  # 230 bumps: 229 cost difflib 0.8 s, 230 cost it 49 s
+        blocks[i] = bumped
+    return LOCK_BLOCK * count, b"".join(blocks)
 
 
 def _write(root: Path, tree: Tree) -> None:
@@ -74,7 +114,7 @@ def _round_trip(tmp_path: Path, before: Tree, after: Tree) -> bytes:
     root = tmp_path / "work"
     root.mkdir()
     _write(root, before)
-    patch = _patch(before, after)
+    patch = written_patch(before, after)
     applied = git_apply(root, patch.text)
     assert applied.returncode == 0, (applied.stderr.decode(), patch.text.decode("latin-1"))
     assert _read(root) == after
@@ -146,17 +186,17 @@ def test_a_header_lookalike_name_is_quoted_and_makes_exactly_its_own_file(tmp_pa
 
 def test_unchanged_files_make_an_empty_patch() -> None:
     tree = {"a": (b"1\n", 0o644)}
-    patch = _patch(tree, tree)
+    patch = written_patch(tree, tree)
     assert patch.text == b""
-    assert patch.entries == ()
+    assert patch.patch.entries == ()
 
 
 def test_entries_say_what_changed() -> None:
-    patch = _patch(
+    patch = written_patch(
         {"m": (b"1\n", 0o644), "d": (b"2\n", 0o644), "r": (b"3\n", 0o644)},
         {"m": (b"9\n", 0o644), "a": (b"4\n", 0o644), "r2": (b"3\n", 0o644)},
     )
-    assert [(e.path, e.change, e.old_path) for e in patch.entries] == [
+    assert [(e.path, e.change, e.old_path) for e in patch.patch.entries] == [
         ("a", "added", None),
         ("d", "deleted", None),
         ("m", "modified", None),
@@ -172,14 +212,14 @@ def test_protected_paths_are_held_back_on_either_side_of_a_rename(tmp_path: Path
         "app/.env": (b"TOKEN=x\n", 0o644),
         "src/a.py": (b"b\n", 0o644),
     }
-    patch = _patch(before, after)
-    assert {(h.path, h.change, h.glob) for h in patch.held_back} == {
+    patch = written_patch(before, after)
+    assert {(h.path, h.change, h.glob) for h in patch.patch.held_back} == {
         (".github/workflows/ci.yml", "added", ".github/workflows/**"),
         (".GITHUB/workflows/deploy.yml", "added", ".github/workflows/**"),
         ("app/.env", "added", "**/.env*"),
     }
     # The move of ci.yml is not a rename: its new name is held back, its deletion is not.
-    assert [(e.path, e.change) for e in patch.entries] == [
+    assert [(e.path, e.change) for e in patch.patch.entries] == [
         ("ci.yml", "deleted"),
         ("src/a.py", "modified"),
     ]
@@ -209,9 +249,9 @@ def test_protected_paths_are_held_back_on_either_side_of_a_rename(tmp_path: Path
 )
 def test_unsafe_names_are_refused_not_written(name: str) -> None:
     assert unsafe_name(name) is not None
-    patch = _patch({}, {name: (b"x\n", 0o644), "ok.txt": (b"y\n", 0o644)})
-    assert [r.path for r in patch.refused] == [name]
-    assert [e.path for e in patch.entries] == ["ok.txt"]
+    patch = written_patch({}, {name: (b"x\n", 0o644), "ok.txt": (b"y\n", 0o644)})
+    assert [r.path for r in patch.patch.refused] == [name]
+    assert [e.path for e in patch.patch.entries] == ["ok.txt"]
     assert b"ok.txt" in patch.text
     assert name.encode() not in patch.text
 
@@ -235,3 +275,35 @@ def test_git_blob_id_matches_git(tmp_path: Path) -> None:
         timeout=30,
     )
     assert git_blob_id(data) == out.stdout.strip()
+
+
+def test_a_repetitive_lock_file_edit_costs_a_bounded_diff_and_applies_exactly(
+    tmp_path: Path,
+) -> None:
+    old, new = lock_files()
+    started = time.process_time()
+    text = _round_trip(tmp_path, {"Cargo.lock": (old, 0o644)}, {"Cargo.lock": (new, 0o644)})
+    spent = time.process_time() - started
+    [entry] = written_patch(
+        {"Cargo.lock": (old, 0o644)}, {"Cargo.lock": (new, 0o644)}
+    ).patch.entries
+    # A shortest diff, found within the file's budget: every hunk is one bumped version.
+    assert not entry.whole
+    assert 0 < entry.work <= budget(len(old), len(new))
+    bumped = new.count(b'version = "1.0.1"')
+    assert text.count(b"\n-version = ") == text.count(b"\n+version = ") == bumped
+    # difflib.SequenceMatcher spent 49 s of CPU on this pair; the bound is generous.
+    assert spent < 5, f"{spent:.1f} s of CPU"
+
+
+def test_hostile_lines_past_the_budget_make_one_replacement_hunk_that_applies(
+    tmp_path: Path,
+) -> None:
+    rng = random.Random(3)
+    old = b"# keep\n" + b"".join(rng.choice([b"a\n", b"b\n"]) for _ in range(60_000))
+    new = b"# keep\n" + b"".join(rng.choice([b"a\n", b"b\n"]) for _ in range(60_000))
+    text = _round_trip(tmp_path, {"f": (old, 0o644)}, {"f": (new, 0o644)})
+    [entry] = written_patch({"f": (old, 0o644)}, {"f": (new, 0o644)}).patch.entries
+    assert entry.whole
+    assert entry.work <= budget(len(old), len(new)) + 60_000
+    assert text.count(b"\n@@ ") == 1

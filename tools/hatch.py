@@ -4,7 +4,10 @@ copy_in takes a snapshot of a root the caller's policy names (`sandbox.snapshot`
 host, never mounted) and commits it onto the session workspace like any other writer;
 the baseline it copied is kept. get_patch compares the workspace under the copy's
 directory with that baseline and returns a git patch (`sandbox.gitdiff`) in the
-untrusted envelope; applying it is a human's or CI's step (`airlock patch apply`).
+untrusted envelope, a page at a time; applying it is a human's or CI's step (`airlock
+patch apply`). A patch is written straight into the blob store and kept by its source
+(the baseline, the files and the globs), one at a time per copy, so asking again for the
+same changes (or asking at once) costs a database lookup, not a second diff.
 """
 
 from __future__ import annotations
@@ -12,19 +15,25 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import weakref
 
 import anyio
 import anyio.from_thread
 import anyio.to_thread
 from mcp.types import CallToolResult, TextContent
 
-from airlock.errors import InvalidRequest, LimitExceeded, NotFound, UnsafePath
+from airlock.errors import InvalidRequest, LimitExceeded, NotFound, StoreError, UnsafePath
 from airlock.ids import new_id
+from airlock.policies import HatchSettings
+from airlock.sandbox.gitdiff import FORMAT as PATCH_FORMAT
 from airlock.sandbox.gitdiff import FileState, GitPatch, build_patch
 from airlock.sandbox.snapshot import Snapshot, SnapshotCaps, take_snapshot
 from airlock.store import (
+    Draft,
+    DraftWriter,
     HatchCopyRecord,
     PatchRecord,
+    Staging,
     WorkspaceDelta,
     WorkspaceFile,
     ancestors,
@@ -45,6 +54,10 @@ COPY_ID = re.compile(r"cpy_[a-z2-7]{26}")
 PATCH_ID = re.compile(r"pat_[a-z2-7]{26}")
 MAX_DEST_LENGTH = 128
 MAX_LISTED = 50
+_MIB = 1024 * 1024
+# One patch made per copy at a time: a caller asking while another's patch is being made
+# waits for it and then finds it kept, instead of making the same patch again.
+_making: weakref.WeakValueDictionary[str, anyio.Lock] = weakref.WeakValueDictionary()
 # Segments of letters, digits, ".", "_" and "-", never starting with "." (so no "." or
 # ".." segment and no hidden or reserved directory): nothing to decode, nothing to fold.
 _DEST = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*(?:/[A-Za-z0-9_][A-Za-z0-9._-]*)*")
@@ -217,11 +230,10 @@ async def find_copy(services: Services, session: Session, copy_id: str) -> Hatch
     return record
 
 
-async def make_patch(
-    services: Services, session: Session, copy: HatchCopyRecord
-) -> tuple[PatchRecord, bytes]:
-    """The patch of `copy` against the session's workspace now; the same text and lists
-    as an earlier patch of the copy give that patch back rather than a new id."""
+async def make_patch(services: Services, session: Session, copy: HatchCopyRecord) -> PatchRecord:
+    """The patch of `copy` against the session's workspace now. A patch made before from
+    the same source (baseline, files, globs) is given back as it is, never made again;
+    a new one is written to the blob store a piece at a time, never whole in memory."""
     head = await services.db.workspace_head(session.id)
     prefix = copy.dest + "/"
     current = {
@@ -229,62 +241,119 @@ async def make_patch(
         for e in head.files
         if e.kind == "file" and e.path.startswith(prefix)
     }
+    hatch = services.policy_for(session.tenant).hatch
+    source = _source(copy, current, hatch)
+    async with _making.setdefault(copy.id, anyio.Lock()):
+        earlier = await services.db.find_patch(copy.id, source)
+        if earlier is not None:
+            return earlier
+        return await _new_patch(services, session, copy, head.version, current, hatch, source)
+
+
+async def _new_patch(
+    services: Services,
+    session: Session,
+    copy: HatchCopyRecord,
+    version: int,
+    current: dict[str, FileState],
+    hatch: HatchSettings,
+    source: str,
+) -> PatchRecord:
     raw = json.loads(await services.blobs.read(copy.baseline_sha256))
     baseline = {path: FileState(sha256=sha, mode=mode) for path, (sha, mode) in raw.items()}
-    needed = {
-        state.sha256
-        for path in baseline.keys() | current.keys()
-        if baseline.get(path) != current.get(path)
-        for state in (baseline.get(path), current.get(path))
-        if state is not None
-    }
-    contents = {sha: await services.blobs.read(sha) for sha in needed}
-    hatch = services.policy_for(session.tenant).hatch
-    patch: GitPatch = await anyio.to_thread.run_sync(
-        build_patch, baseline, current, contents.__getitem__, hatch.protecting_glob, hatch.ignores
-    )
-    entries = [
-        PatchFile(path=e.path, change=e.change, old_path=e.old_path, binary=e.binary).model_dump()
-        for e in patch.entries
-    ]
-    held_back = [
-        HeldBackFile(path=h.path, change=h.change, glob=h.glob).model_dump()
-        for h in patch.held_back
-    ]
-    refused = [RefusedFile(path=r.path, reason=r.reason).model_dump() for r in patch.refused]
-    sha = hashlib.sha256(patch.text).hexdigest()
-    earlier = await services.db.find_patch(copy.id, sha)
-    ignored = list(patch.ignored)
-    lists = (entries, held_back, refused, ignored)
-    if (
-        earlier is not None
-        and (
-            earlier.entries,
-            earlier.held_back,
-            earlier.refused,
-            earlier.ignored,
+    async with services.blobs.staging() as staging:
+
+        def write() -> tuple[GitPatch, Draft]:
+            return _write_patch(staging, baseline, current, hatch)
+
+        patch, draft = await anyio.to_thread.run_sync(write)
+        record = PatchRecord(
+            id=new_id("pat_"),
+            copy_id=copy.id,
+            tenant=session.tenant,
+            session_id=session.id,
+            created_at=services.clock(),
+            version=version,
+            sha256=draft.sha256,
+            size=draft.size,
+            entries=[
+                PatchFile(
+                    path=e.path,
+                    change=e.change,
+                    old_path=e.old_path,
+                    binary=e.binary,
+                    whole=e.whole,
+                ).model_dump()
+                for e in patch.entries
+            ],
+            held_back=[
+                HeldBackFile(path=h.path, change=h.change, glob=h.glob).model_dump()
+                for h in patch.held_back
+            ],
+            refused=[RefusedFile(path=r.path, reason=r.reason).model_dump() for r in patch.refused],
+            ignored=list(patch.ignored),
+            source_sha256=source,
         )
-        == lists
-    ):
-        return earlier, patch.text
-    record = PatchRecord(
-        id=new_id("pat_"),
-        copy_id=copy.id,
-        tenant=session.tenant,
-        session_id=session.id,
-        created_at=services.clock(),
-        version=head.version,
-        sha256=sha,
-        size=len(patch.text),
-        entries=entries,
-        held_back=held_back,
-        refused=refused,
-        ignored=ignored,
-    )
-    with anyio.CancelScope(shield=True):
-        await services.blobs.put(patch.text)
-        await services.db.add_patch(record)
-    return record, patch.text
+        with anyio.CancelScope(shield=True):
+            await staging.keep(draft)
+            await services.db.add_patch(record)
+    return record
+
+
+def _source(copy: HatchCopyRecord, current: dict[str, FileState], hatch: HatchSettings) -> str:
+    """The hash of everything a patch of `copy` is a function of."""
+    source = {
+        "format": PATCH_FORMAT,
+        "baseline": copy.baseline_sha256,
+        "current": {path: [state.sha256, state.mode] for path, state in current.items()},
+        "protected": list(hatch.protected),
+        "ignore": list(hatch.ignore),
+    }
+    return hashlib.sha256(json.dumps(source, sort_keys=True).encode()).hexdigest()
+
+
+def _write_patch(
+    staging: Staging,
+    baseline: dict[str, FileState],
+    current: dict[str, FileState],
+    hatch: HatchSettings,
+) -> tuple[GitPatch, Draft]:
+    """Write the patch into a draft of `staging`, refusing it past `[hatch] max_patch_mb`.
+    Blocking: run it in a worker thread."""
+    try:
+        writer = staging.writer()
+    except OSError as exc:
+        raise StoreError(f"cannot write a patch in the blob store: {exc}") from exc
+    try:
+        sink = _CappedSink(writer, hatch.max_patch_mb)
+        patch = build_patch(
+            baseline, current, staging.store.open_blob, sink, hatch.protecting_glob, hatch.ignores
+        )
+        return patch, writer.finish()
+    except OSError as exc:
+        writer.discard()
+        raise StoreError(f"cannot write a patch in the blob store: {exc}") from exc
+    except BaseException:
+        writer.discard()
+        raise
+
+
+class _CappedSink:
+    """A draft that refuses to grow past `max_mb` MiB, saying which cap and what to do."""
+
+    def __init__(self, writer: DraftWriter, max_mb: int) -> None:
+        self._writer = writer
+        self._max_mb = max_mb
+
+    def write(self, data: bytes) -> None:
+        if self._writer.size + len(data) > self._max_mb * _MIB:
+            raise LimitExceeded(
+                f"the patch would be larger than {self._max_mb} MiB ([hatch] max_patch_mb), so "
+                "none was kept; remove large generated or binary files from the copy's "
+                "directory (or have the operator add them to [hatch] ignore) and ask again, or "
+                "ask the operator to raise [hatch] max_patch_mb"
+            )
+        self._writer.write(data)
 
 
 async def get_patch(
@@ -295,11 +364,12 @@ async def get_patch(
     if not 1 <= max_bytes <= MAX_FETCH_BYTES:
         raise InvalidRequest(f"max_bytes must be between 1 and {MAX_FETCH_BYTES}")
     copy = await find_copy(services, session, copy_id)
-    record, text = await make_patch(services, session, copy)
+    record = await make_patch(services, session, copy)
     if offset > record.size:
         raise InvalidRequest(f"offset {offset} is past the end of the patch ({record.size} bytes)")
+    page = await services.blobs.read(record.sha256, offset, max_bytes)
     # The whole rest of the patch as total, so a character cut by max_bytes waits for the next page.
-    clipped = clip(text[offset : offset + max_bytes], max_bytes, total_bytes=record.size - offset)
+    clipped = clip(page, max_bytes, total_bytes=record.size - offset)
     end = offset + clipped.shown_bytes
     result = PatchResult(
         patch_id=record.id,

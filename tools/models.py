@@ -255,6 +255,10 @@ class PatchFile(BaseModel):
     change: Literal["added", "modified", "deleted", "renamed"]
     old_path: str | None = None
     binary: bool = False
+    whole: bool = Field(
+        default=False,
+        description="Its changed lines are given as replaced whole: a shorter diff cost too much.",
+    )
 
 
 class HeldBackFile(BaseModel):
