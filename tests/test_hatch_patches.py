@@ -32,7 +32,8 @@ from airlock.policies import Policy
 from airlock.sandbox.gitdiff import git_blob_id
 from airlock.sandbox.instance import Instance
 from airlock.server.engine import Engine
-from airlock.server.patches import apply, describe, load_patch, visible, write_patch
+from airlock.server.patches import apply, describe, load_patch, write_patch
+from airlock.server.terminal import safe_block
 from airlock.store import (
     BlobStore,
     Database,
@@ -316,7 +317,7 @@ async def test_show_streams_the_patch_as_it_would_print_it_whole(
     write_patch(services.blobs, record, raw, raw=True)
     write_patch(services.blobs, record, shown, raw=False)
     assert raw.getvalue() == patch
-    expected = visible(patch.decode("utf-8", "replace")).rstrip("\n") + "\n"
+    expected = safe_block(patch.decode("utf-8", "replace")).rstrip("\n") + "\n"
     assert shown.getvalue().decode() == expected
     assert "é<U+202E><U+001B>[31m" in expected
 
