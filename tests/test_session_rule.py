@@ -24,8 +24,9 @@ from airlock.server import Config, build_server
 pytestmark = pytest.mark.anyio
 
 # tools/list with the default policy: 32.4 KB before pydantic's titles left the schemas,
-# 28.2 KB after (with the limits sentence added to run_code).
-TOOLS_LIST_BUDGET = 28_500
+# 28.2 KB after (with the limits sentence added to run_code), 28.5 KB once run_code also
+# said what an editable install and the home do and images joined the untrusted data.
+TOOLS_LIST_BUDGET = 29_000
 
 
 def server(tmp_path: Path, *, http: bool) -> MCPServer:
