@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import mimetypes
-import re
 from urllib.parse import quote
 
 from mcp.types import (
@@ -26,6 +25,7 @@ from mcp.types import (
 )
 
 from airlock.errors import InvalidRequest, NotFound
+from airlock.ids import id_pattern
 from airlock.sandbox import safe_relative_path
 from airlock.store import ArtifactRecord
 
@@ -35,7 +35,7 @@ from .images import Picture, Refusal, examine_image
 from .models import FetchResult
 
 MAX_FETCH_BYTES = 1024 * 1024
-RUN_ID = re.compile(r"run_[a-z2-7]{26}")
+RUN_ID = id_pattern("run_")
 _TEXT_TYPES = ("application/json", "application/xml", "application/javascript", "application/x-sh")
 _SNIFFED_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 # No envelope can wrap an image, so the text next to one says what the envelope would.

@@ -23,7 +23,7 @@ import anyio.to_thread
 from mcp.types import CallToolResult, TextContent
 
 from airlock.errors import InvalidRequest, LimitExceeded, NotFound, StoreError, UnsafePath
-from airlock.ids import new_id
+from airlock.ids import id_pattern, new_id
 from airlock.policies import HatchSettings
 from airlock.sandbox.gitdiff import FORMAT as PATCH_FORMAT
 from airlock.sandbox.gitdiff import FileState, GitPatch, build_patch
@@ -50,8 +50,8 @@ from .models import (
     RefusedFile,
 )
 
-COPY_ID = re.compile(r"cpy_[a-z2-7]{26}")
-PATCH_ID = re.compile(r"pat_[a-z2-7]{26}")
+COPY_ID = id_pattern("cpy_")
+PATCH_ID = id_pattern("pat_")
 MAX_DEST_LENGTH = 128
 MAX_LISTED = 50
 _MIB = 1024 * 1024

@@ -10,12 +10,12 @@ Every name here was chosen by sandboxed code, so listings go out inside the enve
 
 from __future__ import annotations
 
-import re
 from urllib.parse import quote
 
 from mcp.types import CallToolResult, ResourceLink, TextContent
 
 from airlock.errors import InvalidRequest, NotFound
+from airlock.ids import id_pattern
 from airlock.sandbox import safe_relative_path
 from airlock.store import WorkspaceFile, WorkspaceHead
 
@@ -25,7 +25,7 @@ from .envelope import new_nonce, wrap
 from .models import WorkspaceEntryInfo, WorkspaceFileResult, WorkspaceListing
 
 MAX_LIST_ENTRIES = 1000
-SESSION_ID = re.compile(r"ses_[a-z2-7]{26}")
+SESSION_ID = id_pattern("ses_")
 # Enough of a file to tell text from binary the same way on every page.
 _SNIFF_BYTES = 8192
 
