@@ -33,12 +33,12 @@ import hashlib
 import io
 import itertools
 import os
-import unicodedata
 import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import IO, Literal, Protocol
 
+from airlock.characters import has_invisible
 from airlock.policies import canonical_segment
 
 from .linediff import Opcode, budget, diff_lines, grouped
@@ -201,7 +201,7 @@ def unsafe_name(path: str) -> str | None:
     """Why `path` cannot be named in a patch, or None if it can."""
     if not path or path.startswith("/") or path.endswith("/"):
         return "not a relative file path"
-    if any(unicodedata.category(ch)[0] == "C" or ch in "\u2028\u2029" for ch in path):
+    if has_invisible(path):
         return "contains a control or invisible character"
     if "\\" in path:
         return "contains a backslash, which some systems read as a directory separator"

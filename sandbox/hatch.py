@@ -13,12 +13,12 @@ taking from what came in only what the host itself sent.
 from __future__ import annotations
 
 import tarfile
-import unicodedata
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import IO
 
+from airlock.characters import has_invisible
 from airlock.errors import UnsafePath
 from airlock.store import Draft, WorkspaceFile
 
@@ -43,7 +43,7 @@ def safe_relative_path(path: str, *, max_length: int = 255) -> str:
     # Names travel to clients outside the untrusted envelope (as resource links), so
     # nothing invisible or control-like may hide in them: no C0/C1 controls, no
     # format characters (zero-width, bidi, Unicode tags), no line separators.
-    if any(unicodedata.category(ch)[0] == "C" or ch in "\u2028\u2029" for ch in path):
+    if has_invisible(path):
         raise UnsafePath(
             f"path {path!r} contains a control or invisible character; use printable names"
         )

@@ -22,8 +22,9 @@ import shlex
 import shutil
 import sys
 import textwrap
-import unicodedata
 from collections.abc import Sequence
+
+from airlock.characters import is_invisible
 
 
 def registration_hint(argv0: str, serve_args: Sequence[str]) -> str:
@@ -50,10 +51,7 @@ def _executable(argv0: str) -> str:
 
 def _escaped(text: str, keep: str) -> str:
     return "".join(
-        f"<U+{ord(ch):04X}>"
-        if ch not in keep and (unicodedata.category(ch)[0] == "C" or ch in "\u2028\u2029")
-        else ch
-        for ch in text
+        f"<U+{ord(ch):04X}>" if ch not in keep and is_invisible(ch) else ch for ch in text
     )
 
 
