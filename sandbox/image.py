@@ -53,6 +53,7 @@ from airlock.policies import ImageSettings
 from .boot import HOME_TEMPLATE, SANDBOX_HOME, SANDBOX_UID
 from .build_stages import StageTracker, remove_stages
 from .pylock import IMAGE_PYTHON_VERSION, PythonLock, default_lock, fetch_wheels, read_lock
+from .streaming import run_streaming
 
 RUNNER_PATH: Path = Path(__file__).with_name("runner.py")
 BOOT_PATH: Path = Path(__file__).with_name("boot.py")
@@ -475,27 +476,9 @@ def _stream(
     argv: list[str], label: str, progress: Progress, env: dict[str, str] | None = None
 ) -> tuple[int, list[str]]:
     """Run `argv`, reporting each line of its output; its exit status and last lines."""
-    tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
-    with subprocess.Popen(
-        argv,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        errors="replace",
-        env=env,
-    ) as proc:
-        assert proc.stdout is not None
-        try:
-            for raw in proc.stdout:
-                line = raw.rstrip()
-                tail.append(line)
-                progress(f"{label}: {line}")
-        except BaseException:
-            # Let it clean up (debootstrap's exit trap unmounts what it mounted in the tree).
-            proc.terminate()
-            raise
-    return proc.returncode, list(tail)
+    return run_streaming(
+        argv, lambda line: progress(f"{label}: {line}"), env=env, tail_lines=_TAIL_LINES
+    )
 
 
 def _prune(root: Path) -> None:

@@ -13,12 +13,10 @@ an sdist would run its build scripts at image build.
 
 from __future__ import annotations
 
-import collections
 import hashlib
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
@@ -27,6 +25,8 @@ from importlib import resources
 from pathlib import Path
 
 from airlock.errors import ImageUnavailable
+
+from .streaming import run_streaming
 
 Progress = Callable[[str], None]
 
@@ -278,26 +278,16 @@ def resolve_lock(requirements: Path, progress: Progress) -> str:
 
 def _pip(args: list[str], lock: PythonLock | None, progress: Progress) -> None:
     argv = [sys.executable, "-m", "pip", "--disable-pip-version-check", *args]
-    tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
     output: list[str] = []
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    with subprocess.Popen(
-        argv,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        errors="replace",
-        env=env,
-    ) as proc:
-        assert proc.stdout is not None
-        for raw in proc.stdout:
-            line = raw.rstrip()
-            output.append(line)
-            tail.append(line)
-            if line.startswith(("Collecting", "Saved", "File was already", "Downloading")):
-                progress(f"pip: {line.strip()}")
-    if proc.returncode == 0:
+
+    def on_line(line: str) -> None:
+        output.append(line)
+        if line.startswith(("Collecting", "Saved", "File was already", "Downloading")):
+            progress(f"pip: {line.strip()}")
+
+    status, tail = run_streaming(argv, on_line, env=env, tail_lines=_TAIL_LINES)
+    if status == 0:
         return
     text = "\n".join(output)
     last = "\n".join(f"  {line}" for line in tail)
@@ -310,7 +300,7 @@ def _pip(args: list[str], lock: PythonLock | None, progress: Progress) -> None:
             f"Check the entry (regenerate it with `airlock image lock`). pip said:\n{last}"
         )
     raise ImageUnavailable(
-        f"pip {args[0]} failed with exit status {proc.returncode}; check that the package "
+        f"pip {args[0]} failed with exit status {status}; check that the package "
         f"index is reachable and every pin has a wheel for CPython {IMAGE_PYTHON_VERSION} "
         f"on manylinux x86_64. Last output:\n{last}"
     )
