@@ -234,3 +234,36 @@ async def test_the_hosts_git_never_reaches_the_box(
         assert got["files"] == [] and got["refused"] == []
     assert not marker.exists()
     assert host_git(repo, "rev-parse", "HEAD").strip() == host_head
+
+
+CROWD = r"""
+set -e
+cd app
+mkdir pkg
+for i in $(seq 10 24); do echo "changed $i" > "pkg/work$i.txt"; done
+git add -A
+find .git/objects -path '.git/objects/??/*' -type f | wc -l
+"""
+
+
+@pytest.mark.parametrize("sandbox_runtime", [GVISOR, RUNC])
+async def test_gits_objects_never_crowd_the_work_out_of_the_file_cap(
+    make_server: MakeServer, tmp_path: Path
+) -> None:
+    repo = make_repo(tmp_path)
+    policy = {**policy_with(repo), "files": {"max_artifact_files": 20}}
+    async with Client(make_server(policy), mode="auto") as c:
+        copied = await ok(c, "copy_in", {"root": "app", "to": "app"})
+        sid = copied["session_id"]
+        # 15 files of work, 15 objects and an index of git's: 31 files for a cap of 20. The
+        # work is in a directory a walk may reach after .git (gVisor lists names in order).
+        crowded = await run(c, CROWD, sid)
+        assert crowded["status"] == "ok", (crowded["stdout"], crowded["stderr"])
+        assert int(crowded["stdout"]["text"]) >= 10
+        assert {a["path"] for a in crowded["artifacts"]} == {
+            f"app/pkg/work{i}.txt" for i in range(10, 25)
+        }
+        notes = "\n".join(crowded["notes"])
+        assert "over the limit of 20 files" in notes
+        kept = await run(c, "cat app/pkg/work*.txt | wc -l", sid)
+        assert kept["stdout"]["text"].strip() == "15"
