@@ -911,9 +911,10 @@ class HatchSettings(_Section):
     deflated size); a larger one is refused, naming this cap, and nothing is kept."""
 
     include_git_dir_read_only: bool = False
-    """Copy `.git` directories too. They hold history and may hold credentials (remote
-    URLs, hooks), so missing means false: they are skipped. Either way no change under a
-    `.git` directory ever leaves in a patch."""
+    """Copy nested `.git` directories too. They hold history and may hold credentials
+    (remote URLs, hooks), so missing means false: they are skipped. The root's own `.git`
+    is never copied: the copy gets a fresh repository of its own instead. Either way no
+    change under a `.git` directory ever leaves in a patch."""
 
     def protecting_glob(self, path: str) -> str | None:
         """The glob of `protected` that holds the root-relative `path` back, or None."""

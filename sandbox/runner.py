@@ -43,7 +43,9 @@ and "" otherwise), `mode` (`st_mode & 0o7777`), `mtime` (whole seconds) and, for
 files, `changed` (content differs from what came in) and, for directories,
 `contents_listed` (false: unreadable, nothing under it is known); readers ignore keys they do
 not know, so the listing can grow. Content is sent (TAR) for changed files within
-the caps; a file listed without content was refused by a cap (a note says which).
+the caps, files inside `.git` directories last (a repository's objects never crowd the
+work out of the caps); a file listed without content was refused by a cap (a note says
+which).
 
 Only the standard library of the image's Python (3.11) may be used here.
 """
@@ -664,8 +666,10 @@ def _pack_workspace(before: dict[str, str], caps: dict[str, int], out: BinaryIO)
     listing = _Listing(out)
     max_entries = int(caps.get("max_entries", 10_000))
     unlisted = 0
-    sent_files = 0
-    sent_bytes = 0
+    sent = [0, 0]  # files, bytes
+    # A repository's internals (git's objects and index) are sent after everything else,
+    # so its objects never take the caps' room from the work itself.
+    internals: list[tuple[str, os.stat_result, dict[str, Any]]] = []
     writer = _FrameWriter(out, TAR)
     with tarfile.open(fileobj=writer, mode="w|", format=tarfile.PAX_FORMAT) as tar:  # type: ignore[call-overload]
         for rel, st in _entries(listing):
@@ -695,19 +699,12 @@ def _pack_workspace(before: dict[str, str], caps: dict[str, int], out: BinaryIO)
             listing.entry(entry)
             if not entry.get("changed"):
                 continue
-            refusal = _send_refusal(st.st_size, caps, sent_files, sent_bytes)
-            if refusal:
-                listing.note(refusal, f"{rel}: {refusal}")
+            if ".git" in rel.split("/"):
+                internals.append((rel, st, entry))
                 continue
-            info = tarfile.TarInfo(rel)
-            info.size = st.st_size
-            info.mode = entry["mode"] & 0o777
-            info.mtime = entry["mtime"]
-            fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-            with os.fdopen(fd, "rb") as f:
-                tar.addfile(info, f)
-            sent_files += 1
-            sent_bytes += st.st_size
+            _send_file(tar, listing, rel, st, entry, caps, sent)
+        for rel, st, entry in internals:
+            _send_file(tar, listing, rel, st, entry, caps, sent)
     if unlisted:
         listing.complete = False
         listing.summary(
@@ -717,6 +714,33 @@ def _pack_workspace(before: dict[str, str], caps: dict[str, int], out: BinaryIO)
     listing.close()
     out.flush()
     return {"entries": listing.entries, "notes": listing.notes, "complete": listing.complete}
+
+
+def _send_file(
+    tar: Any,
+    listing: _Listing,
+    rel: str,
+    st: os.stat_result,
+    entry: dict[str, Any],
+    caps: dict[str, int],
+    sent: list[int],
+) -> None:
+    """Add a changed file's content to the outgoing tar, or note the cap that refused it."""
+    import tarfile
+
+    refusal = _send_refusal(st.st_size, caps, sent[0], sent[1])
+    if refusal:
+        listing.note(refusal, f"{rel}: {refusal}")
+        return
+    info = tarfile.TarInfo(rel)
+    info.size = st.st_size
+    info.mode = entry["mode"] & 0o777
+    info.mtime = entry["mtime"]
+    fd = os.open(os.path.join(WORKSPACE, rel), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as f:
+        tar.addfile(info, f)
+    sent[0] += 1
+    sent[1] += st.st_size
 
 
 def _send_refusal(size: int, caps: dict[str, int], sent_files: int, sent_bytes: int) -> str | None:

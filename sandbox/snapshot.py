@@ -7,8 +7,9 @@ opened is checked again with fstat against what lstat saw. So no symlink, and no
 swapped for a symlink halfway through, can lead the copy out of the root; a path is
 never checked first and opened later. Symlinks, FIFOs, sockets, devices, files with
 more than one hard link (another name may lie outside the root), other filesystems
-mounted inside the root, `.git` (unless the policy opts in) and what the policy excludes
-(credentials) are skipped and listed.
+mounted inside the root, `.git` (the root's own always: the copy gets a fresh repository;
+nested ones unless the policy opts in) and what the policy excludes (credentials) are
+skipped and listed.
 
 Contents go to the content-addressed blob store through the `store` callback, one file
 at a time; the snapshot itself is the baseline a later patch is computed against.
@@ -133,6 +134,10 @@ def _walk(
             continue
         if safe != path:
             snapshot.note(f"{path!r}: skipped, not a normalized name")
+            continue
+        if entry.casefold() == ".git" and not prefix:
+            # The copy gets a repository of its own there (sandbox/gitbase.py).
+            snapshot.note(f"{path}: skipped, the copy gets a fresh git repository instead")
             continue
         if entry.casefold() == ".git" and not caps.include_git_dir:
             snapshot.note(f"{path}: skipped, .git is not copied (the policy keeps it out)")

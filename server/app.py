@@ -582,8 +582,10 @@ class ApprovalAnswer(BaseModel):
 COPY_IN_DOC = """\
 Copy a repository the operator offers (by root name, never by host path) into a new directory
 of your session's /workspace. The server takes a snapshot on the host: symlinks, special files
-and .git are skipped and listed, nothing is mounted. Run code on the copy with run_code, then
-get_patch(copy_id) returns your changes as a patch for a human to review and apply."""
+and .git are skipped and listed, nothing is mounted. The copy is a fresh git repository whose one
+commit (tag airlock-base) is the snapshot: git status and diff show your changes. Run code on
+the copy with run_code, then get_patch(copy_id) returns your changes as a patch for a human to
+review and apply."""
 
 
 def _roots_offer(policy: Policy) -> str:

@@ -193,7 +193,8 @@ async def test_copy_in_run_tests_get_patch_and_apply_it(
             "print(json.dumps({'x': os.access('app/run_tests.sh', os.X_OK),"
             " 'mtime': int(s.st_mtime), 'empty': os.path.isdir('app/empty-dir'),"
             " 'links': [os.path.lexists('app/' + p) for p in"
-            " ('passwd', 'elsewhere', '.git', '.env')]}))",
+            " ('passwd', 'elsewhere', '.env')],"
+            " 'git': open('app/.git/config').read().count('token@host')}))",
             sid,
             language="python",
         )
@@ -201,7 +202,8 @@ async def test_copy_in_run_tests_get_patch_and_apply_it(
             "x": True,
             "mtime": 1_600_000_000,
             "empty": True,
-            "links": [False, False, False, False],
+            "links": [False, False, False],
+            "git": 0,  # the copy's own repository, not the host's
         }
 
         fixed = await run(c, FIX, sid)
@@ -511,13 +513,16 @@ async def test_ten_thousand_small_files_against_the_caps(
         assert "[hatch] max_bytes" in error_text(capped)
     async with Client(make_server(policy_with(many, max_files=10_010)), mode="auto") as c:
         capped = await call(c, "copy_in", {"root": "app", "to": "many"})
-        assert "10011 files and directories, more than 10000" in error_text(capped)
+        # 10,011 of the root (and `many`), 16 of the copy's own .git
+        assert "10027 files and directories, more than 10000" in error_text(capped)
         assert "[files] max_workspace_entries" in error_text(capped)
     roomy = {**policy_with(many, max_files=10_010), "files": {"max_workspace_entries": 20_000}}
     async with Client(make_server(roomy), mode="auto") as c:
         copied = await ok(c, "copy_in", {"root": "app", "to": "many"})
         assert copied["files"] == 10_000 and copied["dirs"] == 10
-        counted = await run(c, "find many -type f | wc -l", copied["session_id"])
+        counted = await run(
+            c, "find many -path many/.git -prune -o -type f -print | wc -l", copied["session_id"]
+        )
         assert counted["stdout"]["text"].strip() == "10000"
 
 

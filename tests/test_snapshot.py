@@ -69,15 +69,21 @@ def test_symlinks_out_of_the_root_are_skipped_never_followed(tmp_path: Path) -> 
     ]
 
 
-def test_git_is_skipped_unless_the_policy_includes_it(tmp_path: Path) -> None:
+def test_the_roots_git_is_never_copied_and_nested_ones_only_if_the_policy_says(
+    tmp_path: Path,
+) -> None:
     root = _repo(tmp_path)
-    (root / ".git").mkdir()
-    (root / ".git" / "config").write_text('[remote "origin"]\nurl = https://tok@host/x\n')
+    for repo in (root, root / "src"):
+        (repo / ".git").mkdir()
+        (repo / ".git" / "config").write_text(f'[remote "origin"]\nurl = https://{repo.name}\n')
     snap, _ = _snap(root)
-    assert not any(f.path.startswith(".git") for f in snap.files)
-    assert ".git: skipped, .git is not copied (the policy keeps it out)" in snap.skipped
-    with_git, _ = _snap(root, SnapshotCaps(100, 1 << 20, 255, include_git_dir=True))
-    assert ".git/config" in {f.path for f in with_git.files}
+    assert not any(".git" in f.path for f in snap.files)
+    assert ".git: skipped, the copy gets a fresh git repository instead" in snap.skipped
+    assert "src/.git: skipped, .git is not copied (the policy keeps it out)" in snap.skipped
+    with_git, stored = _snap(root, SnapshotCaps(100, 1 << 20, 255, include_git_dir=True))
+    assert {f.path for f in with_git.files if ".git" in f.path} == {"src/.git/config"}
+    assert ".git: skipped, the copy gets a fresh git repository instead" in with_git.skipped
+    assert f"https://{root.name}".encode() not in b"".join(stored.values())
 
 
 def test_fifos_hard_links_and_unsafe_names_are_skipped(tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ from mcp.types import CallToolResult, TextContent
 from airlock.errors import InvalidRequest, LimitExceeded, NotFound, StoreError, UnsafePath
 from airlock.ids import id_pattern, new_id
 from airlock.policies import HatchSettings
+from airlock.sandbox.gitbase import BASE_TAG, BaseRepository, build_base, in_repository
 from airlock.sandbox.gitdiff import FORMAT as PATCH_FORMAT
 from airlock.sandbox.gitdiff import FileState, GitPatch, build_patch
 from airlock.sandbox.snapshot import Snapshot, SnapshotCaps, take_snapshot
@@ -111,9 +112,12 @@ async def copy_in(services: Services, session: Session, *, root: str, to: str) -
         return anyio.from_thread.run(services.blobs.put, data)
 
     snapshot = await anyio.to_thread.run_sync(take_snapshot, host_path, root, caps, store)
+    copy_id = new_id("cpy_")
+    repo = await _base_repository(services, snapshot, root, copy_id, policy.hatch.ignore)
     present = {entry.path for entry in head.files}
     added = sum(1 for parent in ancestors(dest + "/x") if parent not in present)
     entries = len(present) + added + len(snapshot.files) + len(snapshot.dirs)
+    entries += len(repo.files) + len(repo.dirs)
     if entries > policy.files.max_workspace_entries:
         raise LimitExceeded(
             f"the copy would make the workspace {entries} files and directories, more than "
@@ -121,14 +125,14 @@ async def copy_in(services: Services, session: Session, *, root: str, to: str) -
             "operator to raise it or to name a smaller root"
         )
     room = policy.limits.workspace_mb * 1024 * 1024
-    used = sum(entry.size for entry in head.files)
+    used = sum(entry.size for entry in head.files) + repo.total_bytes
     if used + snapshot.total_bytes > room:
         raise LimitExceeded(
-            f"the copy would make the workspace {used + snapshot.total_bytes} bytes, more than "
+            f"the copy would make the workspace {used + snapshot.total_bytes} bytes (its git "
+            f"repository {repo.total_bytes} of them), more than "
             f"its {policy.limits.workspace_mb} MiB ([limits] workspace_mb); free space or ask "
             "the operator for a smaller root"
         )
-    copy_id = new_id("cpy_")
     baseline = json.dumps(
         {f.path: [f.sha256, f.mode] for f in snapshot.files}, sort_keys=True
     ).encode()
@@ -136,7 +140,7 @@ async def copy_in(services: Services, session: Session, *, root: str, to: str) -
         baseline_sha = await services.blobs.put(baseline)
         commit = await services.db.commit_workspace(
             session.id,
-            _delta(head.version, dest, snapshot, int(services.clock())),
+            _delta(head.version, dest, snapshot, repo, int(services.clock())),
             writer=copy_id,
             at=services.clock(),
         )
@@ -173,7 +177,9 @@ async def copy_in(services: Services, session: Session, *, root: str, to: str) -
         f"copied root {root!r} into /workspace/{dest}: {result.files} file(s), {result.dirs} "
         f"director(ies), {result.bytes} bytes (workspace version {result.version}). Run code "
         f"on it with run_code; get_patch(copy_id={copy_id!r}) returns your changes as a patch "
-        "for a human to apply."
+        f"for a human to apply. /workspace/{dest} is a git repository of its own (not the "
+        f"host's) whose one commit, tagged {BASE_TAG}, is the copy: git status and git diff "
+        f"{BASE_TAG} show what get_patch will return."
     )
     blocks = [text]
     if snapshot.skipped or commit.conflicts:
@@ -190,7 +196,32 @@ async def copy_in(services: Services, session: Session, *, root: str, to: str) -
     )
 
 
-def _delta(base_version: int, dest: str, snapshot: Snapshot, now: int) -> WorkspaceDelta:
+async def _base_repository(
+    services: Services, snapshot: Snapshot, root: str, copy_id: str, ignore: tuple[str, ...]
+) -> BaseRepository:
+    """The copy's own `.git` (`sandbox.gitbase`), its files already in the blob store."""
+
+    def content(sha256: str) -> bytes:
+        with services.blobs.open_blob(sha256) as blob:
+            return blob.read()
+
+    repo = await anyio.to_thread.run_sync(
+        lambda: build_base(
+            snapshot.files,
+            content,
+            ignore=ignore,
+            message=f"copy of root {root!r} ({copy_id})",
+            when=int(services.clock()),
+        )
+    )
+    for file in repo.files:
+        await services.blobs.put(file.data)
+    return repo
+
+
+def _delta(
+    base_version: int, dest: str, snapshot: Snapshot, repo: BaseRepository, now: int
+) -> WorkspaceDelta:
     parents = [
         WorkspaceFile(path=p, sha256="", size=0, kind="dir", mode=0o755, mtime=now)
         for p in ancestors(dest + "/x")
@@ -200,6 +231,9 @@ def _delta(base_version: int, dest: str, snapshot: Snapshot, now: int) -> Worksp
             path=f"{dest}/{d.path}", sha256="", size=0, kind="dir", mode=d.mode, mtime=d.mtime
         )
         for d in snapshot.dirs
+    ] + [
+        WorkspaceFile(path=f"{dest}/{d}", sha256="", size=0, kind="dir", mode=0o755, mtime=now)
+        for d in repo.dirs
     ]
     files = [
         WorkspaceFile(
@@ -211,6 +245,17 @@ def _delta(base_version: int, dest: str, snapshot: Snapshot, now: int) -> Worksp
             mtime=f.mtime,
         )
         for f in snapshot.files
+    ] + [
+        WorkspaceFile(
+            path=f"{dest}/{f.path}",
+            sha256=hashlib.sha256(f.data).hexdigest(),
+            size=len(f.data),
+            kind="file",
+            mode=f.mode,
+            # The index newer than the files it lists, so git trusts their stat data.
+            mtime=now,
+        )
+        for f in repo.files
     ]
     return WorkspaceDelta(
         base_version=base_version,
@@ -241,6 +286,8 @@ async def make_patch(services: Services, session: Session, copy: HatchCopyRecord
         for e in head.files
         if e.kind == "file" and e.path.startswith(prefix)
     }
+    # The copy's own repository is the sandbox's: never part of the patch, never read.
+    current = {path: state for path, state in current.items() if not in_repository(path)}
     hatch = services.policy_for(session.tenant).hatch
     source = _source(copy, current, hatch)
     async with _making.setdefault(copy.id, anyio.Lock()):

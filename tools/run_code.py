@@ -38,6 +38,7 @@ from airlock.sandbox import (
     safe_relative_path,
 )
 from airlock.sandbox.environment import sandbox_environment
+from airlock.sandbox.gitbase import is_repository_internal
 from airlock.sandbox.hatch import settle
 from airlock.store import (
     ArtifactRecord,
@@ -359,7 +360,9 @@ async def _keep_workspace(
         )
         records.append(record)
         given = inputs.get(entry.path)
-        if given is None or given.sha256 != entry.sha256:
+        if (given is None or given.sha256 != entry.sha256) and not is_repository_internal(
+            entry.path
+        ):
             produced.append(record)
             if refused is not None:
                 notes.append(f"{entry.path} is not shown as an image: {refused}")
@@ -504,9 +507,12 @@ def entry_info(entry: WorkspaceFile) -> EntryInfo:
 
 
 def _changes(base: Mapping[str, WorkspaceFile], delta: WorkspaceDelta) -> ChangesInfo:
-    added = [entry_info(e) for e in delta.upserts if e.path not in base]
-    modified = [entry_info(e) for e in delta.upserts if e.path in base]
-    deleted = list(delta.deletes)
+    # A repository's internals (an index refreshed, the objects of a commit) are no work
+    # of the run's to list; the workspace keeps them all the same.
+    upserts = [e for e in delta.upserts if not is_repository_internal(e.path)]
+    added = [entry_info(e) for e in upserts if e.path not in base]
+    modified = [entry_info(e) for e in upserts if e.path in base]
+    deleted = [p for p in delta.deletes if not is_repository_internal(p)]
     return ChangesInfo(
         added=added[:MAX_LISTED],
         modified=modified[:MAX_LISTED],
