@@ -1,5 +1,6 @@
 """Shared base of every room: the version, and beside it the base modules (the one error
-hierarchy `errors`, `ids`, `languages`, `spelling`, `validation`, `config_files`).
+hierarchy `errors`, `characters`, `ids`, `languages`, `spelling`, `validation`,
+`config_files`).
 
 The base sits below every room, so every room may import it; no base module imports a
 room, and this file imports nothing of ours (pyproject's `rooms` and `root` import
