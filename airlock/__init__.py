@@ -1,6 +1,10 @@
-"""Shared leaf of every room: the version, the one error hierarchy, name suggestions.
+"""Shared base of every room: the version, and beside it the base modules (the one error
+hierarchy `errors`, `characters`, `ids`, `languages`, `spelling`, `validation`,
+`config_files`).
 
-Nothing here imports any other Airlock package, so every room may import it.
+The base sits below every room, so every room may import it; no base module imports a
+room, and this file imports nothing of ours (pyproject's `rooms` and `root` import
+contracts, checked by `lint-imports`).
 """
 
 from importlib.metadata import PackageNotFoundError, version

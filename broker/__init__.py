@@ -9,9 +9,11 @@ Every secret value travels as a `Secret`, which never shows it.
 Policy decisions (may this capability be granted, with what scope) and the enforcement
 itself (does this request match a grant, inject the header) belong to the callers: the
 broker takes the policy's capability and the scope the caller resolved from it
-(`policies.Scope`). Imports nothing of ours but `airlock.errors`, `airlock.ids` and the
-policy models. All clocks are arguments (`now`); only the vault does file I/O, and it is
-synchronous (call it through `anyio.to_thread`).
+(`policies.Scope`). All clocks are arguments (`now`); only the vault does file I/O, and
+it is synchronous (call it through `anyio.to_thread`).
+
+May import policies, store (the vault's directory is a `store.private_dir`) and the base
+modules, and no room above (pyproject's import contracts, checked by `lint-imports`).
 """
 
 from __future__ import annotations

@@ -5,6 +5,10 @@ listens in a given directory and drives one `Conversation` per connection (the
 sans-IO core: it decides every request with `decision.decide`, guards against SSRF
 with `addresses`, injects secrets only on the way out and scrubs them from answers),
 drawing on the run's `RunLedger` (limits, totals, records).
+
+May import broker, policies, store and the base modules, never sandbox, tools or server,
+and neither docker nor the MCP SDK (pyproject's import contracts, checked by
+`lint-imports`).
 """
 
 from .conversation import Conversation, RunContext

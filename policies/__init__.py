@@ -6,9 +6,10 @@ with it: host canonicalization and matching (`policies.hosts`) and capability
 scopes, path patterns and durations (`policies.capabilities`), the globs of
 paths a hatch patch holds back (`policies.globs`), and what a valid policy opens that
 an operator should see (`policies.review`, for the drill and the exception review).
-It imports nothing
-of Airlock's but the shared `airlock` leaf; the rooms that enforce a policy import it
-from here.
+The rooms that enforce a policy import it from here.
+
+May import only the base modules: no room, not even store (pyproject's `rooms` import
+contract, checked by `lint-imports`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,12 @@
 """Sandboxes: backends that run one job per fresh container, the runner, the hatch, images.
 
-Tools hand a backend a platform-neutral `JobSpec` and get a `JobOutcome`; nothing
-above this room talks to Docker.
+Tools hand a backend a platform-neutral `JobSpec` and get a `JobOutcome`. This is the
+only room that imports docker: the rooms above hold the engine client `connect` returns
+(`docker.EngineClient`) as a handle, pass it back into this room and close it.
+
+May import egress (the names of its socket), broker, policies, store and the base
+modules, never tools or server, and not the MCP SDK (pyproject's import contracts,
+checked by `lint-imports`).
 """
 
 from .backend import Backend, Ready, Sandbox

@@ -29,7 +29,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO, Any, TypeAlias, TypeVar
 
 import anyio
 import anyio.abc
@@ -153,6 +153,24 @@ def connect() -> docker.DockerClient:
         ) from exc.__cause__
     assert client is not None
     return client
+
+
+# The engine client as the rooms above hold it: a handle they get from `connect`, pass back
+# into this room and close. Only this room imports docker (pyproject's import contracts).
+EngineClient: TypeAlias = docker.DockerClient
+
+
+def engine_version(client: EngineClient) -> str:
+    """The engine's version, as `docker version` reports it."""
+    return str(client.version().get("Version", "?"))
+
+
+def session_containers(client: EngineClient, session_id: str) -> list[str]:
+    """The short ids of every container, running or not, labelled with this session."""
+    containers = client.containers.list(
+        all=True, filters={"label": f"{LABEL_SESSION}={session_id}"}, ignore_removed=True
+    )
+    return [c.short_id for c in containers]
 
 
 def registered_runtimes(client: docker.DockerClient) -> frozenset[str]:

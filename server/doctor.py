@@ -16,13 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
-import docker
 
 from airlock.errors import AirlockError
 from airlock.ids import new_id
 from airlock.policies import Policy, load_policy
 from airlock.sandbox import ArtifactCaps, DockerBackend, JobOutcome, JobSpec, connect, limits_of
-from airlock.sandbox.docker import registered_runtimes
+from airlock.sandbox.docker import EngineClient, engine_version, registered_runtimes
 from airlock.sandbox.environment import sandbox_environment
 from airlock.sandbox.image import ImageInputs, base_exists, image_exists, image_inputs, image_tag
 from airlock.sandbox.instance import Instance
@@ -62,7 +61,7 @@ def run_checks(config: Config) -> Iterator[Check]:
     except AirlockError as exc:
         yield _engine_unreachable(exc, os.environ.get("DOCKER_HOST"))
         return
-    yield Check("docker", True, f"engine {client.version().get('Version', '?')} reachable")
+    yield Check("docker", True, f"engine {engine_version(client)} reachable")
     yield _runtime(policy.sandbox.runtime if policy is not None else AUTO, client)
     configured = policy.sandbox.image if policy is not None else None
     try:
@@ -149,7 +148,7 @@ def _secrets(policy: Policy, config: Config) -> Iterator[Check]:
         yield Check("secret", False, str(gap), f"{gap.command}  (value on stdin)")
 
 
-def _runtime(wanted: str, client: docker.DockerClient) -> Check:
+def _runtime(wanted: str, client: EngineClient) -> Check:
     try:
         choice = choose_runtime(wanted, registered_runtimes(client))
     except AirlockError as exc:
@@ -161,7 +160,7 @@ def _runtime(wanted: str, client: docker.DockerClient) -> Check:
     return Check("runtime", True, f'{choice.runtime} (the policy sets runtime = "{wanted}")')
 
 
-def _everyday_commands(client: docker.DockerClient, policy: Policy, image: str) -> Check:
+def _everyday_commands(client: EngineClient, policy: Policy, image: str) -> Check:
     try:
         runtime = choose_runtime(policy.sandbox.runtime, registered_runtimes(client)).runtime
         outcome = anyio.run(_run_everyday, client, policy, image, runtime)
@@ -183,7 +182,7 @@ def _everyday_commands(client: docker.DockerClient, policy: Policy, image: str) 
 
 
 async def _run_everyday(
-    client: docker.DockerClient, policy: Policy, image: str, runtime: str
+    client: EngineClient, policy: Policy, image: str, runtime: str
 ) -> JobOutcome:
     """One run of the everyday-commands probe in a fresh sandbox, removed afterwards."""
     job = JobSpec(

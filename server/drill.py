@@ -34,6 +34,7 @@ from airlock.ids import new_id
 from airlock.policies import Policy, load_policy
 from airlock.policies.review import review
 from airlock.sandbox import connect
+from airlock.sandbox.docker import session_containers
 from airlock.sandbox.environment import sandbox_environment
 from airlock.store import Database, DrillRecord
 from airlock.tools.envelope import sanitize
@@ -336,16 +337,8 @@ async def _leftovers(config: Config, sessions: list[str]) -> DrillRow:
     client = await anyio.to_thread.run_sync(connect)
     try:
         for session in sessions:
-            label = f"airlock.session={session}"
-            containers = await anyio.to_thread.run_sync(
-                partial(
-                    client.containers.list,
-                    all=True,
-                    filters={"label": label},
-                    ignore_removed=True,
-                )
-            )
-            found.extend(f"container {c.short_id}" for c in containers)
+            containers = await anyio.to_thread.run_sync(session_containers, client, session)
+            found.extend(f"container {short_id}" for short_id in containers)
     finally:
         client.close()
     db = await Database.open(config.db_path)

@@ -2,9 +2,12 @@
 workspaces, a content-addressed blob store for their bytes, which server instance owns
 the runs still going, and the one way a directory of the data dir is made (0700).
 
-Imports nothing of ours but `airlock.errors`. Failures of sqlite3 or the filesystem come
-out as `StoreError`; a record that is not there is `None` (or an empty list), never
-`NotFound`: deciding what the caller may see is for the layers above.
+May import only the base modules (`airlock.errors`, `airlock.languages`, ...): no room,
+not even policies (pyproject's `rooms` import contract, checked by `lint-imports`).
+
+Failures of sqlite3 or the filesystem come out as `StoreError`; a record that is not there
+is `None` (or an empty list), never `NotFound`: deciding what the caller may see is for the
+layers above.
 """
 
 from __future__ import annotations

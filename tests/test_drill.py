@@ -22,8 +22,10 @@ import pytest
 from support import AIRLOCK
 from upstream import Upstream
 
+from airlock.ids import new_id
 from airlock.policies import Policy
 from airlock.policies.review import review
+from airlock.sandbox.docker import session_containers
 from airlock.server import Config
 from airlock.server.drill import DRILL_TENANT, policy_review, target_policies
 from airlock.server.drill_probes import (
@@ -102,6 +104,27 @@ def test_drill_holds_against_the_default_policy_and_is_audited(
     runs = airlock("audit", "runs", "--data-dir", str(data_dir))
     assert runs.stdout.count("run_") == 10  # every probe went through run_code
     assert _containers_of_the_drill(docker_client) == []
+
+
+@pytest.mark.docker
+def test_the_leftover_check_lists_exactly_the_containers_of_its_session(
+    docker_client: docker.DockerClient, sandbox_image: str
+) -> None:
+    # The drill's "leaves nothing behind" row asks sandbox for these (only sandbox talks
+    # to Docker); a container left by the session must be named, one of another not.
+    mine, other = new_id("ses_"), new_id("ses_")
+    created = [
+        docker_client.containers.create(
+            sandbox_image, labels={"airlock.session": session}, network_disabled=True
+        )
+        for session in (mine, other)
+    ]
+    try:
+        assert session_containers(docker_client, mine) == [created[0].short_id]
+        assert session_containers(docker_client, new_id("ses_")) == []
+    finally:
+        for container in created:
+            container.remove(force=True)
 
 
 @pytest.mark.docker

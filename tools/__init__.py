@@ -2,6 +2,10 @@
 
 Each takes the `Services` and the caller's resolved `Session`; the server owns
 transports, sessions and registration.
+
+May import sandbox, egress, broker, policies, store and the base modules, never server;
+it builds MCP results (`mcp.types`) but imports neither docker nor an HTTP server
+(pyproject's import contracts, checked by `lint-imports`).
 """
 
 from .artifacts import fetch_artifact, read_artifact_resource
