@@ -165,10 +165,19 @@ DEFAULT_IGNORED: tuple[str, ...] = (
     "**/.pytest_cache/**",
     "**/.mypy_cache/**",
     "**/.ruff_cache/**",
+    "**/.hypothesis/**",
+    "**/.tox/**",
+    "**/.coverage",
+    "**/.coverage.*",
+    "**/htmlcov/**",
+    "**/*.egg-info/**",
+    "**/build/**",
+    "**/dist/**",
     "**/node_modules/**",
 )
-"""New files a patch leaves out when a policy names none: caches and installed packages
-that running a project's tests leaves behind."""
+"""New files a patch leaves out when a policy names none: caches, coverage data, build
+output and installed packages that running a project's tests or an editable install leaves
+behind (files the copy brought in under these names are never ignored)."""
 
 # A Windows 8.3 short name (`GITHUB~1`, `GITLAB~1.YML`): at most 8 characters before the
 # dot, a tilde and digits among them, at most 3 after. It may stand for any long name in

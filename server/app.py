@@ -427,7 +427,7 @@ def build_server(
 
     @mcp.tool(
         title="Copy a repository into the workspace",
-        description=COPY_IN_DOC + _roots_offer(policy),
+        description=COPY_IN_DOC + _roots_offer(policy, per_tenant=bool(tenant_policies)),
         annotations=_hints(read_only=False, destructive=False, idempotent=False),
     )
     async def copy_in(
@@ -588,10 +588,15 @@ the copy with run_code, then get_patch(copy_id) returns your changes as a patch 
 review and apply."""
 
 
-def _roots_offer(policy: Policy) -> str:
+def _roots_offer(policy: Policy, *, per_tenant: bool) -> str:
     names = ", ".join(sorted(policy.hatch.roots))
-    if not names:
+    if not names and per_tenant:
         return "\n\nThis server's policy offers no roots (a tenant's own policy may)."
+    if not names:
+        return (
+            "\n\nThis server's policy offers no roots: copy_in refuses every name until the "
+            "operator adds one under [hatch.roots]."
+        )
     return f"\n\nRoots offered: {names}."
 
 

@@ -266,7 +266,10 @@ def _delta(
 
 async def find_copy(services: Services, session: Session, copy_id: str) -> HatchCopyRecord:
     """The copy of this session, or NotFound with one message for every way of not having it."""
-    missing = NotFound(f"no copy {copy_id[:64]!r} in this session; use copy_id from copy_in")
+    missing = NotFound(
+        f"no copy {copy_id[:64]!r} in this session; use copy_id from copy_in, with the "
+        "session_id that copy_in's result returned"
+    )
     if not COPY_ID.fullmatch(copy_id):
         raise missing
     record = await services.db.get_copy(copy_id)
