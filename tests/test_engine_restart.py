@@ -4,9 +4,9 @@ The shared engine must never be restarted (other tests use it), so these tests s
 engine of their own: a second dockerd with its own data root, exec root, pidfile and
 unix socket under a temporary directory, no bridge, no iptables, gVisor registered in
 its own config file, and the real sandbox image copied in from the shared engine
-(`docker save` streamed into `docker load`: about 35 s for the 1 GB image on two cores,
-once per test session; an image build would take ten minutes). The server reaches it
-through DOCKER_HOST, as an operator's server would.
+(`docker save` streamed into `docker load`: 35 to 50 s for the 1 GB image on a busy
+two-core machine, once per test session; an image build would take ten minutes). The
+server reaches it through DOCKER_HOST, as an operator's server would.
 
 Needs root and `dockerd`; without them the tests skip locally and fail in CI
 (AIRLOCK_REQUIRE_DOCKER=1).
@@ -82,7 +82,7 @@ class PrivateEngine:
                 self.command(), stdin=subprocess.DEVNULL, stdout=log, stderr=log
             )
         deadline = time.monotonic() + ENGINE_START_S
-        while not self._answers():
+        while not self.answers():
             if self.process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"the private dockerd did not start:\n{self.log_tail()}")
             # No event says "the engine answers"; ask again shortly.
@@ -92,7 +92,11 @@ class PrivateEngine:
         """Stop the engine as `systemctl stop docker` does (SIGTERM) and wait for it."""
         if self.process is not None and self.process.poll() is None:
             self.process.terminate()
-            self.process.wait(timeout=ENGINE_START_S)
+            try:
+                self.process.wait(timeout=ENGINE_START_S)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
         self.process = None
 
     def client(self) -> docker.DockerClient:
@@ -101,7 +105,7 @@ class PrivateEngine:
     def log_tail(self) -> str:
         return (self.root / "dockerd.log").read_text(errors="replace")[-3000:]
 
-    def _answers(self) -> bool:
+    def answers(self) -> bool:
         # A bare request: the SDK's client asks for the version as it is made, and leaves
         # its socket open when the engine is not there yet.
         with socket.socket(socket.AF_UNIX) as engine:
@@ -150,15 +154,17 @@ def private_engine(
 
 
 def _clean_up(engine: PrivateEngine) -> None:
-    if engine.process is not None:
-        client = engine.client()
-        try:
-            for container in client.api.containers(all=True):
-                client.api.remove_container(container["Id"], force=True, v=True)
-        finally:
-            client.close()
-    engine.stop()
-    shutil.rmtree(engine.root, ignore_errors=True)
+    try:
+        if engine.process is not None and engine.process.poll() is None and engine.answers():
+            client = engine.client()
+            try:
+                for container in client.api.containers(all=True):
+                    client.api.remove_container(container["Id"], force=True, v=True)
+            finally:
+                client.close()
+    finally:
+        engine.stop()
+        shutil.rmtree(engine.root, ignore_errors=True)
 
 
 @dataclass
