@@ -98,3 +98,42 @@ async def test_pool_starts_missing_containers_in_parallel_and_counts() -> None:
     assert None not in taken | rest
     assert not taken & rest
     assert (pool.hits, pool.misses, pool.started, pool.failures) == (6, 1, 6, 0)
+
+
+@pytest.mark.anyio
+async def test_pool_lost_with_its_engine_hands_out_nothing_until_it_is_back() -> None:
+    release = anyio.Event()
+    started: list[str] = []
+    removed: list[str] = []
+
+    async def start(profile: Profile) -> str:
+        if len(started) >= 2:
+            await release.wait()
+        started.append(f"c{len(started)}")
+        return started[-1]
+
+    async def remove(container_id: str) -> None:
+        removed.append(container_id)
+
+    pool = WarmPool(2, start, remove)
+    profile = Profile(image="img", runtime="runsc", limits=LIMITS)
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(pool.refill_forever)
+            pool.want(profile)
+            await wait_until(lambda: pool.ready_count() == 2, within=5)
+            assert pool.discard("c0") and not pool.discard("c0")
+            # c2 starts to replace c0 and is still starting when the engine goes.
+            await wait_until(lambda: len(started) == 2 and pool._starting[profile] == 1, within=5)
+            assert pool.lose_engine() == ["c1"]
+            assert pool.take(profile) is None and pool.ready_count() == 0
+            release.set()
+            # A start that overlapped the lost engine is removed, not kept.
+            await wait_until(lambda: removed == ["c2"], within=5)
+            assert pool.ready_count() == 0
+            pool.engine_back()
+            await wait_until(lambda: pool.ready_count() == 2, within=5)
+            taken = pool.take(profile)
+            tg.cancel_scope.cancel()
+    assert taken in {"c3", "c4"}
+    assert pool.dropped == 3
