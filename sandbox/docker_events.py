@@ -62,7 +62,18 @@ class EngineWatch:
         async with anyio.create_task_group() as tg:
             self._tasks = tg
             while True:
-                events = await self._subscribe()
+                try:
+                    events = await self._subscribe()
+                except docker.errors.APIError as exc:
+                    # An engine that answers but will not stream events: the pool goes on
+                    # with the check at take alone, rather than stop for good.
+                    log.warning(
+                        "the Docker engine refused its event stream (%s); the warm pool "
+                        "cannot hear of dead containers and checks each as it is taken",
+                        exc.explanation,
+                    )
+                    self._engine_back()
+                    return
                 if events is None:
                     self._engine_lost()
                     await anyio.sleep(RECONNECT_S)
@@ -80,11 +91,16 @@ class EngineWatch:
                 self._engine_lost()
 
     async def _subscribe(self) -> Iterator[Any] | None:
+        """The event stream, or None while the engine cannot be reached."""
         try:
             events: Iterator[Any] = await anyio.to_thread.run_sync(
                 lambda: self._client.api.events(filters=self._filters, decode=True),
                 abandon_on_cancel=True,
             )
+        except docker.errors.APIError as exc:
+            if exc.response is not None:
+                raise
+            return None
         except (docker.errors.DockerException, requests.exceptions.RequestException):
             return None
         return events
