@@ -12,6 +12,10 @@ runner starts the in-container relay to that directory's socket path at once; th
 run's proxy binds its socket there once the container is taken, and the directory
 goes with the container.
 
+A pooled container is handed out only once it is attached and then seen running (see
+`attach_if_running`); `docker_events.py` keeps the pool itself clear of containers that
+died while they waited, and of all of them when the engine restarts.
+
 Blocking Docker SDK calls run in worker threads; the attach stream is read
 asynchronously, from the descriptor `docker_attach.py` takes out of the SDK (the one
 place that touches the SDK's privates).
@@ -51,6 +55,7 @@ from airlock.store import Staging
 
 from .boot import SANDBOX_HOME, SANDBOX_UID
 from .docker_attach import attach
+from .docker_events import EngineWatch
 from .docker_pool import MAX_CONNECTIONS, share_one_pool
 from .environment import CA_BUNDLE, EGRESS_MOUNT, RELAY_PORT, sandbox_environment
 from .exchange import Exchange, RunnerReport
@@ -173,6 +178,31 @@ def session_containers(client: EngineClient, session_id: str) -> list[str]:
     return [c.short_id for c in containers]
 
 
+def attach_if_running(client: docker.DockerClient, container_id: str) -> int | None:
+    """The attach descriptor of a container that is running once attached, or None (and
+    nothing left open) for one that is not, or is gone.
+
+    Attach first, then ask: the engine ends an attach when its container exits, so one
+    seen running after attaching can never leave the exchange waiting; an attach to a
+    container that has already exited stays open, silent, until its next start."""
+    try:
+        fd = attach(client, container_id)
+    except docker.errors.NotFound:
+        return None
+    try:
+        state = client.api.inspect_container(container_id)["State"]
+    except docker.errors.NotFound:
+        os.close(fd)
+        return None
+    except BaseException:
+        os.close(fd)
+        raise
+    if state.get("Running") and not state.get("Paused") and not state.get("Restarting"):
+        return fd
+    os.close(fd)
+    return None
+
+
 def registered_runtimes(client: docker.DockerClient) -> frozenset[str]:
     """The OCI runtimes the engine has registered (`docker info`), by name."""
     with engine_errors("asking the engine for its runtimes"):
@@ -282,6 +312,7 @@ class DockerBackend:
         # used one even while a thread still uses it; stay below that.
         self._engine_calls = anyio.CapacityLimiter(ENGINE_CONCURRENCY)
         self.pool = WarmPool(pool_size, self._start_pooled, self._remove)
+        self._watch = EngineWatch(client, self._mine, self.pool, self._remove_many)
         self._background: anyio.abc.TaskGroup | None = None
         # Containers handed a job, by session: pooled ones carry no session label.
         self._active: dict[str, set[str]] = {}
@@ -295,17 +326,19 @@ class DockerBackend:
         try:
             async with anyio.create_task_group() as tg:
                 self._background = tg
-                refill = anyio.CancelScope()
+                pool_work = anyio.CancelScope()
 
-                async def refill_pool() -> None:
-                    with refill:
-                        await self.pool.refill_forever()
+                async def keep_pool() -> None:
+                    with pool_work:
+                        async with anyio.create_task_group() as pool_tasks:
+                            pool_tasks.start_soon(self._watch.run)
+                            pool_tasks.start_soon(self.pool.refill_forever)
 
-                tg.start_soon(refill_pool)
+                tg.start_soon(keep_pool)
                 try:
                     yield
                 finally:
-                    refill.cancel()
+                    pool_work.cancel()
                     self._background = None
         finally:
             # Only now: an engine call cannot be abandoned, so a refill that was creating
@@ -317,7 +350,7 @@ class DockerBackend:
     async def sandbox(self, job: JobSpec, *, egress: bool) -> AsyncIterator[DockerSandbox]:
         """A never-used container for `job`: a pooled one if ready, else a new one.
         Removed when the block ends (after the reply, when `running()`)."""
-        pooled = self.pool.take(profile_of(job, egress=egress))
+        pooled, attached = await self._take_running(profile_of(job, egress=egress))
         if pooled is None:
             try:
                 container_id = await self._create(job, egress=egress)
@@ -335,18 +368,47 @@ class DockerBackend:
             container_id,
             runtime=job.runtime,
             egress_dir=self._egress_dirs.get(container_id),
-            started=pooled is not None,
+            attached=attached,
         )
         try:
             yield box
         except BaseException:
             with anyio.CancelScope(shield=True):
+                await box.close()
                 await self._retire(job.session_id, container_id)
             raise
+        with anyio.CancelScope(shield=True):
+            await box.close()
         if self._background is not None:
             self._background.start_soon(self._retire, job.session_id, container_id)
         else:
             await self._retire(job.session_id, container_id)
+
+    async def _take_running(
+        self, profile: Profile
+    ) -> tuple[str | None, anyio.abc.SocketStream | None]:
+        """A pooled container of `profile` that is running, attached; (None, None) when the
+        pool has none. Pooled ones found dead are dropped on the way (the code never ran
+        in them), so a call after an engine restart gets a new container, not a dead one."""
+        while (container_id := self.pool.take(profile)) is not None:
+            try:
+                fd = await self._call(
+                    "attaching to a pooled container",
+                    lambda: attach_if_running(self.client, container_id),
+                )
+                stream = None if fd is None else await _stream_of(fd)
+            except BaseException:
+                with anyio.CancelScope(shield=True):
+                    await self._remove(container_id)
+                raise
+            if stream is not None:
+                return container_id, stream
+            log.info("warm pool: pooled container %s is not running; skipped", container_id[:12])
+            if self._background is not None:
+                self._background.start_soon(self._remove, container_id)
+            else:
+                await self._remove(container_id)
+        return None, None
 
     async def _create(self, job: JobSpec, *, egress: bool) -> str:
         labels = {
@@ -407,12 +469,22 @@ class DockerBackend:
                     del self._active[session_id]
 
     async def _exchange(
-        self, container_id: str, job: JobSpec, staging: Staging, *, start: bool
+        self,
+        container_id: str,
+        job: JobSpec,
+        staging: Staging,
+        *,
+        attached: anyio.abc.SocketStream | None,
     ) -> JobOutcome:
+        """Run `job` in the container: one already attached and running (pooled), or, with
+        `attached` None, one created for it, attached and started here. Owns `attached`."""
         started = time.monotonic()
-        inputs = staging.temporary_file(INPUT_TAR_IN_MEMORY)
-        intake = Intake(staging, job.artifact_caps)
+        stream = attached
+        inputs: IO[bytes] | None = None
+        intake: Intake | None = None
         try:
+            inputs = staging.temporary_file(INPUT_TAR_IN_MEMORY)
+            intake = Intake(staging, job.artifact_caps)
             # The workspace goes in as a tar built from its blobs chunk by chunk, kept
             # in memory only while small.
             with _disk_errors("packing the workspace to send in"):
@@ -420,33 +492,21 @@ class DockerBackend:
                     pack_inputs, inputs, job.files, job.dirs, staging.store.open_blob
                 )
                 await anyio.to_thread.run_sync(inputs.seek, 0)
-            fd = await self._call(
-                "attaching to the container", lambda: attach(self.client, container_id)
-            )
-            try:
-                if start:
-                    await self._call(
-                        "starting the container", lambda: self.client.api.start(container_id)
-                    )
-            except BaseException:
-                os.close(fd)
-                raise
+            if stream is None:
+                stream = await self._attach_and_start(container_id)
             exchange = Exchange(job)
-            stream = await anyio.abc.SocketStream.from_socket(fd)
-            async with stream:
-                await stream.send(encode_job(_job_payload(job), input_bytes))
-                while chunk := await _read_chunk(inputs):
-                    await stream.send(chunk)
-                watch = UsageWatch(container_id)
-                with anyio.move_on_after(job.timeout_s + EXCHANGE_GRACE_S) as scope:
-                    try:
-                        await self._receive(stream, exchange, intake, job.run_id, watch)
-                    finally:
-                        self._received.pop(job.run_id, None)
-                # Read while the container still exists: the runner waits for us to hang up.
-                usage, oom_killed = await self._final_state(
-                    watch, died=exchange.report is None, memory_mb=job.limits.memory_mb
-                )
+            await self._send_job(stream, job, input_bytes, inputs)
+            watch = UsageWatch(container_id)
+            with anyio.move_on_after(job.timeout_s + EXCHANGE_GRACE_S) as scope:
+                try:
+                    await self._receive(stream, exchange, intake, job.run_id, watch)
+                finally:
+                    self._received.pop(job.run_id, None)
+            # Read while the container still exists: the runner waits for us to hang up.
+            usage, oom_killed = await self._final_state(
+                watch, died=exchange.report is None, memory_mb=job.limits.memory_mb
+            )
+            await stream.aclose()
             elapsed_ms = int((time.monotonic() - started) * 1000)
             if exchange.report is None and exchange.runner_log:
                 # The runner's own stderr is for the operator; it never reaches the agent.
@@ -478,9 +538,39 @@ class DockerBackend:
                 )
         finally:
             with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(inputs.close)
+                if stream is not None:
+                    await stream.aclose()
+                if inputs is not None:
+                    await anyio.to_thread.run_sync(inputs.close)
                 # A draft cut short by a failure; the staging area removes the rest.
-                await anyio.to_thread.run_sync(intake.close)
+                if intake is not None:
+                    await anyio.to_thread.run_sync(intake.close)
+
+    async def _attach_and_start(self, container_id: str) -> anyio.abc.SocketStream:
+        fd = await self._call(
+            "attaching to the container", lambda: attach(self.client, container_id)
+        )
+        try:
+            await self._call("starting the container", lambda: self.client.api.start(container_id))
+        except BaseException:
+            os.close(fd)
+            raise
+        return await _stream_of(fd)
+
+    async def _send_job(
+        self, stream: anyio.abc.SocketStream, job: JobSpec, input_bytes: int, inputs: IO[bytes]
+    ) -> None:
+        try:
+            await stream.send(encode_job(_job_payload(job), input_bytes))
+            while chunk := await _read_chunk(inputs):
+                await stream.send(chunk)
+        except (anyio.BrokenResourceError, anyio.EndOfStream) as exc:
+            # The container went between being seen running and taking the job: its
+            # attach ended, so the runner never had the whole job and nothing ran.
+            raise SandboxError(
+                "the sandbox stopped before it took the job (killed, or the Docker engine "
+                "stopped or restarted); nothing ran. Retry the call"
+            ) from exc
 
     async def _receive(
         self,
@@ -619,13 +709,14 @@ class DockerSandbox:
         *,
         runtime: str,
         egress_dir: Path | None,
-        started: bool,
+        attached: anyio.abc.SocketStream | None,
     ) -> None:
         self._backend = backend
         self.container_id = container_id
         self._runtime = runtime
         self._egress_dir = egress_dir
-        self._started = started
+        # A pooled container comes attached (that is how it was seen running), a new one not.
+        self._attached = attached
         self._used = False
 
     @property
@@ -642,9 +733,23 @@ class DockerSandbox:
         if job.egress is not None and self._egress_dir is None:
             raise SandboxError("this job has egress but its sandbox was taken without it")
         self._used = True
-        return await self._backend._exchange(
-            self.container_id, job, staging, start=not self._started
-        )
+        attached, self._attached = self._attached, None
+        return await self._backend._exchange(self.container_id, job, staging, attached=attached)
+
+    async def close(self) -> None:
+        """Let go of an attach `run` never took over."""
+        attached, self._attached = self._attached, None
+        if attached is not None:
+            await attached.aclose()
+
+
+async def _stream_of(fd: int) -> anyio.abc.SocketStream:
+    """The attach descriptor as a stream, which then owns it."""
+    try:
+        return await anyio.abc.SocketStream.from_socket(fd)
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 @contextmanager

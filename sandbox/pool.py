@@ -8,7 +8,14 @@ instance labels, so a crashed server's pool is reaped like the rest.
 Each taken container is replaced at once, and the missing ones of a profile are
 started concurrently, so calls arriving faster than one container start find the
 pool refilling in parallel rather than one at a time. The counters (`hits`,
-`misses`, `started`, `failures`, `ready_count`) are for metrics.
+`misses`, `started`, `failures`, `dropped`, `ready_count`) are for metrics.
+
+A pooled container can die while it waits (killed, or stopped with the engine). The
+backend tells the pool: `discard` drops one that died, `lose_engine` drops them all
+when the engine's connection breaks and hands out nothing until `engine_back`. A
+container whose start overlapped a lost engine is not kept either. The backend still
+checks the one it takes (see `DockerBackend.sandbox`): the pool only hears of a death
+after the fact.
 """
 
 from __future__ import annotations
@@ -56,6 +63,11 @@ class WarmPool:
         self._ready: dict[Profile, deque[tuple[str, float]]] = {}
         self._starting: dict[Profile, int] = {}
         self._wake = anyio.Event()
+        # Set (and replaced) when the engine is back, ending the wait after a failed start.
+        self._back = anyio.Event()
+        self._engine_lost = False
+        # Counts lost engines: a start that began before the last one is not trusted.
+        self._generation = 0
         self.hits = 0
         """Calls that got a ready container."""
         self.misses = 0
@@ -64,6 +76,8 @@ class WarmPool:
         """Containers started for the pool."""
         self.failures = 0
         """Pool starts the engine refused."""
+        self.dropped = 0
+        """Ready containers dropped unused: they died, or were lost with the engine."""
 
     def ready_count(self) -> int:
         """Ready containers across all profiles."""
@@ -80,7 +94,7 @@ class WarmPool:
         self.want(profile)
         ready = self._ready.get(profile)
         now = time.monotonic()
-        while ready:
+        while ready and not self._engine_lost:
             container_id, born = ready.popleft()
             self._wake.set()
             if now - born < MAX_AGE_S:
@@ -92,6 +106,33 @@ class WarmPool:
         if self.size > 0:
             self.misses += 1
         return None
+
+    def discard(self, container_id: str) -> bool:
+        """Drop a ready container that died; whether it was one of them."""
+        for ready in self._ready.values():
+            for entry in ready:
+                if entry[0] == container_id:
+                    ready.remove(entry)
+                    self.dropped += 1
+                    self._wake.set()
+                    return True
+        return False
+
+    def lose_engine(self) -> list[str]:
+        """The engine's connection broke (it stopped or restarted): drop every ready
+        container, return their ids for removal, and hand out none until `engine_back`."""
+        self._engine_lost = True
+        self._generation += 1
+        ids = self.drain()
+        self.dropped += len(ids)
+        return ids
+
+    def engine_back(self) -> None:
+        """The engine answers again: refill now."""
+        self._engine_lost = False
+        self._back.set()
+        self._back = anyio.Event()
+        self._wake.set()
 
     def drain(self) -> list[str]:
         """Forget every ready container and return their ids, for removal."""
@@ -107,7 +148,9 @@ class WarmPool:
         async with anyio.create_task_group() as tg:
             while True:
                 self._wake = anyio.Event()
-                for profile, ready in list(self._ready.items()):
+                # Nothing starts while the engine is away; `engine_back` wakes this loop.
+                wanted = [] if self._engine_lost else list(self._ready.items())
+                for profile, ready in wanted:
                     await self._retire_old(ready)
                     starting = self._starting.get(profile, 0)
                     for _ in range(self.size - len(ready) - starting):
@@ -117,15 +160,23 @@ class WarmPool:
                     await self._wake.wait()
 
     async def _start_one(self, profile: Profile) -> None:
+        generation = self._generation
         try:
             container_id = await self._start(profile)
         except SandboxError as exc:
             self.failures += 1
             log.warning("warm pool: cannot start a container: %s", exc)
-            await anyio.sleep(RETRY_AFTER_FAILURE_S)
+            with anyio.move_on_after(RETRY_AFTER_FAILURE_S):
+                await self._back.wait()
         else:
             self.started += 1
-            self._ready[profile].append((container_id, time.monotonic()))
+            if generation == self._generation:
+                self._ready[profile].append((container_id, time.monotonic()))
+            else:
+                # Started around an engine restart: it may have died with the old engine.
+                self.dropped += 1
+                with anyio.CancelScope(shield=True):
+                    await self._remove(container_id)
         finally:
             self._starting[profile] -= 1
             self._wake.set()

@@ -84,6 +84,17 @@ class Harness:
         """How many sandboxes have a job right now."""
         return sum(map(len, backend._active.values()))
 
+    @staticmethod
+    def pooled(backend: DockerBackend) -> list[str]:
+        """The names of the sandboxes waiting in the pool right now."""
+        return [name for ready in backend.pool._ready.values() for name, _ in ready]
+
+    def kill(self, name: str) -> None:
+        """Kill sandbox `name` from outside (an operator, the OOM killer) and return once
+        the platform has it stopped."""
+        self.engine.api.kill(name)
+        self.engine.api.wait(name, timeout=30)
+
     def job(self, code: str, **fields: Any) -> JobSpec:
         return JobSpec(
             **{
@@ -528,6 +539,39 @@ async def test_a_job_whose_waiting_process_died_runs_once_in_a_new_one(
             outcome = await box.run(job, harness.staging)
     assert outcome.status == "ok", outcome
     assert outcome.stdout.data == f"1 {SANDBOX_UID}\n".encode(), outcome
+
+
+async def test_a_pooled_sandbox_that_died_is_never_handed_out_even_before_the_pool_hears(
+    harness: Harness,
+) -> None:
+    async with harness.backend(2) as backend:
+        dead = harness.pooled(backend)
+        # Killed and seen stopped with the event loop blocked: the pool cannot have heard
+        # of it (the engine's events wait for the loop), so only the check at take stands
+        # between the job and a dead sandbox, whose attach would never end.
+        for name in dead:
+            harness.kill(name)
+        job = harness.job("print('ran')")
+        with anyio.fail_after(20):
+            async with backend.sandbox(job, egress=False) as box:
+                assert box.container_id not in dead
+                outcome = await box.run(job, harness.staging)
+    assert outcome.status == "ok", outcome
+    assert outcome.stdout.data == b"ran\n"
+
+
+async def test_a_pooled_sandbox_killed_while_it_waits_is_removed_and_replaced_at_once(
+    harness: Harness,
+) -> None:
+    async with harness.backend(2) as backend:
+        dead = harness.pooled(backend)[0]
+        await anyio.to_thread.run_sync(harness.kill, dead)
+        await wait_until(lambda: dead not in harness.pooled(backend), within=10)
+        await wait_until(lambda: not harness.exists(dead), within=10)
+        await wait_until(lambda: backend.pool.ready_count() == 2, within=30)
+        assert backend.pool.dropped == 1
+        outcome = await run_one(harness, backend, harness.job("print('ran')"))
+    assert outcome.status == "ok", outcome
 
 
 async def test_pooled_sandboxes_never_taken_leave_nothing_behind_when_the_backend_stops(

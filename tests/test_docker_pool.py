@@ -8,13 +8,17 @@ calls). If a docker SDK upgrade moves what the adapter replaces, this fails nami
 
 from __future__ import annotations
 
+import gc
+import warnings
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import docker.errors
 import pytest
+import requests
 
 from airlock.sandbox.docker import connect
-from airlock.sandbox.docker_pool import MAX_CONNECTIONS
+from airlock.sandbox.docker_pool import MAX_CONNECTIONS, share_one_pool
 
 pytestmark = pytest.mark.docker
 
@@ -42,3 +46,20 @@ def test_requests_about_many_containers_at_once_share_one_pool() -> None:
         assert len(adapter.pools) == pools
     finally:
         client.close()
+
+
+def test_a_request_to_an_engine_that_is_down_leaves_no_socket_open(tmp_path: Path) -> None:
+    # What every call makes while the engine is stopped: the SDK's own connection left
+    # its socket open (a ResourceWarning each time, an error under this suite's -W error).
+    client = docker.DockerClient(base_url=f"unix://{tmp_path / 'docker.sock'}", version="1.41")
+    share_one_pool(client)
+    try:
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always", ResourceWarning)
+            for _ in range(3):
+                with pytest.raises(requests.exceptions.ConnectionError):
+                    client.api.ping()
+            gc.collect()
+    finally:
+        client.close()
+    assert [str(w.message) for w in seen if w.category is ResourceWarning] == []

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
+from typing import Any
 
 import anyio
+import docker.errors
 import pytest
+import requests
 from support import wait_until
 
 from airlock.errors import SandboxError
 from airlock.sandbox import ContainerLimits
+from airlock.sandbox.docker_events import EngineWatch
 from airlock.sandbox.pool import Profile, WarmPool
 from airlock.sandbox.runtime import REGISTER_GVISOR, choose_runtime
 from airlock.sandbox.seccomp import gvisor_profile, gvisor_security_opt
@@ -98,3 +103,67 @@ async def test_pool_starts_missing_containers_in_parallel_and_counts() -> None:
     assert None not in taken | rest
     assert not taken & rest
     assert (pool.hits, pool.misses, pool.started, pool.failures) == (6, 1, 6, 0)
+
+
+@pytest.mark.anyio
+async def test_pool_lost_with_its_engine_hands_out_nothing_until_it_is_back() -> None:
+    release = anyio.Event()
+    started: list[str] = []
+    removed: list[str] = []
+
+    async def start(profile: Profile) -> str:
+        if len(started) >= 2:
+            await release.wait()
+        started.append(f"c{len(started)}")
+        return started[-1]
+
+    async def remove(container_id: str) -> None:
+        removed.append(container_id)
+
+    pool = WarmPool(2, start, remove)
+    profile = Profile(image="img", runtime="runsc", limits=LIMITS)
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(pool.refill_forever)
+            pool.want(profile)
+            await wait_until(lambda: pool.ready_count() == 2, within=5)
+            assert pool.discard("c0") and not pool.discard("c0")
+            # c2 starts to replace c0 and is still starting when the engine goes.
+            await wait_until(lambda: len(started) == 2 and pool._starting[profile] == 1, within=5)
+            assert pool.lose_engine() == ["c1"]
+            assert pool.take(profile) is None and pool.ready_count() == 0
+            release.set()
+            # A start that overlapped the lost engine is removed, not kept.
+            await wait_until(lambda: removed == ["c2"], within=5)
+            assert pool.ready_count() == 0
+            pool.engine_back()
+            await wait_until(lambda: pool.ready_count() == 2, within=5)
+            taken = pool.take(profile)
+            tg.cancel_scope.cancel()
+    assert taken in {"c3", "c4"}
+    assert pool.dropped == 3
+
+
+@pytest.mark.anyio
+async def test_an_engine_refusing_its_event_stream_leaves_the_pool_serving() -> None:
+    class Api:
+        def events(self, **_: Any) -> None:
+            raise docker.errors.APIError("page not found", response=requests.Response())
+
+    async def start(profile: Profile) -> str:
+        return "c"
+
+    async def remove_many(container_ids: list[str]) -> None:
+        raise AssertionError("nothing was lost")
+
+    pool = WarmPool(1, start, lambda container_id: remove_many([container_id]))
+    profile = Profile(image="img", runtime="runsc", limits=LIMITS)
+    watch = EngineWatch(SimpleNamespace(api=Api()), "label", pool, remove_many)  # type: ignore[arg-type]
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(pool.refill_forever)
+            pool.want(profile)
+            await watch.run()
+            await wait_until(lambda: pool.ready_count() == 1, within=5)
+            assert pool.take(profile) == "c"
+            tg.cancel_scope.cancel()
