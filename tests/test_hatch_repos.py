@@ -594,6 +594,8 @@ def shell(line: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 def readme_hatch_blocks() -> dict[str, str]:
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
     section = readme.split("\n## A first real task", 1)[1].split("\n## ", 1)[0]
+    # The last block of each language wins: the section's last sh block is the review and
+    # apply, run below (its first, the setup, registers the server with a client).
     return dict(re.findall(r"```(toml|python|sh)\n(.+?)\n```", section, flags=re.DOTALL))
 
 
