@@ -30,16 +30,22 @@ def _duration(run: RunRecord) -> str:
     return f"{run.duration_ms}ms" if run.duration_ms is not None else "-"
 
 
-async def runs_table(db: Database, *, session_id: str | None, limit: int) -> str:
-    runs = await db.list_runs(session_id=session_id, limit=limit)
+async def runs_table(
+    db: Database, *, session_id: str | None, limit: int, tenant: str | None = None
+) -> str:
+    runs = await db.list_runs(session_id=session_id, tenant=tenant, limit=limit)
     if not runs:
-        return "no runs recorded"
-    header = ("RUN", "SESSION", "STARTED", "LANG", "STATUS", "EXIT", "DURATION", "CPU", "PEAK MEM")
+        return "no runs recorded" + (f" for tenant {tenant!r}" if tenant is not None else "")
+    header = (
+        "RUN", "TENANT", "SESSION", "STARTED", "LANG", "STATUS", "EXIT", "DURATION", "CPU",
+        "PEAK MEM",
+    )  # fmt: skip
     return table(
         header,
         [
             (
                 run.id,
+                run.tenant,
                 run.session_id,
                 iso_time(run.created_at),
                 run.language,
