@@ -238,6 +238,8 @@ def test_a_patch_touching_each_protected_entry_is_held_back(
         "GITLAB~1.YML",
         ".github/workflows/ci.yml::$DATA",
         ".gitlab-ci.yml:x",
+        # Dotless i: NTFS's and exFAT's upcase tables make it I, so this is .github there.
+        ".g\u0131thub/workflows/ci.yml",
     ],
 )
 def test_the_ci_and_auto_run_files_the_review_found_are_held_back(path: str) -> None:
