@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from mcp.client import Client
 from mcp.server.mcpserver import MCPServer
-from mcp.types import EmbeddedResource, ImageContent, TextContent
+from mcp.types import BlobResourceContents, EmbeddedResource, ImageContent, TextContent
 
 from airlock.tools.artifacts import guess_mime_type
 from airlock.tools.images import (
@@ -387,6 +387,22 @@ async def test_a_run_s_huge_png_and_14_byte_gif_come_back_as_bytes_and_its_image
         gif_fetch = await client.call_tool("fetch_artifact", {"run_id": run_id, "path": "tiny.gif"})
         assert not blocks(gif_fetch, ImageContent)
         assert "GIF holds no image" in blocks(gif_fetch, TextContent)[0].text
+
+        # resources/read of the same files: bytes labelled by what they are (never the
+        # template's text/plain) and marked untrusted, as in a tool result.
+        session_id = data["session_id"]
+        for path, mime_type in (
+            ("huge.png", "application/octet-stream"),
+            ("small.png", "image/png"),
+        ):
+            for uri in (
+                f"airlock://runs/{run_id}/artifacts/{path}",
+                f"airlock://sessions/{session_id}/workspace/{path}",
+            ):
+                (contents,) = (await client.read_resource(uri)).contents
+                assert isinstance(contents, BlobResourceContents), uri
+                assert contents.mime_type == mime_type, uri
+                assert contents.meta is not None and contents.meta["airlock/trust"] == "untrusted"
 
 
 def _apng(width: int, height: int, *, claimed: int, frames: int) -> bytes:

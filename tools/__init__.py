@@ -4,7 +4,7 @@ Each takes the `Services` and the caller's resolved `Session`; the server owns
 transports, sessions and registration.
 """
 
-from .artifacts import fetch_artifact, read_artifact_resource
+from .artifacts import fetch_artifact, read_artifact_resource, resource_label
 from .capabilities import Approval, request_capability, revoke_capability
 from .context import Services, Session, iso_time
 from .end_session import teardown_session
@@ -49,6 +49,7 @@ __all__ = [
     "read_workspace_file",
     "read_workspace_resource",
     "request_capability",
+    "resource_label",
     "revoke_capability",
     "run_code",
     "teardown_session",
