@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 from collections.abc import Iterable
 
 DEFAULT_PROTECTED: tuple[str, ...] = (
@@ -243,8 +244,15 @@ def canonical_segment(segment: str) -> str:
     """One path segment as a case-insensitive Windows or macOS filesystem reads it: case
     folded, an NTFS alternate data stream dropped (`ci.yml::$DATA` and `ci.yml:x` are
     `ci.yml`), then trailing dots and spaces dropped (`.github.` and `.github ` are
-    `.github`). The one place these spellings are undone, for globs and for `.git`."""
-    return segment.casefold().split(":", 1)[0].rstrip(". ")
+    `.github`). The one place these spellings are undone, for globs and for `.git`.
+    Upper-cased before folding: NTFS and exFAT compare by upcase tables, which make the
+    dotless i (U+0131) an `I` (so `.g\u0131t` is `.git` there); `casefold` alone keeps
+    it apart. In NFC, since macOS reads a name in either normal form as the same name."""
+    return _folded(segment).split(":", 1)[0].rstrip(". ")
+
+
+def _folded(text: str) -> str:
+    return unicodedata.normalize("NFC", text.upper().casefold())
 
 
 def glob_matches(glob: str, path: str, *, short_names: bool = False) -> bool:
@@ -253,7 +261,7 @@ def glob_matches(glob: str, path: str, *, short_names: bool = False) -> bool:
     a Windows short name matches any one segment of the glob, since it may stand for it."""
     segments = [canonical_segment(segment) for segment in path.split("/")]
     reachable = {0}
-    for wanted in glob.casefold().split("/"):
+    for wanted in _folded(glob).split("/"):
         if wanted == "**":
             reachable = set(range(min(reachable), len(segments) + 1))
             continue

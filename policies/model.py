@@ -832,6 +832,10 @@ class BrokerSettings(_Section):
     one more is refused until the operator decides one or one expires, so no agent can
     bury the operator's queue. Missing: 5."""
 
+    max_pending_approvals_per_tenant: int = Field(default=20, gt=0, le=10_000)
+    """Most capability requests all sessions of one tenant may have waiting at once (a new
+    session has a cap of its own, so this is what bounds the operator's queue). Missing: 20."""
+
 
 class TenantLimits(_Section):
     """Caps per tenant (over HTTP each API key or JWT names one; over stdio there is one)."""

@@ -10,7 +10,7 @@ The one private corner of the SDK Airlock uses is behind `sdk_connection.py`.
 # registration, and `Resolve(ask_user)` names a function local to `build_server`.
 
 import time
-from collections.abc import AsyncIterator, Callable, Hashable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Hashable, Iterable, Iterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -18,12 +18,13 @@ from typing import Annotated, Any
 from mcp.server.auth.provider import TokenVerifier
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.elicitation import AcceptedElicitation, CancelledElicitation, ElicitationResult
+from mcp.server.lowlevel.helper_types import ReadResourceContents
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
 from mcp.server.mcpserver.resolve import Elicit, Resolve
-from mcp.types import CallToolResult, ToolAnnotations
+from mcp.types import CallToolResult, InputRequiredResult, ToolAnnotations
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import BaseModel, Field
+from pydantic import AnyUrl, BaseModel, Field
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -95,6 +96,22 @@ class _ForRoutes:
     running: Running | None = None
 
 
+class _AirlockServer(StrictToolServer):
+    """Airlock's resources/read answers labelled by their content (`tools.resource_label`)."""
+
+    async def read_resource(
+        self, uri: AnyUrl | str, context: Context[Any, Any] | None = None
+    ) -> Iterable[ReadResourceContents] | InputRequiredResult:
+        read = await super().read_resource(uri, context)
+        if isinstance(read, InputRequiredResult):
+            return read
+        labelled = []
+        for item in read:
+            mime_type, meta = tools.resource_label(item.content)
+            labelled.append(ReadResourceContents(item.content, mime_type=mime_type, meta=meta))
+        return labelled
+
+
 def build_server(
     config: Config,
     policy: Policy,
@@ -151,7 +168,7 @@ def build_server(
             if on_stopped is not None:
                 on_stopped()
 
-    mcp = StrictToolServer(
+    mcp = _AirlockServer(
         "airlock",
         version=__version__,
         instructions=INSTRUCTIONS,

@@ -15,6 +15,7 @@ import logging
 import os
 import stat
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -425,10 +426,41 @@ def _create_key(args: argparse.Namespace) -> int:
 
 def _private_stdout() -> None:
     """`airlock keys create acme > acme.key`: the shell made the file with its umask (0644
-    under 022); a key file must be the owner's alone before the key is in it."""
+    under 022) before airlock started, so another user may already hold it open, and a
+    chmod leaves their descriptor readable. An empty file others could read is therefore
+    replaced by a new 0600 file at the same path, which stdout then writes (what they
+    opened stays empty); any other regular file is made 0600 before the key is in it."""
+    fd = sys.stdout.fileno()
     with contextlib.suppress(OSError):
-        if stat.S_ISREG(os.fstat(sys.stdout.fileno()).st_mode):
-            os.fchmod(sys.stdout.fileno(), 0o600)
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return
+        if info.st_mode & 0o077 and info.st_size == 0:
+            # Without /proc (macOS) or a writable directory, chmod is all there is.
+            with contextlib.suppress(OSError):
+                fresh = _fresh_file_in_place_of(info, os.readlink(f"/proc/self/fd/{fd}"))
+                if fresh is not None:
+                    sys.stdout.flush()
+                    os.dup2(fresh, fd)
+                    os.close(fresh)
+                    return
+        os.fchmod(fd, 0o600)
+
+
+def _fresh_file_in_place_of(info: os.stat_result, path: str) -> int | None:
+    """A new 0600 file renamed over `path`, opened for writing, if `path` still names the
+    file `info` describes; None otherwise (stdout is then only made 0600)."""
+    now = os.stat(path, follow_symlinks=False)
+    if (now.st_dev, now.st_ino) != (info.st_dev, info.st_ino):
+        return None
+    fresh, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".airlock-key-")
+    try:
+        os.rename(tmp, path)
+    except OSError:
+        os.close(fresh)
+        os.unlink(tmp)
+        raise
+    return fresh
 
 
 def _doctor(config: Config) -> int:

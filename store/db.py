@@ -790,23 +790,36 @@ class Database:
 
     # Approvals
 
-    async def create_approval(self, rec: ApprovalRecord, *, max_pending: int | None = None) -> bool:
-        """Insert `rec`; with `max_pending`, only while its session has fewer approvals
-        still pending (unexpired at `rec.created_at`), counted and inserted in one
-        transaction so concurrent requests cannot overshoot. False when refused."""
+    async def create_approval(
+        self,
+        rec: ApprovalRecord,
+        *,
+        max_pending: int | None = None,
+        max_pending_tenant: int | None = None,
+    ) -> str | None:
+        """Insert `rec`, unless its session already has `max_pending` approvals still
+        pending (unexpired at `rec.created_at`) or its tenant `max_pending_tenant`: counted
+        and inserted in one transaction so concurrent requests cannot overshoot. The cap
+        that refused it ("session" or "tenant"), or None when inserted."""
         params = _json_fields(rec.model_dump(), "params")
+        pending = (
+            "SELECT COUNT(*) FROM approvals WHERE tenant = ? AND status = 'pending'"
+            " AND expires_at > ?"
+        )
 
-        def insert(conn: sqlite3.Connection) -> bool:
+        def insert(conn: sqlite3.Connection) -> str | None:
             if max_pending is not None:
-                (pending,) = conn.execute(
-                    "SELECT COUNT(*) FROM approvals WHERE session_id = ? AND tenant = ?"
-                    " AND status = 'pending' AND expires_at > ?",
-                    (rec.session_id, rec.tenant, rec.created_at),
+                (mine,) = conn.execute(
+                    pending + " AND session_id = ?", (rec.tenant, rec.created_at, rec.session_id)
                 ).fetchone()
-                if pending >= max_pending:
-                    return False
+                if mine >= max_pending:
+                    return "session"
+            if max_pending_tenant is not None:
+                (all_sessions,) = conn.execute(pending, (rec.tenant, rec.created_at)).fetchone()
+                if all_sessions >= max_pending_tenant:
+                    return "tenant"
             conn.execute(_INSERT_APPROVAL, params)
-            return True
+            return None
 
         return await self._write(insert)
 

@@ -304,6 +304,31 @@ async def test_one_session_cannot_bury_the_operator_in_pending_approvals(tmp_pat
         assert "already has 5 capability requests waiting" in text_of(full)
 
 
+async def test_new_sessions_cannot_bury_the_operator_either(tmp_path: Path) -> None:
+    # session_id "new" starts a session on every transport, each with its own per-session
+    # cap: the tenant's cap bounds them together.
+    policy = {**POLICY, "broker": {"max_pending_approvals_per_tenant": 7}}
+    server = build_server(Config(data_dir=tmp_path / "data"), Policy.model_validate(policy))
+    async with Client(server) as c:
+        texts = []
+        for _ in range(3):
+            first = await ask(c, session_id="new")
+            texts.append(text_of(first))
+            match = re.search(r'session_id="(ses_[a-z0-9]+)"', texts[-1])
+            for _ in range(4 if match is not None else 0):
+                texts.append(text_of(await ask(c, session_id=match.group(1))))
+        # 5 in the first session, 2 in the second, then the tenant is full: 3 refused
+        # in the second, and the third session's first request.
+        waiting = [t for t in texts if "waits until" in t]
+        refused = [t for t in texts if "waits until" not in t]
+        assert len(waiting) == 7, texts
+        assert len(refused) == 4 and all(
+            "this tenant already has 7 capability requests waiting for the operator" in t
+            and "[broker] max_pending_approvals_per_tenant = 7" in t
+            for t in refused
+        ), refused[0]
+
+
 def test_the_pending_cap_is_a_positive_policy_number() -> None:
     assert Policy().broker.max_pending_approvals_per_session == 5
     with pytest.raises(ValueError, match="greater than 0"):
@@ -333,11 +358,14 @@ async def test_the_pending_cap_counts_one_session_and_only_what_still_waits(tmp_
             )
 
         # One that waited past its deadline (not yet swept) holds no place.
-        assert await db.create_approval(record(0, "ses_a", expires_at=100), max_pending=2)
-        assert await db.create_approval(record(1, "ses_a"), max_pending=2)
-        assert await db.create_approval(record(2, "ses_a"), max_pending=2)
-        assert not await db.create_approval(record(3, "ses_a"), max_pending=2)
+        assert await db.create_approval(record(0, "ses_a", expires_at=100), max_pending=2) is None
+        assert await db.create_approval(record(1, "ses_a"), max_pending=2) is None
+        assert await db.create_approval(record(2, "ses_a"), max_pending=2) is None
+        assert await db.create_approval(record(3, "ses_a"), max_pending=2) == "session"
         assert await db.get_approval("apr_ses_a_3") is None
-        assert await db.create_approval(record(1, "ses_b"), max_pending=2)
+        assert await db.create_approval(record(1, "ses_b"), max_pending=2) is None
+        # The tenant's cap counts every session of the tenant.
+        tenant_cap = {"max_pending": 2, "max_pending_tenant": 3}
+        assert await db.create_approval(record(2, "ses_b"), **tenant_cap) == "tenant"
     finally:
         await db.close()

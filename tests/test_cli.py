@@ -194,3 +194,26 @@ def test_doctor_says_building_the_image_needs_root_and_how(
     # The fix builds this policy's image, not the default one.
     assert checks["image"].fix == f"airlock image build --policy {policy}"
     assert checks["root"].fix.startswith(f"sudo .venv/bin/airlock image build --policy {policy} ")
+
+
+def test_a_key_redirected_to_a_file_is_not_readable_through_a_descriptor_opened_early(
+    tmp_path: Path,
+) -> None:
+    # `keys create acme > acme.key` under umask 022: the shell makes acme.key 0644 before
+    # airlock starts, and another user may open it then; a later chmod leaves their
+    # descriptor readable. The key must not reach the file they opened.
+    key_file = tmp_path / "acme.key"
+    out = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.fchmod(out, 0o644)
+    early = os.open(key_file, os.O_RDONLY)
+    try:
+        made = subprocess.run(
+            [AIRLOCK, "keys", "create", "acme"], stdout=out, capture_output=False, check=False
+        )
+        assert made.returncode == 0
+        assert os.read(early, 4096) == b""
+    finally:
+        os.close(early)
+        os.close(out)
+    assert key_file.read_text().startswith("alk_")
+    assert key_file.stat().st_mode & 0o777 == 0o600

@@ -236,6 +236,7 @@ def test_protected_paths_are_held_back_on_either_side_of_a_rename(tmp_path: Path
         ".git./config",
         ".git /hooks/x",
         "git~1/config",
+        ".g\u0131t/hooks/pre-commit",  # dotless i: .GIT where the upcase table says so
         "a\nb",
         "a\tb",
         "bidi\u202etxt",

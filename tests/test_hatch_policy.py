@@ -238,6 +238,8 @@ def test_a_patch_touching_each_protected_entry_is_held_back(
         "GITLAB~1.YML",
         ".github/workflows/ci.yml::$DATA",
         ".gitlab-ci.yml:x",
+        # Dotless i: NTFS's and exFAT's upcase tables make it I, so this is .github there.
+        ".g\u0131thub/workflows/ci.yml",
     ],
 )
 def test_the_ci_and_auto_run_files_the_review_found_are_held_back(path: str) -> None:
@@ -325,3 +327,12 @@ def test_sample_paths_cover_both_depths_of_a_glob() -> None:
         ".github/workflows/d/ci.yml",
     ]
     assert _short(".github") == "GITHUB~1" and _short(".gitlab-ci.yml") == "GITLAB~1.YML"
+
+
+def test_a_protected_name_is_matched_in_either_unicode_normal_form() -> None:
+    # macOS reads "é" and "e" + combining acute as one name; a patch applied there writes
+    # the protected directory whichever form the sandbox chose.
+    composed, decomposed = "donn\u00e9es", "donne\u0301es"
+    for glob, path in ((composed, decomposed), (decomposed, composed)):
+        assert protecting_glob([f"{glob}/**"], f"{path}/prod.yml") == f"{glob}/**"
+        assert matching_glob([f"**/{glob}"], f"a/{path}") == f"**/{glob}"

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from mcp.client import Client
 from mcp.server.mcpserver import MCPServer
-from mcp.types import EmbeddedResource, ImageContent, TextContent
+from mcp.types import BlobResourceContents, EmbeddedResource, ImageContent, TextContent
 
 from airlock.tools.artifacts import guess_mime_type
 from airlock.tools.images import (
@@ -387,3 +387,61 @@ async def test_a_run_s_huge_png_and_14_byte_gif_come_back_as_bytes_and_its_image
         gif_fetch = await client.call_tool("fetch_artifact", {"run_id": run_id, "path": "tiny.gif"})
         assert not blocks(gif_fetch, ImageContent)
         assert "GIF holds no image" in blocks(gif_fetch, TextContent)[0].text
+
+        # resources/read of the same files: bytes labelled by what they are (never the
+        # template's text/plain) and marked untrusted, as in a tool result.
+        session_id = data["session_id"]
+        for path, mime_type in (
+            ("huge.png", "application/octet-stream"),
+            ("small.png", "image/png"),
+        ):
+            for uri in (
+                f"airlock://runs/{run_id}/artifacts/{path}",
+                f"airlock://sessions/{session_id}/workspace/{path}",
+            ):
+                (contents,) = (await client.read_resource(uri)).contents
+                assert isinstance(contents, BlobResourceContents), uri
+                assert contents.mime_type == mime_type, uri
+                assert contents.meta is not None and contents.meta["airlock/trust"] == "untrusted"
+
+
+def _apng(width: int, height: int, *, claimed: int, frames: int) -> bytes:
+    """An APNG whose acTL claims `claimed` frames and which holds `frames` whole frames of
+    width x height, each a few KB of deflated zeros."""
+    rows = zlib.compress(b"\x00" * ((1 + width) * height), 9)
+
+    def fctl(sequence: int, w: int = width, h: int = height, x: int = 0) -> bytes:
+        body = struct.pack(">IIIIIHHBB", sequence, w, h, x, 0, 1, 10, 0, 0)
+        return chunk(b"fcTL", body)
+
+    body = fctl(0) + chunk(b"IDAT", rows)
+    for n in range(1, frames):
+        body += fctl(2 * n - 1) + chunk(b"fdAT", struct.pack(">I", 2 * n) + rows)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + ihdr(width, height)
+        + chunk(b"acTL", struct.pack(">II", claimed, 0))
+        + body
+        + IEND
+    )
+
+
+def test_an_apng_is_counted_by_its_frames_not_by_what_its_actl_claims() -> None:
+    # The attack: acTL says 1 frame (64 MiB decoded as RGBA, under the cap), while 24
+    # fcTL/fdAT frames follow (1.5 GiB decoded) in a file far below MAX_IMAGE_BYTES.
+    bomb = _apng(4000, 4000, claimed=1, frames=24)
+    assert len(bomb) < 1024 * 1024
+    found = examine_image(bomb)
+    assert isinstance(found, Refusal), found
+    assert "acTL says 1 frame(s)" in found.reason and "24 fcTL" in found.reason
+    # A frame outside its canvas is no well-formed frame either.
+    outside = _apng(8, 8, claimed=1, frames=1).replace(
+        chunk(b"fcTL", struct.pack(">IIIIIHHBB", 0, 8, 8, 0, 0, 1, 10, 0, 0)),
+        chunk(b"fcTL", struct.pack(">IIIIIHHBB", 0, 8, 8, 4, 0, 1, 10, 0, 0)),
+    )
+    refused = examine_image(outside)
+    assert isinstance(refused, Refusal) and "not inside its 8x8" in refused.reason
+    # Told truly, the same frames are counted, and refused above the cap by that count.
+    honest = examine_image(_apng(4000, 4000, claimed=24, frames=24))
+    assert isinstance(honest, Refusal) and "in 24 frame(s)" in honest.reason
+    assert examine_image(_apng(20, 10, claimed=3, frames=3)) == Picture("image/png", 20, 10, 3)

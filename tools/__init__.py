@@ -8,7 +8,7 @@ it builds MCP results (`mcp.types`) but imports neither docker nor an HTTP serve
 (pyproject's import contracts, checked by `lint-imports`).
 """
 
-from .artifacts import fetch_artifact, read_artifact_resource
+from .artifacts import fetch_artifact, read_artifact_resource, resource_label
 from .capabilities import Approval, request_capability, revoke_capability
 from .context import Services, Session, iso_time
 from .end_session import teardown_session
@@ -53,6 +53,7 @@ __all__ = [
     "read_workspace_file",
     "read_workspace_resource",
     "request_capability",
+    "resource_label",
     "revoke_capability",
     "run_code",
     "teardown_session",

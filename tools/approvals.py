@@ -6,7 +6,8 @@ server and the `airlock approvals` CLI (another process) share. The agent is tol
 and how long it waits; it collects the grant by calling request_capability again with
 that id, in the same session. Nothing here grants anything: a pending approval expires
 refused, an approval counts once, and only for the session that asked; a session has at
-most `[broker] max_pending_approvals_per_session` waiting at once.
+most `[broker] max_pending_approvals_per_session` waiting at once, and all sessions of a
+tenant at most `max_pending_approvals_per_tenant`.
 """
 
 from __future__ import annotations
@@ -62,13 +63,23 @@ async def wait_for_operator(
         created_at=now,
         expires_at=now + broker.approval_wait_s,
     )
-    most = broker.max_pending_approvals_per_session
-    if not await services.db.create_approval(record, max_pending=most):
+    refused = await services.db.create_approval(
+        record,
+        max_pending=broker.max_pending_approvals_per_session,
+        max_pending_tenant=broker.max_pending_approvals_per_tenant,
+    )
+    if refused is not None:
+        who, cap = (
+            ("session", "max_pending_approvals_per_session")
+            if refused == "session"
+            else ("tenant", "max_pending_approvals_per_tenant")
+        )
+        most = getattr(broker, cap)
         raise QuotaExceeded(
-            "max_pending_approvals_per_session",
+            cap,
             most,
-            f"this session already has {most} capability requests waiting for the operator, "
-            f"the most allowed ([broker] max_pending_approvals_per_session = {most}); nothing "
+            f"this {who} already has {most} capability requests waiting for the operator, "
+            f"the most allowed ([broker] {cap} = {most}); nothing "
             "new was recorded. Wait until the operator decides one (collect it with "
             "request_capability and its approval_id) or one expires (each waits at most "
             f"{broker.approval_wait_s} s), or ask the operator to decide them with "

@@ -30,7 +30,7 @@ from airlock.sandbox import safe_relative_path
 from airlock.store import ArtifactRecord
 
 from .context import Services, Session
-from .envelope import clip, new_nonce, untrusted_meta, wrap
+from .envelope import TRUST_KEY, clip, new_nonce, untrusted_meta, wrap
 from .images import Picture, Refusal, examine_image
 from .models import FetchResult
 
@@ -169,6 +169,18 @@ async def read_artifact_resource(
             what=f"artifact of run {run_id}",
         )
     return data
+
+
+def resource_label(content: str | bytes) -> tuple[str, dict[str, str] | None]:
+    """The MIME type and `_meta` of a resources/read answer of Airlock's: the SDK gives
+    every read its template's one type (text/plain) and no `_meta`, which would call a
+    PNG text. Text is always enveloped; bytes are a picture only when `examine_image`
+    says so, and are marked untrusted as in a tool result."""
+    if isinstance(content, str):
+        return "text/plain", None
+    found = examine_image(content)
+    mime_type = found.mime_type if isinstance(found, Picture) else "application/octet-stream"
+    return mime_type, {TRUST_KEY: "untrusted"}
 
 
 def file_body(

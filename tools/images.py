@@ -2,10 +2,11 @@
 
 The sandbox chose every byte and every file name, so a file counts as an image only when its
 whole structure is that of one, walked from the signature to the end marker with nothing
-after it: every PNG chunk's length and CRC, the IHDR fields and the chunk order; every JPEG
-marker segment, its frame and scan headers and the end of its scans; every GIF block down to
-the trailer; every WebP RIFF chunk and its bitstream header. The dimensions must be sane and
-the pixels few enough that a client can decode them (`MAX_PIXELS`, `MAX_DECODED_BYTES`).
+after it: every PNG chunk's length and CRC, the IHDR fields, the chunk order and an APNG's
+frames; every JPEG marker segment, its frame and scan headers and the end of its scans; every
+GIF block down to the trailer; every WebP RIFF chunk and its bitstream header. The
+dimensions must be sane and the pixels few enough that a client can decode them
+(`MAX_PIXELS`, `MAX_DECODED_BYTES`).
 The name's extension never decides. Nothing here decodes or decompresses pixels (that is
 the client's job, done on bytes that passed here): only headers and framing are read, with
 the standard library. What belongs here: those checks and their one-line reasons. What does
@@ -181,9 +182,12 @@ def _png(data: bytes) -> Picture:
             "only 0, 0 and 0 or 1 exist"
         )
     frames = _png_order(chunks[1:], colour, depth)
-    return _check_size(
+    picture = _check_size(
         "image/png", width, height, frames=frames, bytes_per_pixel=8 if depth == 16 else 4
     )
+    if b"acTL" in {c.kind for c in chunks}:
+        _png_animation(chunks, width, height, frames)
+    return picture
 
 
 def _png_order(chunks: list[_Chunk], colour: int, depth: int) -> int:
@@ -218,6 +222,27 @@ def _png_order(chunks: list[_Chunk], colour: int, depth: int) -> int:
         raise _Malformed("PNG has no IDAT chunk: no image data")
     _zlib_header(b"".join(bytes(c.body[:2]) for c in idat)[:2])
     return frames
+
+
+def _png_animation(chunks: list[_Chunk], width: int, height: int, frames: int) -> None:
+    """An APNG holds exactly the frames its acTL claims (a decoder may show every fcTL it
+    finds, so a low claim would slip a larger decoded size past the cap), each inside the
+    canvas."""
+    controls = [c for c in chunks if c.kind == b"fcTL"]
+    if len(controls) != frames:
+        raise _Malformed(
+            f"PNG animation control chunk acTL says {frames} frame(s); the file holds "
+            f"{len(controls)} fcTL frame(s)"
+        )
+    for control in controls:
+        if len(control.body) != 26:
+            raise _Malformed(f"PNG frame control chunk fcTL at byte {control.at} is not 26 bytes")
+        w, h, x, y = struct.unpack_from(">IIII", control.body, 4)
+        if not w or not h or x + w > width or y + h > height:
+            raise _Malformed(
+                f"PNG frame {w}x{h} at {x},{y} (byte {control.at}) is not inside its "
+                f"{width}x{height}"
+            )
 
 
 def _png_palette(chunk: _Chunk, colour: int, depth: int) -> None:
