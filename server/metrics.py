@@ -10,9 +10,16 @@ A tenant's view holds its own series only; the operator's holds every series.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
-from collections.abc import Callable, Iterator
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+from wsgiref.types import StartResponse
+from wsgiref.types import WSGIApplication as WSGIApp
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -20,7 +27,7 @@ from prometheus_client import (
     Counter,
     Histogram,
     generate_latest,
-    start_http_server,
+    make_wsgi_app,
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -173,11 +180,49 @@ def parse_listen(value: str) -> tuple[str, int]:
 
 
 def serve_metrics(metrics: Metrics, listen: str) -> None:
-    """Serve /metrics on its own address (no auth there: bind it where only your
-    scraper can reach it). A daemon thread; it ends with the process."""
+    """Serve /metrics on its own address (no auth there: bind it where only your scraper
+    can reach it), answering only requests named for that address, so a web page that
+    rebinds a name of its own to it reads nothing. A daemon thread; it ends with the
+    process."""
     host, port = parse_listen(listen)
+    app = _for_own_address(make_wsgi_app(metrics.registry), _own_hosts(host, port))
     try:
-        start_http_server(port, addr=host, registry=metrics.registry)
+        server = make_server(host, port, app, _Server, handler_class=_QuietHandler)
     except OSError as exc:
         raise InvalidRequest(f"cannot serve metrics on {listen}: {exc.strerror}") from exc
+    threading.Thread(target=server.serve_forever, name="airlock-metrics", daemon=True).start()
     log.info("serving Prometheus metrics on http://%s/metrics", listen)
+
+
+def _own_hosts(host: str, port: int) -> frozenset[str]:
+    """The Host headers a scraper of `host:port` sends (a loopback address's usual names)."""
+    names = {host.lower()}
+    if _is_loopback(host):
+        names |= {"localhost", "127.0.0.1", "::1"}
+    return frozenset(f"[{name}]:{port}" if ":" in name else f"{name}:{port}" for name in names)
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host.lower() == "localhost"
+
+
+def _for_own_address(app: WSGIApp, hosts: frozenset[str]) -> WSGIApp:
+    def checked(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        if str(environ.get("HTTP_HOST", "")).lower() not in hosts:
+            start_response("421 Misdirected Request", [("Content-Type", "text/plain")])
+            return [b"this metrics address answers only requests named for it\n"]
+        return app(environ, start_response)
+
+    return checked
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """Scrapes are not logged: one line every few seconds says nothing."""

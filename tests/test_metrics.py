@@ -13,7 +13,7 @@ from support import free_port
 from test_http import client, http_server
 
 from airlock.errors import InvalidRequest
-from airlock.server.metrics import LiveState, Metrics, parse_listen
+from airlock.server.metrics import LiveState, Metrics, parse_listen, serve_metrics
 from airlock.store import EgressRecord, RunRecord
 from airlock.tools.events import CapabilityDecided, RunFinished
 
@@ -158,3 +158,20 @@ async def test_metrics_need_a_token_over_http_and_count_a_tenants_run(tmp_path: 
     assert (
         samples(separate.text)[("airlock_runs_total", (("status", "ok"), ("tenant", "acme")))] == 1
     )
+
+
+def test_the_separate_metrics_address_answers_only_requests_named_for_it() -> None:
+    """A page that rebinds a name of its own to 127.0.0.1 sends its own name as Host: the
+    metrics of every tenant must not reach it (the listener had no check at all)."""
+    port = free_port()
+    serve_metrics(Metrics(), f"127.0.0.1:{port}")
+    answers = {}
+    for host in (f"127.0.0.1:{port}", f"localhost:{port}", f"rebind.attacker.test:{port}", ""):
+        with httpx.Client() as probe:
+            answers[host] = probe.get(f"http://127.0.0.1:{port}/metrics", headers={"Host": host})
+    assert answers[f"127.0.0.1:{port}"].status_code == 200
+    assert "airlock_" in answers[f"127.0.0.1:{port}"].text
+    assert answers[f"localhost:{port}"].status_code == 200
+    assert answers[f"rebind.attacker.test:{port}"].status_code == 421
+    assert answers[""].status_code == 421
+    assert "airlock_" not in answers[f"rebind.attacker.test:{port}"].text
