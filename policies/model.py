@@ -843,6 +843,10 @@ class TenantLimits(_Section):
     max_concurrent_runs: int = Field(default=32, gt=0, le=1024)
     """Most runs (and so run containers) one tenant may have at once; one more is refused."""
 
+    max_live_sessions: int = Field(default=64, gt=0, le=100000)
+    """Most sessions one tenant may have live at once (each keeps a workspace on the host's
+    disk until it ends); one more is refused until one ends or expires."""
+
 
 def _check_root(value: str) -> str:
     if not os.path.isabs(value):

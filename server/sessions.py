@@ -232,6 +232,14 @@ class Leases:
         return {tenant: n for tenant, n in self._runs_by_tenant.items() if n}
 
     async def _create(self, tenant: str, now: float) -> _Lease:
+        most = self._services.policy_for(tenant).tenants.max_live_sessions
+        live = [lease for lease in self._live.values() if lease.tenant == tenant]
+        if sum(1 for lease in live if not self._expired(lease, now)) >= most:
+            raise LimitExceeded(
+                f"{most} sessions of this tenant are live already; pass the session_id of one "
+                "of them, or end_session one you are done with (the operator sets [tenants] "
+                "max_live_sessions)"
+            )
         lease = _Lease(id=new_id("ses_"), tenant=tenant, created_at=now, expires_at=now)
         lease.expires_at = self._idle_end(lease, now)
         await self._services.db.create_session(

@@ -168,3 +168,17 @@ async def test_run_code_tells_the_model_the_limits_it_will_hit(tmp_path: Path) -
     description = run_code.description or ""
     assert "384 MiB of memory" in description and '"oom"' in description
     assert "128 processes" in description and "30 s unless timeout_s" in description
+
+
+async def test_a_tenant_cannot_open_sessions_without_end(tmp_path: Path) -> None:
+    """Every session keeps a workspace on the host's disk: "new" (or a stateless HTTP call)
+    per call must not grow them without bound."""
+    policy = Policy.model_validate({"pool": {"size": 0}, "tenants": {"max_live_sessions": 2}})
+    async with Client(build_server(Config(data_dir=tmp_path / "data"), policy)) as c:
+        first, second = await session_of(c), await session_of(c, "new")
+        refused = await c.call_tool("list_workspace", {"session_id": "new"})
+        assert refused.is_error and "max_live_sessions" in text_of(refused), text_of(refused)
+        assert await session_of(c, first) == first  # the live ones still serve
+        ended = await c.call_tool("end_session", {"session_id": second})
+        assert not ended.is_error, text_of(ended)
+        assert await session_of(c, "new") not in (first, second)
