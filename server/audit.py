@@ -155,17 +155,23 @@ async def run_detail(db: Database, blobs: BlobStore, run_id: str) -> str:
         record = kept.get(STREAM_PATHS[name])
         if record is not None:
             text = (await blobs.read(record.sha256)).decode("utf-8", errors="replace")
-            lines.append(safe_block(text).rstrip("\n"))
+            lines.append(_quoted(text))
             if record.size < total:
                 lines.append(f"[kept the first {record.size} of {total} bytes]")
     lines.append(f"--- code ({run.language}), sha256 {run.code_sha256} ---")
     if await blobs.exists(run.code_sha256):
         # The agent's own code, shown as written, minus what could drive the terminal.
         code = (await blobs.read(run.code_sha256)).decode("utf-8", errors="replace")
-        lines.append(safe_block(code).rstrip("\n"))
+        lines.append(_quoted(code))
     else:
         lines.append("[not kept: this run predates code auditing]")
     return "\n".join(lines)
+
+
+def _quoted(text: str) -> str:
+    """Text a run chose, every line behind "| ": printed as is, its lines could pass for
+    the report's own (a "--- code" header with other code under it)."""
+    return "\n".join("| " + line for line in safe_block(text).rstrip("\n").split("\n"))
 
 
 async def drills_table(db: Database, *, limit: int) -> str:

@@ -286,8 +286,9 @@ async def test_live_container_is_hardened(
 async def test_records_survive_restart_and_audit_shows_them(
     make_server: MakeServer, data_dir: Path
 ) -> None:
+    forged = "--- code (python), sha256 " + "0" * 64 + " ---"
     async with Client(make_server()) as client:
-        data = await run(client, "print('audited output')")
+        data = await run(client, f"print('audited output')\nprint({forged!r})")
     # A new server on the same data directory still has every record.
     async with Client(make_server()) as client:
         fetched = await client.call_tool(
@@ -306,6 +307,8 @@ async def test_records_survive_restart_and_audit_shows_them(
         )
     ).stdout.decode()
     assert "audited output" in detail
+    # What the run printed is quoted: it cannot pass for the report's own code header.
+    assert f"\n| {forged}\n" in detail and f"\n{forged}\n" not in detail
     assert "peak memory" in detail
     assert f"runtime    {data['runtime']}\n" in detail
 
