@@ -1,0 +1,102 @@
+"""`airlock audit runs|run|egress|drills|capabilities`: the records of past runs, egress
+decisions, drills and capability grants, read from the server's database."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from ..config import Config
+from . import out
+
+if TYPE_CHECKING:
+    from airlock.store import Database
+
+    from . import Subparsers
+
+NAME = "audit"
+
+
+def add_parser(commands: Subparsers, common: argparse.ArgumentParser) -> None:
+    audit = commands.add_parser(NAME, help="inspect past runs").add_subparsers(
+        dest="audit_command", metavar="WHAT", required=True
+    )
+    runs = audit.add_parser(
+        "runs", parents=[common], help="list runs with status, duration, CPU, memory"
+    )
+    runs.add_argument("--session", metavar="ID", help="only runs of this session")
+    runs.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
+    run = audit.add_parser("run", parents=[common], help="one run in full, with its output")
+    run.add_argument("run_id", metavar="RUN")
+    egress = audit.add_parser(
+        "egress", parents=[common], help="egress decisions: where runs tried to go, and why"
+    )
+    egress.add_argument("--session", metavar="ID", help="only this session")
+    egress.add_argument("--run", metavar="RUN", help="only this run")
+    egress.add_argument("--limit", type=int, default=200, help="at most this many (default 200)")
+    drills = audit.add_parser("drills", parents=[common], help="past drills and what held")
+    drills.add_argument("--limit", type=int, default=20, help="at most this many (default 20)")
+    grants = audit.add_parser(
+        "capabilities", parents=[common], help="capability grants: who asked, who approved"
+    )
+    grants.add_argument("--session", metavar="ID", help="only this session")
+    grants.add_argument("--limit", type=int, default=100, help="at most this many (default 100)")
+
+
+def run(args: argparse.Namespace) -> int:
+    import anyio
+
+    return anyio.run(_audit, Config.resolve(args.data_dir, args.policy), args)
+
+
+async def _audit(config: Config, args: argparse.Namespace) -> int:
+    from ..config import open_records
+
+    db = await open_records(config)
+    try:
+        out(await _REPORTS[args.audit_command](db, config, args))
+    finally:
+        await db.close()
+    return 0
+
+
+async def _runs(db: Database, config: Config, args: argparse.Namespace) -> str:
+    from ..audit import runs_table
+
+    return await runs_table(db, session_id=args.session, limit=args.limit)
+
+
+async def _run(db: Database, config: Config, args: argparse.Namespace) -> str:
+    from airlock.store import BlobStore
+
+    from ..audit import run_detail
+
+    return await run_detail(db, BlobStore(config.blobs_dir), args.run_id)
+
+
+async def _egress(db: Database, config: Config, args: argparse.Namespace) -> str:
+    from ..audit import egress_table
+
+    return await egress_table(db, session_id=args.session, run_id=args.run, limit=args.limit)
+
+
+async def _drills(db: Database, config: Config, args: argparse.Namespace) -> str:
+    from ..audit import drills_table
+
+    return await drills_table(db, limit=args.limit)
+
+
+async def _capabilities(db: Database, config: Config, args: argparse.Namespace) -> str:
+    from ..audit import grants_table
+
+    return await grants_table(db, session_id=args.session, limit=args.limit)
+
+
+_REPORTS: dict[str, Callable[[Database, Config, argparse.Namespace], Awaitable[str]]] = {
+    "runs": _runs,
+    "run": _run,
+    "egress": _egress,
+    "drills": _drills,
+    "capabilities": _capabilities,
+}

@@ -1,0 +1,104 @@
+"""`airlock serve`: MCP over stdio (default) or Streamable HTTP; the only command that loads
+the MCP SDK's server, uvicorn and the sandbox backend."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from typing import TYPE_CHECKING
+
+from ..config import ENV_AUTH, Config
+
+if TYPE_CHECKING:
+    from . import Subparsers
+
+NAME = "serve"
+log = logging.getLogger("airlock")
+
+
+def add_parser(commands: Subparsers, common: argparse.ArgumentParser) -> None:
+    serve = commands.add_parser(
+        NAME,
+        parents=[common],
+        help="serve MCP over stdio, or over HTTP with --http (builds the image on first use)",
+        description="Serve MCP over stdio (default) or Streamable HTTP. Logs and image-build "
+        "progress go to stderr.",
+    )
+    serve.add_argument("--http", action="store_true", help="serve Streamable HTTP on /mcp")
+    serve.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8765, help="HTTP port (default 8765)")
+    serve.add_argument(
+        "--auth",
+        metavar="FILE",
+        default=os.environ.get(ENV_AUTH),
+        help=f"API keys / JWT settings (TOML); default ${ENV_AUTH}; required off loopback",
+    )
+    serve.add_argument(
+        "--metrics-listen",
+        metavar="HOST:PORT",
+        help="also serve Prometheus /metrics, without auth, on this address "
+        "(over --http, /metrics next to /mcp takes the same bearer tokens)",
+    )
+    serve.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="HOST:PORT",
+        help="extra Host header value to accept (DNS-rebinding protection stays on)",
+    )
+    serve.add_argument(
+        "--allowed-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="extra Origin to accept, e.g. https://orchestrator.example",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from airlock import __version__
+    from airlock.policies import load_policy
+
+    from ..auth import load_auth_config
+    from ..http import serve_http
+    from ..metrics import Metrics, serve_metrics
+    from ..stdio import serve_stdio
+    from ..terminal import registration_hint, stdin_is_terminal
+
+    config = Config.resolve(args.data_dir, args.policy)
+    policy = load_policy(config.policy_path)
+    metrics = Metrics()
+    if args.metrics_listen:
+        serve_metrics(metrics, args.metrics_listen)
+    if args.http:
+        auth = load_auth_config(Path(args.auth)) if args.auth else None
+        serve_http(
+            config,
+            policy,
+            host=args.host,
+            port=args.port,
+            auth=auth,
+            allowed_hosts=args.allowed_host,
+            allowed_origins=args.allowed_origin,
+            metrics=metrics,
+        )
+        return 0
+    log.info("airlock %s serving MCP on stdio; data in %s", __version__, config.data_dir)
+    if stdin_is_terminal():
+        sys.stderr.write(registration_hint(sys.argv[0], _given_locations(args)))
+    serve_stdio(config, policy, metrics)
+    return 0
+
+
+def _given_locations(args: argparse.Namespace) -> list[str]:
+    """The --policy and --data-dir this serve was given, as absolute paths to repeat."""
+    given = []
+    if args.policy:
+        given += ["--policy", os.path.abspath(args.policy)]
+    if args.data_dir:
+        given += ["--data-dir", os.path.abspath(args.data_dir)]
+    return given
