@@ -14,14 +14,31 @@ it is synchronous (call it through `anyio.to_thread`).
 
 May import policies, store (the vault's directory is a `store.private_dir`) and the base
 modules, and no room above (pyproject's import contracts, checked by `lint-imports`).
+
+The names below are imported on first use (`airlock.lazy`), so the CLI's secret commands
+do not load the policy model.
 """
 
 from __future__ import annotations
 
-from .grants import ApprovedBy, Grant, Grants, Tls, grant_prefix
-from .secret import Secret
-from .tokens import RunClaims, RunTokens
-from .vault import KEY_FILE_ENV, SecretInfo, Vault, load_key, vault_path
+from typing import TYPE_CHECKING
+
+from airlock.lazy import homes, resolve
+
+if TYPE_CHECKING:
+    from .grants import ApprovedBy, Grant, Grants, Tls, grant_prefix
+    from .secret import Secret
+    from .tokens import RunClaims, RunTokens
+    from .vault import KEY_FILE_ENV, SecretInfo, Vault, load_key, vault_path
+
+_HOMES = homes(
+    {
+        "grants": ("ApprovedBy", "Grant", "Grants", "Tls", "grant_prefix"),
+        "secret": ("Secret",),
+        "tokens": ("RunClaims", "RunTokens"),
+        "vault": ("KEY_FILE_ENV", "SecretInfo", "Vault", "load_key", "vault_path"),
+    }
+)
 
 __all__ = [
     "KEY_FILE_ENV",
@@ -38,3 +55,7 @@ __all__ = [
     "load_key",
     "vault_path",
 ]
+
+
+def __getattr__(name: str) -> object:
+    return resolve(__name__, _HOMES, name)

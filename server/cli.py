@@ -13,8 +13,8 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
+from typing import Any
 
-from airlock import __version__
 from airlock.errors import AddressInUse, AirlockError
 
 from .commands import (
@@ -73,12 +73,28 @@ def _parser() -> argparse.ArgumentParser:
         description="An MCP server that runs agent-written code in fresh, hardened, "
         "network-less containers.",
     )
-    parser.add_argument("--version", action="version", version=f"airlock {__version__}")
+    parser.add_argument("--version", action=_Version)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     common = _common()
     for command in COMMANDS.values():
         command.add_parser(commands, common)
     return parser
+
+
+class _Version(argparse._VersionAction):
+    """`--version`, reading the installed version (a metadata scan) only when asked."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        from airlock import __version__
+
+        self.version = f"airlock {__version__}"
+        super().__call__(parser, namespace, values, option_string)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -8,9 +8,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from airlock.errors import NotFound
-from airlock.store import Database
+
+if TYPE_CHECKING:
+    from airlock.store import Database
 
 ENV_DATA_DIR = "AIRLOCK_DATA_DIR"
 ENV_POLICY = "AIRLOCK_POLICY"
@@ -67,4 +70,6 @@ async def open_records(config: Config) -> Database:
             f"server an agent started uses {default_data_dir()} unless its command names "
             "another --data-dir"
         )
+    from airlock.store import Database  # sqlite3 and pydantic: not for `airlock --help`
+
     return await Database.open(config.db_path)

@@ -8,38 +8,80 @@ not even policies (pyproject's `rooms` import contract, checked by `lint-imports
 Failures of sqlite3 or the filesystem come out as `StoreError`; a record that is not there
 is `None` (or an empty list), never `NotFound`: deciding what the caller may see is for the
 layers above.
+
+The names below are imported on first use (`airlock.lazy`), so the vault's `private_dir`
+does not load SQLite and pydantic.
 """
 
 from __future__ import annotations
 
-from .blobs import BlobStore, Draft, DraftWriter, Staging
-from .db import SCHEMA_VERSION, Database
-from .instances import InstanceLock, claim_instance, end_runs_of_dead_instances
-from .private import private_dir
-from .records import (
-    ApprovalRecord,
-    ApprovalStatus,
-    ArtifactRecord,
-    DrillRecord,
-    EgressCount,
-    EgressRecord,
-    EgressSummary,
-    EgressVerdict,
-    GrantRecord,
-    HatchCopyRecord,
-    PatchRecord,
-    RunRecord,
-    RunStatus,
-    SessionRecord,
-    WorkspaceFile,
-)
-from .workspace import (
-    WorkspaceCommit,
-    WorkspaceConflict,
-    WorkspaceDelta,
-    WorkspaceHead,
-    ancestors,
-    diff,
+from typing import TYPE_CHECKING
+
+from airlock.lazy import homes, resolve
+
+if TYPE_CHECKING:
+    from .blobs import BlobStore, Draft, DraftWriter, Staging
+    from .db import SCHEMA_VERSION, Database
+    from .instances import InstanceLock, claim_instance, end_runs_of_dead_instances
+    from .private import private_dir
+    from .records import (
+        ApprovalRecord,
+        ApprovalStatus,
+        ArtifactRecord,
+        DrillRecord,
+        EgressCount,
+        EgressRecord,
+        EgressSummary,
+        EgressVerdict,
+        GrantRecord,
+        HatchCopyRecord,
+        PatchRecord,
+        RunRecord,
+        RunStatus,
+        SessionRecord,
+        WorkspaceFile,
+    )
+    from .workspace import (
+        WorkspaceCommit,
+        WorkspaceConflict,
+        WorkspaceDelta,
+        WorkspaceHead,
+        ancestors,
+        diff,
+    )
+
+_HOMES = homes(
+    {
+        "blobs": ("BlobStore", "Draft", "DraftWriter", "Staging"),
+        "db": ("SCHEMA_VERSION", "Database"),
+        "instances": ("InstanceLock", "claim_instance", "end_runs_of_dead_instances"),
+        "private": ("private_dir",),
+        "records": (
+            "ApprovalRecord",
+            "ApprovalStatus",
+            "ArtifactRecord",
+            "DrillRecord",
+            "EgressCount",
+            "EgressRecord",
+            "EgressSummary",
+            "EgressVerdict",
+            "GrantRecord",
+            "HatchCopyRecord",
+            "PatchRecord",
+            "RunRecord",
+            "RunStatus",
+            "SessionRecord",
+            "WorkspaceFile",
+        ),
+        "workspace": (
+            "WorkspaceCommit",
+            "WorkspaceConflict",
+            "WorkspaceDelta",
+            "WorkspaceHead",
+            "ancestors",
+            "diff",
+        ),
+    }
 )
 
 __all__ = [
@@ -75,3 +117,7 @@ __all__ = [
     "end_runs_of_dead_instances",
     "private_dir",
 ]
+
+
+def __getattr__(name: str) -> object:
+    return resolve(__name__, _HOMES, name)

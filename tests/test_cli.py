@@ -5,8 +5,10 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import subprocess
 from collections.abc import Iterator
+from importlib.metadata import version
 from pathlib import Path
 
 import docker
@@ -14,8 +16,13 @@ import docker.errors
 import pytest
 from support import AIRLOCK
 
+from airlock.server.cli import main
 from airlock.server.config import Config
 from airlock.server.doctor import run_checks
+
+HEAVY = ("mcp", "docker", "uvicorn", "starlette", "httpx", "airlock.server.app", "airlock.egress")
+"""What only serving, drilling and the Docker commands need: a command that does neither
+must start without them (they made `airlock --help` take seconds)."""
 
 
 def airlock(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
@@ -24,11 +31,46 @@ def airlock(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_help_lists_every_command() -> None:
-    result = airlock("--help")
-    assert result.returncode == 0
+def test_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--help"])
+    assert exited.value.code == 0
+    help_text = capsys.readouterr().out
     for command in ("serve", "image", "doctor", "audit", "policy", "secrets"):
-        assert command in result.stdout
+        assert command in help_text
+
+
+def test_version_is_the_installed_one_on_stdout(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out == f"airlock {version('airlock-mcp')}\n"
+
+
+def _imported(*args: str) -> set[str]:
+    """Every module `airlock ARGS` imports, from the interpreter's own import report."""
+    result = subprocess.run(
+        [AIRLOCK, *args],
+        env={**os.environ, "PYTHONPROFILEIMPORTTIME": "1"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    found = set(re.findall(r"^import time: +\d+ \| +\d+ \| +(\S+)$", result.stderr, re.M))
+    assert "airlock.server.cli" in found, result.stderr  # the report was read
+    return found
+
+
+@pytest.mark.parametrize("args", [("--help",), ("secrets", "list")])
+def test_light_commands_start_without_the_sdk_docker_or_the_proxy(
+    args: tuple[str, ...], tmp_path: Path
+) -> None:
+    data_dir = ("--data-dir", str(tmp_path)) if args[0] == "secrets" else ()
+    found = _imported(*args, *data_dir)
+    heavy = sorted(m for m in found if any(m == h or m.startswith(h + ".") for h in HEAVY))
+    assert not heavy, heavy
 
 
 def test_secret_value_comes_from_stdin_and_is_never_shown_or_stored_in_clear(
@@ -61,10 +103,11 @@ def test_secret_value_comes_from_stdin_and_is_never_shown_or_stored_in_clear(
     assert airlock("secrets", "rm", "github_token", "--data-dir", str(tmp_path)).returncode == 1
 
 
-def test_secret_needs_hosts(tmp_path: Path) -> None:
-    result = airlock("secrets", "set", "x", "--data-dir", str(tmp_path), stdin="v")
-    assert result.returncode == 2
-    assert "--hosts" in result.stderr
+def test_secret_needs_hosts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["secrets", "set", "x", "--data-dir", str(tmp_path)])
+    assert exited.value.code == 2
+    assert "--hosts" in capsys.readouterr().err
 
 
 def test_policy_check_lists_every_problem_and_fails(tmp_path: Path) -> None:

@@ -15,21 +15,46 @@ Two kinds of credential, both mapped to exactly one tenant:
 
 The verifier never raises to the SDK: every failure is `None` (a 401) and one INFO log line
 with the reason, never the token.
+
+The names below are imported on first use (`airlock.lazy`): `airlock keys create` needs
+the key helpers, not the SDK's verifier or httpx.
 """
 
 from __future__ import annotations
 
-from .api_keys import API_KEY_PREFIX, HASH_PREFIX, generate_api_key, hash_api_key
-from .config import ApiKeyEntry, AuthConfig, JwtSettings
-from .jwks import SUPPORTED_ALGORITHMS, parse_jwks, read_jwks_file
-from .load import load_auth_config
-from .verify import (
-    ADMIN_SCOPE,
-    MAX_TOKEN_LENGTH,
-    AirlockAccessToken,
-    AirlockTokenVerifier,
-    current_tenant,
-    tenant_of,
+from typing import TYPE_CHECKING
+
+from airlock.lazy import homes, resolve
+
+if TYPE_CHECKING:
+    from .api_keys import API_KEY_PREFIX, HASH_PREFIX, generate_api_key, hash_api_key
+    from .config import ApiKeyEntry, AuthConfig, JwtSettings
+    from .jwks import SUPPORTED_ALGORITHMS, parse_jwks, read_jwks_file
+    from .load import load_auth_config
+    from .verify import (
+        ADMIN_SCOPE,
+        MAX_TOKEN_LENGTH,
+        AirlockAccessToken,
+        AirlockTokenVerifier,
+        current_tenant,
+        tenant_of,
+    )
+
+_HOMES = homes(
+    {
+        "api_keys": ("API_KEY_PREFIX", "HASH_PREFIX", "generate_api_key", "hash_api_key"),
+        "config": ("ApiKeyEntry", "AuthConfig", "JwtSettings"),
+        "jwks": ("SUPPORTED_ALGORITHMS", "parse_jwks", "read_jwks_file"),
+        "load": ("load_auth_config",),
+        "verify": (
+            "ADMIN_SCOPE",
+            "MAX_TOKEN_LENGTH",
+            "AirlockAccessToken",
+            "AirlockTokenVerifier",
+            "current_tenant",
+            "tenant_of",
+        ),
+    }
 )
 
 __all__ = [
@@ -51,3 +76,7 @@ __all__ = [
     "read_jwks_file",
     "tenant_of",
 ]
+
+
+def __getattr__(name: str) -> object:
+    return resolve(__name__, _HOMES, name)
