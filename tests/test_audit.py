@@ -46,3 +46,10 @@ async def test_runs_show_their_tenant_and_filter_by_it(tmp_path: Path) -> None:
     assert {line.split()[1] for line in every[1:] if line.startswith("run_")} == {"acme", "globex"}
     assert [line.split()[:2] for line in acme if line.startswith("run_")] == [["run_acme", "acme"]]
     assert nobody == "no runs recorded for tenant 'initech'"
+
+
+def test_audit_runs_takes_a_tenant() -> None:
+    from airlock.server.cli import _parser
+
+    args = _parser().parse_args(["audit", "runs", "--tenant", "acme"])
+    assert args.tenant == "acme"

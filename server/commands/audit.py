@@ -26,6 +26,7 @@ def add_parser(commands: Subparsers, common: argparse.ArgumentParser) -> None:
         "runs", parents=[common], help="list runs with status, duration, CPU, memory"
     )
     runs.add_argument("--session", metavar="ID", help="only runs of this session")
+    runs.add_argument("--tenant", metavar="NAME", help="only runs of this tenant")
     runs.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
     run = audit.add_parser("run", parents=[common], help="one run in full, with its output")
     run.add_argument("run_id", metavar="RUN")
@@ -64,7 +65,7 @@ async def _audit(config: Config, args: argparse.Namespace) -> int:
 async def _runs(db: Database, config: Config, args: argparse.Namespace) -> str:
     from ..audit import runs_table
 
-    return await runs_table(db, session_id=args.session, limit=args.limit)
+    return await runs_table(db, session_id=args.session, tenant=args.tenant, limit=args.limit)
 
 
 async def _run(db: Database, config: Config, args: argparse.Namespace) -> str:
