@@ -320,6 +320,8 @@ def test_policy_init_writes_the_commented_default_for_editing(tmp_path: Path) ->
     assert written.read_bytes() == default_policy_toml()
     assert "# " in written.read_text()  # commented, for editing
     assert "airlock policy check airlock.toml" in result.stderr
+    # The server an agent starts runs in a directory of its own: it needs the whole path.
+    assert f"airlock serve --policy {written.resolve()}`" in result.stderr
     assert airlock("policy", "check", str(written)).stdout.splitlines() == [f"{written}: valid"]
 
     written.write_text("# mine\n")

@@ -7,6 +7,7 @@ import argparse
 import json
 import logging
 import os
+import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -125,9 +126,11 @@ def _init(args: argparse.Namespace) -> int:
     except OSError as exc:
         log.error("cannot write %s: %s", path, exc.strerror or exc)
         return 1
+    # An agent starts the server from a directory of its own: the path it needs is absolute.
+    absolute = shlex.quote(str(path.resolve()))
     sys.stderr.write(
         f"airlock: wrote the default policy to {path}; edit it, check it with "
-        f"`airlock policy check {path}`, and use it with `airlock serve --policy {path}`\n"
+        f"`airlock policy check {path}`, and use it with `airlock serve --policy {absolute}`\n"
     )
     return 0
 
