@@ -432,7 +432,13 @@ async def test_no_default_excluded_file_is_copied_in_and_no_protected_one_leaves
         sid = copied["session_id"]
         assert copied["files"] == 2, copied
         assert copied["skipped_count"] >= len(DEFAULT_EXCLUDED)
-        found = await run(c, "cd app && find . -type f | sort && grep -rl host-secret .", sid)
+        # The copy's .git is the server's own repository of the snapshot (sandbox/gitbase.py).
+        found = await run(
+            c,
+            "cd app && find . -path ./.git -prune -o -type f -print | sort"
+            " && grep -rl host-secret .",
+            sid,
+        )
         assert found["stdout"]["text"] == "./d/keep.py\n./keep.py\n", found
         code = f"PATHS = {json.dumps(protected)!r}\n{WRITE_EACH}"
         listed = await run(c, code, sid, language="python")
