@@ -26,7 +26,6 @@ import fcntl
 import json
 import os
 import re
-import stat
 import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -38,7 +37,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from airlock.errors import InvalidRequest, VaultError
-from airlock.store import private_dir
+from airlock.store import create_private_file, private_dir, private_file_problem
 
 from .secret import Secret
 
@@ -102,14 +101,9 @@ def load_key(data_dir: Path, env: Mapping[str, str]) -> bytes:
 
 def _read_key(path: Path) -> bytes:
     try:
-        mode = path.stat().st_mode
-        if not stat.S_ISREG(mode):
-            raise VaultError(f"vault key {path} is not a regular file")
-        if mode & 0o077:
-            raise VaultError(
-                f"vault key {path} is readable or writable by group or others "
-                f"(mode {stat.S_IMODE(mode):04o}); run `chmod 600 {path}`"
-            )
+        problem = private_file_problem(path, path.stat().st_mode)
+        if problem is not None:
+            raise VaultError(f"vault key {problem}")
         text = path.read_bytes()
     except OSError as exc:
         raise VaultError(f"cannot read the vault key {path}: {exc}") from exc
@@ -124,22 +118,8 @@ def _read_key(path: Path) -> bytes:
 
 
 def _create_key(path: Path) -> None:
-    private_dir(path.parent)
-    data = base64.b64encode(os.urandom(KEY_BYTES)) + b"\n"
-    # Written in full under a temporary name, then linked into place: `link` fails if the
-    # key appeared meanwhile (another process won the race; its key is the key), and no
-    # reader ever sees a half-written file. mkstemp creates 0600.
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".key-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        with contextlib.suppress(FileExistsError):
-            os.link(tmp, path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
-    _fsync_dir(path.parent)
+    # If another process made the key meanwhile, its key is the key.
+    create_private_file(path, base64.b64encode(os.urandom(KEY_BYTES)) + b"\n")
 
 
 def _fsync_dir(path: Path) -> None:

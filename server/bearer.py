@@ -11,14 +11,10 @@ Not here: the Host/Origin and CSRF checks every request passes first (`guard`).
 from __future__ import annotations
 
 import base64
-import contextlib
 import hmac
 import logging
-import os
 import re
 import secrets
-import stat
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from airlock.errors import InvalidRequest
+from airlock.store import create_private_file, private_file_problem
 
 from .auth import ADMIN_SCOPE, tenant_of
 
@@ -108,34 +105,17 @@ def operator_token(data_dir: Path) -> str:
 
 
 def _create(path: Path) -> None:
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     raw = base64.urlsafe_b64encode(secrets.token_bytes(_TOKEN_BYTES)).rstrip(b"=")
-    # Written in full under a temporary name (mkstemp makes it 0600), then linked into
-    # place: `link` fails if another server made one meanwhile (then that one is the
-    # token), and no reader ever sees half a file.
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{OPERATOR_TOKEN_FILE}-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(OPERATOR_TOKEN_PREFIX.encode() + raw + b"\n")
-            f.flush()
-            os.fsync(f.fileno())
-        with contextlib.suppress(FileExistsError):
-            os.link(tmp, path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+    # If another server made one meanwhile, that one is the token.
+    create_private_file(path, OPERATOR_TOKEN_PREFIX.encode() + raw + b"\n")
     log.info("made the operator token %s (for /approvals and /metrics)", path)
 
 
 def _read(path: Path) -> str:
     # Not followed if a link: the token must be this file, not whatever it points at.
-    mode = path.lstat().st_mode
-    if not stat.S_ISREG(mode):
-        raise InvalidRequest(f"operator token {path} is not a regular file; remove it")
-    if mode & 0o077:
-        raise InvalidRequest(
-            f"operator token {path} is readable or writable by group or others "
-            f"(mode {stat.S_IMODE(mode):04o}); run `chmod 600 {path}`"
-        )
+    problem = private_file_problem(path, path.lstat().st_mode)
+    if problem is not None:
+        raise InvalidRequest(f"operator token {problem}")
     token = path.read_text("ascii", errors="replace").strip()
     if not _TOKEN_FORM.fullmatch(token):
         # Deliberately says nothing about what the file holds.

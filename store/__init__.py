@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from .blobs import BlobStore, Draft, DraftWriter, Staging
     from .db import SCHEMA_VERSION, Database
     from .instances import InstanceLock, claim_instance, end_runs_of_dead_instances
-    from .private import private_dir
+    from .private import create_private_file, private_dir, private_file_problem
     from .records import (
         ApprovalRecord,
         ApprovalStatus,
@@ -55,7 +55,7 @@ _HOMES = homes(
         "blobs": ("BlobStore", "Draft", "DraftWriter", "Staging"),
         "db": ("SCHEMA_VERSION", "Database"),
         "instances": ("InstanceLock", "claim_instance", "end_runs_of_dead_instances"),
-        "private": ("private_dir",),
+        "private": ("create_private_file", "private_dir", "private_file_problem"),
         "records": (
             "ApprovalRecord",
             "ApprovalStatus",
@@ -113,9 +113,11 @@ __all__ = [
     "WorkspaceHead",
     "ancestors",
     "claim_instance",
+    "create_private_file",
     "diff",
     "end_runs_of_dead_instances",
     "private_dir",
+    "private_file_problem",
 ]
 
 
