@@ -28,6 +28,7 @@ import hashlib
 import logging
 import os
 import shutil
+import socket
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -744,11 +745,16 @@ class DockerSandbox:
 
 
 async def _stream_of(fd: int) -> anyio.abc.SocketStream:
-    """The attach descriptor as a stream, which then owns it."""
+    """The attach descriptor as a stream, which then owns it.
+
+    Closed through its socket object if that fails, never with os.close: the event loop
+    may already have closed the socket (a cancelled wrap closes its transport), and a
+    second close of the bare number would close whatever socket took that number since."""
+    sock = socket.socket(fileno=fd)
     try:
-        return await anyio.abc.SocketStream.from_socket(fd)
+        return await anyio.abc.SocketStream.from_socket(sock)
     except BaseException:
-        os.close(fd)
+        sock.close()  # a no-op once closed
         raise
 
 

@@ -240,7 +240,8 @@ async def test_run_and_capability_lines_name_ids_and_counts_never_the_token_or_s
     finally:
         await db.close()
     assert "inputs     1\n  data.txt  10 bytes  " in shown
-    assert code.strip() in shown
+    # Shown as written, each line quoted behind "| " (so it cannot pass for the report's own).
+    assert "\n".join("| " + line for line in code.strip().split("\n")) in shown
 
 
 # ---- progress -----------------------------------------------------------------------------
