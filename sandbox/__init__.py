@@ -7,6 +7,10 @@ only room that imports docker: the rooms above hold the engine client `connect` 
 May import egress (the names of its socket), broker, policies, store and the base
 modules, never tools or server, and not the MCP SDK (pyproject's import contracts,
 checked by `lint-imports`).
+
+The code that runs inside the containers (the entrypoint, the runner, the code's process)
+is the subpackage `inside`: standard library only, copied into the image byte for byte.
+The rest of this room imports only its `wire` module (tests/test_inside.py checks both).
 """
 
 from .backend import Backend, Ready, Sandbox

@@ -54,18 +54,17 @@ from airlock.errors import (
 )
 from airlock.store import Staging
 
-from .boot import SANDBOX_HOME, SANDBOX_UID
 from .docker_attach import attach
 from .docker_events import EngineWatch
 from .docker_pool import MAX_CONNECTIONS, share_one_pool
 from .environment import CA_BUNDLE, EGRESS_MOUNT, RELAY_PORT, sandbox_environment
 from .exchange import Exchange, RunnerReport
 from .hatch import pack_inputs, read_listing
+from .inside.wire import SANDBOX_HOME, SANDBOX_UID, encode_job
 from .instance import LABEL_INSTANCE, Instance
 from .intake import Intake
 from .pool import MAX_AGE_S as POOL_MAX_AGE_S
 from .pool import Profile, WarmPool
-from .runner import encode_job
 from .runtime import GVISOR
 from .seccomp import gvisor_security_opt
 from .spec import JobOutcome, JobSpec, OutputFile, Status, StreamCapture, Usage, WorkspaceEntry
@@ -78,7 +77,7 @@ LABEL_RUN = "airlock.run"
 LABEL_TENANT = "airlock.tenant"
 LABEL_DEADLINE = "airlock.deadline"
 # Init and the runner run as root with only the capabilities it takes to drop the code
-# to uid 1000 and to kill it (see runner.py); the code itself ends up with none.
+# to uid 1000 and to kill it (see inside/runner.py); the code itself ends up with none.
 RUNNER_USER = "0:0"
 RUNNER_CAPABILITIES = ["SETUID", "SETGID", "SETPCAP", "KILL"]
 # Container start and packing the workspace happen outside the user's timeout.

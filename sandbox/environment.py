@@ -8,14 +8,14 @@ is the container's own tmpfs, not /workspace: a dotfile kept there (a `.pth` or
 `usercustomize.py` in Python's user site, a `.gitconfig` with a hook, an `.npmrc`) would
 act in every later run. And Python has no user site at all (PYTHONNOUSERSITE): site
 imports `usercustomize` from anywhere on the path, and the path holds the session's
-editable installs under /workspace (sandbox/editable_site.py; `sitecustomize` is Debian's,
+editable installs under /workspace (sandbox/inside/editable_site.py; `sitecustomize` is Debian's,
 found first in the standard library's directory). With egress, the only
 additions point standard clients at the in-container relay and the run's CA.
 """
 
 from __future__ import annotations
 
-from .boot import SANDBOX_HOME
+from .inside.wire import SANDBOX_HOME
 
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 EGRESS_MOUNT = "/airlock/egress"

@@ -2,7 +2,7 @@
 
 Docker multiplexes the runner's stdout and stderr into one stream of 8-byte
 headed chunks; the runner's stdout in turn carries its own frames (see
-`runner.py`). `Exchange` takes raw bytes as they arrive and keeps what the run
+`inside/wire.py`). `Exchange` takes raw bytes as they arrive and keeps what the run
 produced, holding every buffer to a cap, so a hostile stream costs bounded
 memory. No single frame limits what a run can report: the listing and the notes
 arrive in as many frames as they need, and the RESULT says how many to expect.
@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
-from .runner import ENTRIES, FAULT, NOTES, RESULT, STDERR, STDOUT, TAR, FrameDecoder
+from .inside.wire import ENTRIES, FAULT, NOTES, RESULT, STDERR, STDOUT, TAR, FrameDecoder
 from .spec import JobSpec, WorkspaceEntry
 
 _DOCKER_HEADER = struct.Struct(">BxxxI")

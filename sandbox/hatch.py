@@ -22,7 +22,7 @@ from airlock.characters import has_invisible
 from airlock.errors import UnsafePath
 from airlock.store import Draft, WorkspaceFile
 
-from .boot import SANDBOX_UID
+from .inside.wire import SANDBOX_UID
 from .spec import ArtifactCaps, InputDir, InputFile, OutputFile, WorkspaceEntry
 
 # Airlock keeps each run's captured streams under this prefix, so the code's own

@@ -5,8 +5,8 @@ wrappers, the module that reads editable installs, the warmed home, the manifest
 Belongs here: the image recipe, the tag derived from it, the offline base bootstrapped with
 `debootstrap` and imported into Docker, and turning engine and build failures into
 `EngineUnavailable` / `ImageUnavailable`. Not here: starting or hardening containers (the
-backend's job), the runner itself (`sandbox/runner.py`, copied in byte for byte), reading lock
-files and fetching wheels (`sandbox/pylock.py`), and printing: every step is reported through
+backend's job), the code that runs inside (`sandbox/inside/`, copied in byte for byte), reading
+lock files and fetching wheels (`sandbox/pylock.py`), and printing: every step is reported through
 the caller's `progress` callback, never to stdout, which may be an MCP stdio transport.
 
 Tags are derived from content, so a changed recipe, runner or lock is picked up without a
@@ -50,16 +50,18 @@ import airlock
 from airlock.errors import EngineUnavailable, ImageUnavailable
 from airlock.policies import ImageSettings
 
-from .boot import HOME_TEMPLATE, SANDBOX_HOME, SANDBOX_UID
 from .build_stages import StageTracker, remove_stages
+from .inside.wire import HOME_TEMPLATE, SANDBOX_HOME, SANDBOX_UID
 from .pylock import IMAGE_PYTHON_VERSION, PythonLock, default_lock, fetch_wheels, read_lock
 from .streaming import run_streaming
 
-RUNNER_PATH: Path = Path(__file__).with_name("runner.py")
-BOOT_PATH: Path = Path(__file__).with_name("boot.py")
-INVENTORY_PATH: Path = Path(__file__).with_name("inventory.py")
-PRESTART_PATH: Path = Path(__file__).with_name("prestart.py")
-EDITABLE_SITE_PATH: Path = Path(__file__).with_name("editable_site.py")
+# The code that runs inside (sandbox/inside): named here only as files to copy, never imported.
+INSIDE_DIR: Path = Path(__file__).with_name("inside")
+RUNNER_PATH: Path = INSIDE_DIR / "runner.py"
+# Copied into the image as the package `inside`, with the runner.
+INSIDE_MODULES = ("__init__.py", "wire.py", "codeproc.py", "boot.py", "prestart.py")
+INVENTORY_PATH: Path = INSIDE_DIR / "inventory.py"
+EDITABLE_SITE_PATH: Path = INSIDE_DIR / "editable_site.py"
 FILES_DIR: Path = Path(__file__).with_name("files")
 MANIFEST_PATH = "/opt/airlock/manifest.json"
 # Preloaded into every dynamically linked program of the image through /etc/ld.so.preload:
@@ -118,10 +120,10 @@ IMAGE_LABEL = "airlock.image"
 # offline) and give git an author; matplotlib gets the headless Agg backend in its own rc
 # file, since the sandbox environment is fixed, and its font list is built here, into the
 # template prestart.py copies into every sandbox's home (building it takes seconds).
-# airlock_editable_site (sandbox/editable_site.py) and its .pth put a session's editable
+# airlock_editable_site (inside/editable_site.py) and its .pth put a session's editable
 # installs on every Python's path without running anything of theirs.
-# The entrypoint (boot.py), the runner and prestart.py form the package `sandbox` under
-# /opt/airlock, so the runner's relative import of boot works there as on the host.
+# The entrypoint (boot.py), the runner, prestart.py and the modules they share form the
+# package `inside` under /opt/airlock, so their relative imports work there as on the host.
 # `compileall` makes a runner that does not compile under the image's Python fail the build,
 # not every container; it also leaves the bytecode the runner is imported from, which it
 # could not write at run time on the read-only root filesystem.
@@ -148,7 +150,7 @@ FROM $base
 COPY --from=wheels /staging/usr/local /usr/local
 RUN groupadd -g $uid sandbox \\
  && useradd -u $uid -g $uid -d $home -M -s /bin/bash sandbox \\
- && mkdir -p /workspace $home /opt/airlock/sandbox \\
+ && mkdir -p /workspace $home /opt/airlock/inside \\
  && chown $uid:$uid /workspace \\
  && find / -xdev -type f -perm /6000 -exec chmod ug-s {} +
 COPY files/pip.conf files/gitconfig files/npmrc /etc/
@@ -156,7 +158,7 @@ COPY files/EXTERNALLY-MANAGED /usr/lib/python3.11/EXTERNALLY-MANAGED
 COPY files/pip files/npm /usr/local/bin/
 COPY editable_site.py $site/airlock_editable_site.py
 COPY files/airlock_editable_site.pth $site/
-COPY boot.py runner.py prestart.py /opt/airlock/sandbox/
+COPY inside/ /opt/airlock/inside/
 COPY inventory.py /opt/airlock/
 COPY --from=shim /statx.so $shim
 RUN echo $shim > /etc/ld.so.preload \\
@@ -173,7 +175,7 @@ LABEL $label=1
 USER $uid:$uid
 WORKDIR /workspace
 ENV PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8
-ENTRYPOINT ["$python", "-I", "-S", "/opt/airlock/sandbox/boot.py"]
+ENTRYPOINT ["$python", "-I", "-S", "/opt/airlock/inside/boot.py"]
 """)
 # Per-read timeout while streaming a build: a step may stay silent for a while.
 _BUILD_READ_TIMEOUT_S = 600
@@ -350,9 +352,8 @@ def wheel_cache_dir() -> Path:
 def _recipe(inputs: ImageInputs, runner: Path) -> _Recipe:
     files: list[tuple[str, bytes]] = []
     for name, path in (
-        ("boot.py", BOOT_PATH),
-        ("runner.py", runner),
-        ("prestart.py", PRESTART_PATH),
+        *((f"inside/{name}", INSIDE_DIR / name) for name in INSIDE_MODULES),
+        ("inside/runner.py", runner),
         ("inventory.py", INVENTORY_PATH),
         ("editable_site.py", EDITABLE_SITE_PATH),
         *((f"files/{name}", FILES_DIR / name) for name in _CONTEXT_FILES),

@@ -348,7 +348,7 @@ import errno, json, os, shutil, subprocess
 def name(e):
     return errno.errorcode.get(e.errno, str(e.errno))
 created = {}
-for d in ["/", "/etc", "/usr", "/usr/local/bin", "/opt/airlock", "/opt/airlock/sandbox",
+for d in ["/", "/etc", "/usr", "/usr/local/bin", "/opt/airlock", "/opt/airlock/inside",
           "/root", "/home", "/var", "/bin", "/srv", "/sys/fs/cgroup"]:
     try:
         fd = os.open(os.path.join(d, "airlock-escape-probe"), os.O_WRONLY | os.O_CREAT | os.O_EXCL)
@@ -357,7 +357,7 @@ for d in ["/", "/etc", "/usr", "/usr/local/bin", "/opt/airlock", "/opt/airlock/s
     except OSError as e:
         created[d] = name(e)
 changed = {}
-for path in ["/etc/passwd", "/opt/airlock/sandbox/runner.py", "/opt/airlock/sandbox/boot.py",
+for path in ["/etc/passwd", "/opt/airlock/inside/runner.py", "/opt/airlock/inside/boot.py",
              "/usr/bin/python3",
              "/proc/sys/kernel/hostname", "/proc/sysrq-trigger"]:
     try:
@@ -440,7 +440,7 @@ async def test_code_is_unprivileged_and_writes_only_workspace_and_tmp(
                 "/usr",
                 "/usr/local/bin",
                 "/opt/airlock",
-                "/opt/airlock/sandbox",
+                "/opt/airlock/inside",
                 "/home",
             ]:
                 assert probe["created"][directory] == "EROFS", (directory, probe["created"])

@@ -37,8 +37,8 @@ from airlock.sandbox import (
     JobOutcome,
     JobSpec,
 )
-from airlock.sandbox.boot import SANDBOX_UID
 from airlock.sandbox.environment import RELAY_PORT, sandbox_environment
+from airlock.sandbox.inside.wire import SANDBOX_UID
 from airlock.sandbox.instance import LABEL_INSTANCE, Instance
 from airlock.sandbox.pool import Profile
 from airlock.store import BlobStore, Staging

@@ -1,5 +1,5 @@
 """The session's editable installs reach a sandbox Python's path as data: what a `.pth`
-under /workspace/.editable may name, and what it may never do (sandbox/editable_site.py,
+under /workspace/.editable may name, and what it may never do (sandbox/inside/editable_site.py,
 run here on the host against a directory standing in for /workspace)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from airlock.sandbox import editable_site, prestart
+from airlock.sandbox.inside import editable_site, prestart
 
 
 def _workspace(tmp_path: Path) -> tuple[Path, Path]:

@@ -8,7 +8,7 @@ import struct
 import pytest
 
 from airlock.sandbox.exchange import MAX_NOTES, Exchange
-from airlock.sandbox.runner import (
+from airlock.sandbox.inside.wire import (
     ENTRIES,
     FAULT,
     MAX_FRAME,

@@ -30,7 +30,7 @@ from airlock.sandbox.pylock import parse_lock
 # 2-core machine), the layer 1 to 4 more.
 pytestmark = pytest.mark.timeout(900)
 
-ENTRYPOINT = ["/usr/bin/python3", "-I", "-S", "/opt/airlock/sandbox/boot.py"]
+ENTRYPOINT = ["/usr/bin/python3", "-I", "-S", "/opt/airlock/inside/boot.py"]
 
 
 @pytest.fixture
@@ -134,19 +134,20 @@ def test_image_python_is_3_11(client: docker.DockerClient, image: str) -> None:
 def test_runner_is_root_owned_and_workspace_belongs_to_sandbox(
     client: docker.DockerClient, image: str
 ) -> None:
-    modules = [f"/opt/airlock/sandbox/{name}" for name in ("boot.py", "runner.py", "prestart.py")]
+    names = ("__init__.py", "wire.py", "codeproc.py", "boot.py", "runner.py", "prestart.py")
+    modules = [f"/opt/airlock/inside/{name}" for name in names]
     listing = run_in(
         client,
         image,
         "/usr/bin/stat",
         "-c",
         "%u:%g %a %n",
-        "/opt/airlock/sandbox",
+        "/opt/airlock/inside",
         *modules,
         "/workspace",
     )
     assert listing.splitlines() == [
-        "0:0 755 /opt/airlock/sandbox",
+        "0:0 755 /opt/airlock/inside",
         *(f"0:0 644 {module}" for module in modules),
         "1000:1000 755 /workspace",
     ]

@@ -1,4 +1,4 @@
-"""The code's process is started with the sandbox (sandbox/prestart.py) and must behave as
+"""The code's process is started with the sandbox (sandbox/inside/prestart.py) and must behave as
 a fresh `python3 -u main.py` would: these runs compare it with one, or with what Python
 itself prints, through the real server and sandbox."""
 

@@ -1,4 +1,5 @@
-"""The in-sandbox relay (sandbox/runner.py `_relay`), run on the host in a process of its own.
+"""The in-sandbox relay (sandbox/inside/runner.py `_relay`), run on the host in a process
+of its own.
 
 The relay bridges the code's TCP connections to the proxy's unix socket. When that socket
 cannot be reached, the code must read a 502 that says why, never a connection closed
@@ -21,7 +22,7 @@ import pytest
 # same minus the fork and the drop to the sandbox user (which need root).
 SERVE = """
 import socket, sys
-from airlock.sandbox import runner
+from airlock.sandbox.inside import runner
 listener = socket.create_server(("127.0.0.1", 0))
 print(listener.getsockname()[1], flush=True)
 runner._relay(listener, sys.argv[1])

@@ -1,6 +1,6 @@
 """The process that becomes the user's code, started before the job is known.
 
-sandbox/boot.py starts it as the sandbox user when its container starts, so a call
+boot.py (via codeproc.py) starts it as the sandbox user when its container starts, so a call
 does not wait for Python to start (under gVisor that was most of a warm `print(1)`):
 `prestart.py ORDER_FD DIRECTORY [HOME_TEMPLATE]`. It fills the code's (empty) HOME with a
 copy of HOME_TEMPLATE (the caches the image warmed, such as matplotlib's font list, which
@@ -40,7 +40,7 @@ from types import ModuleType
 # environment differs in any of these gets a fresh interpreter.
 STARTUP_NAMES = frozenset({"HOME", "LANG", "LANGUAGE", "PATH", "TZ", "GLIBC_TUNABLES"})
 STARTUP_PREFIXES = ("PYTHON", "LC_", "LD_", "MALLOC_")
-# Where `pip install -e` puts a session's editable installs (sandbox/editable_site.py).
+# Where `pip install -e` puts a session's editable installs (editable_site.py).
 EDITABLE_DIR = "/workspace/.editable"
 
 

@@ -1,5 +1,5 @@
-"""The in-container runner, started by sandbox/boot.py (every sandbox container's
-entrypoint) right after that has started the process that will become the code.
+"""The in-container runner, started by boot.py (every sandbox container's entrypoint)
+right after that has started the process that will become the code.
 
 It starts before any job is known (so a container can wait in a warm pool; one
 created for egress, `--egress SOCKET PORT`, forks its relay to the proxy socket
@@ -24,16 +24,7 @@ CAP_KILL) has killed every process but init and itself, so nothing of the code's
 is left to race it. The host still treats every byte as hostile: a file's content
 and name are the code's, and the runner could have bugs.
 
-Wire format (the host imports the framing part of this module):
-- host -> runner: a 4-byte big-endian length, that many bytes of JSON job, then
-  `input_tar_bytes` bytes of an uncompressed tar to unpack into /workspace.
-- runner -> host, on stdout: frames of one kind byte, a 4-byte big-endian length,
-  and the payload (at most MAX_FRAME bytes). Kinds: STDOUT and STDERR (the code's
-  output, each capped), TAR (chunks of the outgoing workspace tar), ENTRIES (a
-  JSON list of workspace entries, any number of frames), NOTES (a JSON list of
-  notes, capped in count), RESULT (JSON, last frame, says how many entries and
-  notes were sent), FAULT (JSON, the runner itself failed). No frame's size grows
-  with the number of files.
+The job comes and the report goes in the frames of wire.py (which says their kinds).
 
 The listing is the whole final /workspace, parents before children, up to the job's
 `max_entries` (RESULT's `listing_complete` is false past it, or when a directory or
@@ -65,13 +56,27 @@ import selectors
 import signal
 import socket
 import stat
-import struct
 import sys
 import threading
 import time
 from collections.abc import Iterator
 
-from .boot import PYTHON, SANDBOX_UID, WORKSPACE, CodeProcess, reap_within, start_code_process
+from .codeproc import PYTHON, CodeProcess, reap_within, start_code_process
+from .wire import (
+    ENTRIES,
+    FAULT,
+    LENGTH,
+    MAX_FRAME,
+    MAX_JOB_JSON,
+    NOTES,
+    RESULT,
+    SANDBOX_UID,
+    STDERR,
+    STDOUT,
+    TAR,
+    WORKSPACE,
+    encode_frame,
+)
 
 # typing and dataclasses are not imported at run time: under gVisor every module a
 # runner imports adds to a cold call (dataclasses pulls in inspect, about 30 ms).
@@ -79,18 +84,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, BinaryIO
 
-STDOUT = b"o"
-STDERR = b"e"
-TAR = b"t"
-ENTRIES = b"f"
-NOTES = b"n"
-RESULT = b"r"
-FAULT = b"x"
-FRAME_KINDS = frozenset({STDOUT, STDERR, TAR, ENTRIES, NOTES, RESULT, FAULT})
-HEADER = struct.Struct(">cI")
-LENGTH = struct.Struct(">I")
-MAX_FRAME = 1 << 20
-MAX_JOB_JSON = 4 << 20
 
 CODE_DIR = "/tmp/.airlock"
 READ_CHUNK = 65536
@@ -113,50 +106,6 @@ PROXY_CONNECT_PATIENCE_S = 3.0
 PROXY_TRANSIENT = frozenset({errno.ENOENT, errno.ECONNREFUSED, errno.EAGAIN, errno.EINTR})
 PR_SET_DUMPABLE = 4
 PR_CAPBSET_DROP = 24
-
-
-def encode_frame(kind: bytes, payload: bytes) -> bytes:
-    return HEADER.pack(kind, len(payload)) + payload
-
-
-class FrameDecoder:
-    """Sans-IO decoder: feed bytes, take complete frames.
-
-    Raises ValueError on an unknown kind or an oversized frame, so a confused or
-    hostile stream fails fast instead of making the host buffer without bound.
-    """
-
-    def __init__(self) -> None:
-        self._buffer = bytearray()
-
-    def feed(self, data: bytes) -> list[tuple[bytes, bytes]]:
-        self._buffer += data
-        frames: list[tuple[bytes, bytes]] = []
-        while len(self._buffer) >= HEADER.size:
-            kind, length = HEADER.unpack_from(self._buffer)
-            if kind not in FRAME_KINDS:
-                raise ValueError(f"unknown frame kind {kind!r}")
-            if length > MAX_FRAME:
-                raise ValueError(f"frame of {length} bytes exceeds {MAX_FRAME}")
-            end = HEADER.size + length
-            if len(self._buffer) < end:
-                break
-            frames.append((kind, bytes(self._buffer[HEADER.size : end])))
-            del self._buffer[:end]
-        return frames
-
-    @property
-    def pending(self) -> int:
-        return len(self._buffer)
-
-
-def encode_job(job: dict[str, Any], input_tar_bytes: int) -> bytes:
-    """The job's length and JSON; the host then streams `input_tar_bytes` bytes of tar."""
-    body = json.dumps(dict(job, input_tar_bytes=input_tar_bytes)).encode()
-    return LENGTH.pack(len(body)) + body
-
-
-# ---- everything below runs inside the container ----
 
 
 class _FrameWriter:

@@ -1,16 +1,10 @@
-"""The entrypoint of every sandbox container: starts the code's process, then the runner.
+"""The process that becomes the code, as boot.py starts it and the runner gives it its order.
 
-The process that becomes the code (sandbox/prestart.py: an interpreter up before the job
-comes) is started first, before the runner is even imported, so that the two start side
-by side: under gVisor the runner's imports take about 90 ms and the code's interpreter
-about 100, and a cold call waited for one after the other. So this module needs nothing
-Python has not loaded at start but `os`, `sys` and `time`, and starts the process with
-posix_spawn (vfork and exec, no fork of the interpreter, no subprocess module). It is
-the runner's one way to start the code's process, also when the first one is gone.
-
-The image holds this module, the runner and prestart.py as the package `sandbox` under
-/opt/airlock, so the runner imports from here with the same relative import as on the
-host, which takes SANDBOX_UID from here too.
+Both the entrypoint (boot.py, before the runner is even imported) and the runner (when the
+first process is gone) start it here, so neither imports the other for it. It is started
+with posix_spawn (vfork and exec, no fork of the interpreter, no subprocess module), and
+this module needs nothing Python has not loaded at start but `os` and `time`, besides the
+layout in wire.py: boot.py imports it before the code's interpreter starts.
 
 Only the standard library of the image's Python (3.11) may be used here.
 """
@@ -18,18 +12,10 @@ Only the standard library of the image's Python (3.11) may be used here.
 from __future__ import annotations
 
 import os
-import sys
 import time
 
-SANDBOX_UID = 1000
-WORKSPACE = "/workspace"
-# The code's home: a tmpfs of its own container, so what programs keep there (caches,
-# configuration, Python's user site-packages) neither comes back as artifacts nor reaches
-# the session's next run.
-SANDBOX_HOME = "/home/sandbox"
-# What the image warmed for that home (caches that take seconds to build): prestart.py
-# copies it in before the job comes.
-HOME_TEMPLATE = "/opt/airlock/home"
+from .wire import HOME_TEMPLATE, SANDBOX_UID, WORKSPACE
+
 PYTHON = "/usr/bin/python3"
 PRESTART = os.path.join(os.path.dirname(os.path.abspath(__file__)), "prestart.py")
 # util-linux's setpriv drops to the sandbox user before it execs the rest of the command
@@ -156,16 +142,3 @@ def _order(argv: list[str], env: dict[str, str]) -> bytes:
     entries, each ended by a NUL byte."""
     items = [str(len(argv)), *argv, *(f"{name}={value}" for name, value in env.items())]
     return b"".join(os.fsencode(item) + b"\0" for item in items)
-
-
-def main() -> None:
-    """`python3 -I -S boot.py [--egress SOCKET PORT]`: the arguments go to the runner."""
-    code = start_code_process()
-    # -I leaves the script's directory off the path; the package is its parent's.
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    runner = __import__("sandbox.runner", fromlist=["main"])
-    runner.main(sys.argv[1:], code)
-
-
-if __name__ == "__main__":
-    main()
