@@ -105,7 +105,6 @@ class Leases:
         rule = SessionRule(connection is not None)
         async with self._lock:
             found: _Lease | None = None
-            default_key = (tenant, connection) if session_id is None else None
             if session_id == NEW_SESSION:
                 pass
             elif session_id is not None:
@@ -117,14 +116,12 @@ class Leases:
                     )
             elif connection is not None:
                 found = self._live.get(self._defaults.get((tenant, connection), ""))
-            created = found is None or self._expired(found, now)
-            if created:
-                lease = await self._create(tenant, now)
-                if default_key is not None and connection is not None:
-                    self._defaults[(tenant, connection)] = lease.id
+            if found is not None and not self._expired(found, now):
+                lease, created = found, False
             else:
-                assert found is not None
-                lease = found
+                lease, created = await self._create(tenant, now), True
+                if session_id is None and connection is not None:
+                    self._defaults[(tenant, connection)] = lease.id
             lease.expires_at = self._idle_end(lease, now)
         await self._services.db.touch_session(
             lease.id, last_used_at=now, expires_at=lease.expires_at
