@@ -16,13 +16,16 @@ pool tests, and the stdio and HTTP tests, which start real servers on the defaul
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import docker
+import postgres
 import pytest
 import trustme
 from mcp.server.mcpserver import MCPServer
@@ -81,6 +84,32 @@ def docker_client() -> Iterator[docker.DockerClient]:
         pytest.skip(f"no Docker engine: {exc}")
     yield client
     client.close()
+
+
+@pytest.fixture(scope="session")
+def postgres_cluster() -> Iterator[postgres.Cluster]:
+    """The real PostgreSQL of this test session: `.ci/run`'s (by its URL) or one started here."""
+    url = os.environ.get(postgres.URL_VARIABLE)
+    if url:
+        yield postgres.Cluster(url=url)
+        return
+    try:
+        # Not under pytest's tmp_path: its parents are root's 0700, closed to the postgres user.
+        cluster = postgres.start(Path(tempfile.mkdtemp(prefix="airlock-postgres-")))
+    except postgres.PostgresMissing as exc:
+        if REQUIRE_DOCKER:
+            pytest.fail(f"PostgreSQL is required (AIRLOCK_REQUIRE_DOCKER=1): {exc}")
+        pytest.skip(str(exc))
+    yield cluster
+    assert cluster.directory is not None
+    postgres.stop(cluster.directory)
+    shutil.rmtree(cluster.directory)
+
+
+@pytest.fixture
+def postgres_url(postgres_cluster: postgres.Cluster) -> str:
+    """The URL of an empty database of this test's own on the real PostgreSQL."""
+    return postgres.fresh_database(postgres_cluster)
 
 
 @pytest.fixture(scope="session")
