@@ -885,11 +885,11 @@ async def section_egress(b: Bench) -> dict[str, Any]:
     data = tmp / "data"
     vault = Vault(vault_path(data), load_key(data, {}))
     vault.set("bench_token", "sk-bench-not-a-secret", ["localhost"])
-    grants = Grants(max_per_session=32, max_live_per_tenant=64)
+    grants = Grants()
     tokens = RunTokens()
+    settings = EgressSettings.model_validate({"upstream_ca_file": str(ca_file)})
     egress = Egress(
         root=tmp / "egress",
-        settings=EgressSettings.model_validate({"upstream_ca_file": str(ca_file)}),
         grants=grants,
         tokens=tokens,
         vault=vault,
@@ -926,6 +926,8 @@ async def section_egress(b: Bench) -> dict[str, Any]:
             reason="benchmark",
             ttl_s=3600,
             now=time.time(),
+            max_per_session=32,
+            max_live_per_tenant=64,
         )
         # The same reach without a secret: nothing injected, so nothing to scrub.
         no_secret = Capability.model_validate(reach)
@@ -940,6 +942,8 @@ async def section_egress(b: Bench) -> dict[str, Any]:
             reason="benchmark",
             ttl_s=3600,
             now=time.time(),
+            max_per_session=32,
+            max_live_per_tenant=64,
         )
 
         async def client(
@@ -959,6 +963,7 @@ async def section_egress(b: Bench) -> dict[str, Any]:
                 run_id=f"run_bench{runs}",
                 grants=[grant if secret else plain],
                 deadline=time.time() + 600,
+                settings=settings,
             ) as run:
                 config = {
                     "port": port,

@@ -155,7 +155,7 @@ async def run_code(
                 max_entries=policy.files.max_workspace_entries,
             ),
         )
-        needs_egress = services.egress.needed(grants, policy.egress)
+        needs_egress = services.egress.needed(grants, settings=policy.egress)
         async with backend.sandbox(job, egress=needs_egress) as box:
             if box.egress_dir is not None:
                 async with services.egress.open(
