@@ -54,6 +54,7 @@ from airlock.errors import (
 )
 from airlock.store import Staging
 
+from .cgroup_cost import UsageWatch
 from .docker_attach import attach
 from .docker_events import EngineWatch
 from .docker_pool import MAX_CONNECTIONS, share_one_pool
@@ -68,7 +69,6 @@ from .pool import Profile, WarmPool
 from .runtime import GVISOR
 from .seccomp import gvisor_security_opt
 from .spec import JobOutcome, JobSpec, OutputFile, Status, StreamCapture, Usage, WorkspaceEntry
-from .usage import UsageWatch
 
 log = logging.getLogger(__name__)
 
