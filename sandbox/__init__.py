@@ -15,7 +15,7 @@ The rest of this room imports only its `wire` module (tests/test_inside.py check
 
 from .backend import Backend, Ready, Sandbox
 from .docker import EXCHANGE_GRACE_S, DockerBackend, connect
-from .hatch import RESERVED_PREFIX, safe_relative_path
+from .file_transfer import RESERVED_PREFIX, safe_relative_path
 from .spec import (
     ArtifactCaps,
     ContainerLimits,

@@ -60,7 +60,7 @@ from .docker_events import EngineWatch
 from .docker_pool import MAX_CONNECTIONS, share_one_pool
 from .environment import CA_BUNDLE, EGRESS_MOUNT, RELAY_PORT, sandbox_environment
 from .exchange import Exchange, RunnerReport
-from .hatch import pack_inputs, read_listing
+from .file_transfer import pack_inputs, read_listing
 from .inside.wire import SANDBOX_HOME, SANDBOX_UID, encode_job
 from .instance import LABEL_INSTANCE, Instance
 from .intake import Intake

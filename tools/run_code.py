@@ -38,8 +38,8 @@ from airlock.sandbox import (
     safe_relative_path,
 )
 from airlock.sandbox.environment import sandbox_environment
+from airlock.sandbox.file_transfer import settle
 from airlock.sandbox.gitbase import is_repository_internal
-from airlock.sandbox.hatch import settle
 from airlock.store import (
     ArtifactRecord,
     EgressRecord,
