@@ -56,8 +56,8 @@ from airlock.store import Staging
 
 from .cgroup_cost import UsageWatch
 from .docker_attach import attach
+from .docker_connections import MAX_CONNECTIONS, share_one_pool
 from .docker_events import EngineWatch
-from .docker_pool import MAX_CONNECTIONS, share_one_pool
 from .environment import CA_BUNDLE, EGRESS_MOUNT, RELAY_PORT, sandbox_environment
 from .exchange import Exchange, RunnerReport
 from .file_transfer import pack_inputs, read_listing
