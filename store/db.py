@@ -755,6 +755,12 @@ class Database:
                 )
             )
 
+    async def get_grant(self, grant_id: str) -> GrantRecord | None:
+        rows = await self._fetch(f"SELECT {_GRANT_COLUMNS} FROM grants WHERE id = ?", (grant_id,))
+        if not rows:
+            return None
+        return GrantRecord.model_validate(_from_json_fields(rows[0], "params", "scope"))
+
     async def list_grants(
         self, *, tenant: str | None = None, session_id: str | None = None, limit: int = 100
     ) -> list[GrantRecord]:

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 from mcp.client import Client
 from mcp.server.mcpserver import MCPServer
 from support import text_of
+from upstream import Upstream
+
+from airlock.broker import Vault, load_key, vault_path
 
 pytestmark = pytest.mark.anyio
 
@@ -91,3 +95,72 @@ async def test_a_session_used_on_one_server_is_not_expired_by_the_other(
             await call(on_b, "list_workspace", session_id=session)
         # 120 s after A last saw it, but 40 s after B's last call: still live on both.
         assert (await call(on_a, "list_workspace", session_id=session))["session_id"] == session
+
+
+@pytest.mark.docker
+async def test_a_capability_granted_on_one_server_is_used_and_revoked_on_the_other(
+    make_server: Callable[..., MCPServer],
+    data_dir: Path,
+    upstream: Upstream,
+    upstream_ca_file: Path,
+) -> None:
+    Vault(vault_path(data_dir), load_key(data_dir, {})).set("api_token", "sk-fleet", ["localhost"])
+    api = {
+        "hosts": ["localhost"],
+        "ports": [upstream.port],
+        "methods": ["GET"],
+        "paths": ["/api/**"],
+        "secret": "api_token",
+        "inject": {"header": "Authorization", "format": "Bearer {secret}"},
+        "approval": "auto",
+        "allow_private": ["127.0.0.0/8", "::1/128"],
+    }
+    policy = {"capabilities": {"api": api}, "egress": {"upstream_ca_file": str(upstream_ca_file)}}
+    code = (
+        "import urllib.request\n"
+        f"print(urllib.request.urlopen('https://localhost:{upstream.port}/api/x').status)\n"
+    )
+    a, b = make_server(policy), make_server(policy)
+    async with Client(a) as on_a, Client(b) as on_b:
+        granted = await call(
+            on_a, "request_capability", session_id="new", capability="api", reason="test"
+        )
+        session, cap = granted["session_id"], granted["capability_id"]
+        ran = await call(on_b, "run_code", session_id=session, code=code, capabilities=[cap])
+        assert ran["stdout"]["text"] == "200\n", ran
+        assert [s.all("Authorization") for s in upstream.seen] == [["Bearer sk-fleet"]]
+        revoked = await call(on_b, "revoke_capability", session_id=session, capability_id=cap)
+        assert revoked["revoked"] is True
+        message = await refused(on_b, "run_code", session_id=session, code=code, capabilities=[cap])
+        assert "unknown, expired or revoked" in message
+        other = (await call(on_b, "list_workspace", session_id="new"))["session_id"]
+        foreign = await refused(on_b, "run_code", session_id=other, code=code, capabilities=[cap])
+        assert "unknown, expired or revoked" in foreign
+
+
+@pytest.mark.docker
+async def test_a_grant_is_not_used_where_the_policy_no_longer_grants_its_scope(
+    make_server: Callable[..., MCPServer],
+) -> None:
+    """A replica whose policy narrowed the capability (or dropped it) holds no such grant:
+    what reaches the network is what this server's policy would grant now."""
+    wide = {
+        "hosts": ["api.example"],
+        "ports": [443, 8443],
+        "methods": ["GET"],
+        "paths": ["/**"],
+        "approval": "auto",
+    }
+    a = make_server({"capabilities": {"api": wide}})
+    b = make_server({"capabilities": {"api": wide | {"ports": [443]}}})
+    c = make_server({})
+    async with Client(a) as on_a, Client(b) as on_b, Client(c) as on_c:
+        granted = await call(
+            on_a, "request_capability", session_id="new", capability="api", reason="test"
+        )
+        session, cap = granted["session_id"], granted["capability_id"]
+        for client in (on_b, on_c):
+            message = await refused(
+                client, "run_code", session_id=session, code="pass", capabilities=[cap]
+            )
+            assert "unknown, expired or revoked" in message
