@@ -126,7 +126,6 @@ class Grants:
             raise ValueError(f"approved_by must be one of {_APPROVERS}, not {approved_by!r}")
         if max_per_session < 1 or max_live_per_tenant < 1:
             raise ValueError("grant quotas must be at least 1")
-        inject = capability.inject
         with self._lock:
             in_session = in_tenant = 0
             for g in self._grants.values():
@@ -152,18 +151,14 @@ class Grants:
             grant_id = _new_grant_id(tenant, session_id)
             while grant_id in self._grants:  # 128 random bits: never in practice
                 grant_id = _new_grant_id(tenant, session_id)
-            new = Grant(
-                id=grant_id,
+            new = _made(
+                capability,
+                scope,
+                grant_id=grant_id,
+                name=name,
+                params=params,
                 tenant=tenant,
                 session_id=session_id,
-                capability=name,
-                params=dict(params),
-                scope=scope,
-                secret=capability.secret,
-                inject_header=inject.header if inject else None,
-                inject_format=inject.format if inject else None,
-                tls=capability.tls,
-                allow_private=capability.allow_private,
                 approved_by=approved_by,
                 reason=reason,
                 created_at=now,
@@ -171,6 +166,46 @@ class Grants:
             )
             self._grants[grant_id] = new
         return new
+
+    def adopt(
+        self,
+        capability: Capability,
+        scope: Scope,
+        *,
+        grant_id: str,
+        name: str,
+        params: dict[str, str],
+        tenant: str,
+        session_id: str,
+        approved_by: ApprovedBy,
+        reason: str,
+        created_at: float,
+        expires_at: float,
+    ) -> Grant:
+        """Hold here a grant another server of the fleet made (as its record tells), so
+        this server's runs and revocations reach it; the one already held if it is. No
+        quota is counted: the server that granted it counted it."""
+        _check_id_part("tenant", tenant)
+        _check_id_part("session_id", session_id)
+        if not grant_id.startswith(grant_prefix(tenant, session_id)):
+            raise ValueError(f"grant {grant_id!r} is not of session {session_id!r}")
+        with self._lock:
+            held = self._grants.get(grant_id)
+            if held is None:
+                held = self._grants[grant_id] = _made(
+                    capability,
+                    scope,
+                    grant_id=grant_id,
+                    name=name,
+                    params=params,
+                    tenant=tenant,
+                    session_id=session_id,
+                    approved_by=approved_by,
+                    reason=reason,
+                    created_at=created_at,
+                    expires_at=expires_at,
+                )
+            return held
 
     def get(self, grant_id: str, *, tenant: str, session_id: str, now: float) -> Grant | None:
         """The grant if it is live and belongs to this tenant and session; None otherwise.
@@ -246,3 +281,39 @@ class Grants:
             for grant_id in ended:
                 del self._grants[grant_id]
         return len(ended)
+
+
+def _made(
+    capability: Capability,
+    scope: Scope,
+    *,
+    grant_id: str,
+    name: str,
+    params: dict[str, str],
+    tenant: str,
+    session_id: str,
+    approved_by: ApprovedBy,
+    reason: str,
+    created_at: float,
+    expires_at: float,
+) -> Grant:
+    """A grant of `capability` as the policy states it: its secret, how it is injected, its
+    TLS mode and private ranges come from there, never from a record."""
+    inject = capability.inject
+    return Grant(
+        id=grant_id,
+        tenant=tenant,
+        session_id=session_id,
+        capability=name,
+        params=dict(params),
+        scope=scope,
+        secret=capability.secret,
+        inject_header=inject.header if inject else None,
+        inject_format=inject.format if inject else None,
+        tls=capability.tls,
+        allow_private=capability.allow_private,
+        approved_by=approved_by,
+        reason=reason,
+        created_at=created_at,
+        expires_at=expires_at,
+    )

@@ -113,7 +113,7 @@ async def run_code(
         path: InputFile(path=path, sha256=_sha256(data), size=len(data), mtime=mtime)
         for path, data in call_data.items()
     }
-    grants = live_grants(services, session, list(capabilities))
+    grants = await live_grants(services, session, list(capabilities))
     backend, image, runtime = await services.engine.ready(policy.image)
     head, inputs, dirs = await _workspace_inputs(services, session, call_files)
     run_id = new_id("run_")
