@@ -877,6 +877,7 @@ class _EgressRig:
     """The real proxy of this process, an HTTPS upstream process and two grants to reach it."""
 
     egress: Egress
+    settings: EgressSettings
     grant: Grant  # with a secret injected (the usual capability)
     plain: Grant  # the same reach without a secret: nothing injected, nothing to scrub
     port: int
@@ -902,6 +903,7 @@ class _EgressRig:
             run_id=f"run_bench{self.runs}",
             grants=[self.grant if secret else self.plain],
             deadline=time.time() + 600,
+            settings=self.settings,
         ) as run:
             config = {
                 "port": self.port,
@@ -991,6 +993,8 @@ def _bench_grant(grants: Grants, capability: Capability, name: str) -> Grant:
         reason="benchmark",
         ttl_s=3600,
         now=time.time(),
+        max_per_session=32,
+        max_live_per_tenant=64,
     )
 
 
@@ -1008,10 +1012,10 @@ async def _egress_rig(b: Bench) -> AsyncIterator[_EgressRig]:
     data = tmp / "data"
     vault = Vault(vault_path(data), load_key(data, {}))
     vault.set("bench_token", "sk-bench-not-a-secret", ["localhost"])
-    grants = Grants(max_per_session=32, max_live_per_tenant=64)
+    grants = Grants()
+    settings = EgressSettings.model_validate({"upstream_ca_file": str(ca_file)})
     egress = Egress(
         root=tmp / "egress",
-        settings=EgressSettings.model_validate({"upstream_ca_file": str(ca_file)}),
         grants=grants,
         tokens=RunTokens(),
         vault=vault,
@@ -1033,6 +1037,7 @@ async def _egress_rig(b: Bench) -> AsyncIterator[_EgressRig]:
         local = Capability.model_validate(reach | {"secret": "bench_token", "inject": inject})
         yield _EgressRig(
             egress=egress,
+            settings=settings,
             grant=_bench_grant(grants, local, "bench-local"),
             plain=_bench_grant(grants, Capability.model_validate(reach), "bench-plain"),
             port=port,

@@ -229,7 +229,7 @@ async def _grant(
         reason=reason,
         ttl_s=checked.ttl,
         now=services.clock(),
-        # The tenant's own quotas, not the server policy's the store was built with.
+        # The tenant's own quotas: the store has none of its own.
         max_per_session=broker.max_capabilities_per_session,
         max_live_per_tenant=broker.max_live_grants_per_tenant,
     )
