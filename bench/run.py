@@ -877,7 +877,7 @@ class _EgressRig:
     """The real proxy of this process, an HTTPS upstream process and two grants to reach it."""
 
     egress: Egress
-    settings: EgressSettings  # the [egress] settings each run names, as a tenant's policy would
+    settings: EgressSettings
     grant: Grant  # with a secret injected (the usual capability)
     plain: Grant  # the same reach without a secret: nothing injected, nothing to scrub
     port: int
@@ -1013,6 +1013,7 @@ async def _egress_rig(b: Bench) -> AsyncIterator[_EgressRig]:
     vault = Vault(vault_path(data), load_key(data, {}))
     vault.set("bench_token", "sk-bench-not-a-secret", ["localhost"])
     grants = Grants()
+    settings = EgressSettings.model_validate({"upstream_ca_file": str(ca_file)})
     egress = Egress(
         root=tmp / "egress",
         grants=grants,
@@ -1036,7 +1037,7 @@ async def _egress_rig(b: Bench) -> AsyncIterator[_EgressRig]:
         local = Capability.model_validate(reach | {"secret": "bench_token", "inject": inject})
         yield _EgressRig(
             egress=egress,
-            settings=EgressSettings.model_validate({"upstream_ca_file": str(ca_file)}),
+            settings=settings,
             grant=_bench_grant(grants, local, "bench-local"),
             plain=_bench_grant(grants, Capability.model_validate(reach), "bench-plain"),
             port=port,
