@@ -303,6 +303,7 @@ def _relabelled_image(client: docker.DockerClient, sandbox_image: str, name: str
 def test_a_registry_image_that_is_not_this_airlocks_sandbox_is_refused(
     docker_client: docker.DockerClient,
     sandbox_image: str,
+    pushed_sandbox: Pushed,  # its layers in the registry already: the relabelled push is quick
     space: str,
     clean: Callable[[str], str],
     kind: str,
