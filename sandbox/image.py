@@ -13,9 +13,12 @@ Tags are derived from content, so a changed recipe, runner or lock is picked up 
 version bump, and an unchanged one reuses the image:
 
 - offline base: `airlock-base:<suite>-<hash12>`, hash over the debootstrap recipe (which
-  includes the Debian packages);
-- sandbox: `airlock-sandbox:<airlock version>-<hash12>`, hash over (base tag, Dockerfile,
-  every file of the build context but the wheels, and the lock, which pins the wheels).
+  includes the Debian packages); or, with [image] base, that reference, pulled if absent
+  (`sandbox/registry.py`) and never bootstrapped;
+- sandbox: `airlock-sandbox:<airlock version>-<hash12>`, hash over (base reference,
+  Dockerfile, every file of the build context but the wheels, and the lock, which pins the
+  wheels). Its `airlock.inside` label is the hash of the in-container code alone, which a
+  server checks before running an image it did not build (`sandbox/image_source.py`).
 
 Dependencies resolve here, outside the boundary: pip on the build host downloads exactly the
 wheels the lock pins and checks their hashes; the layer installs them with no network.
