@@ -33,7 +33,7 @@ import pytest
 from mcp import MCPError
 from mcp.client import Client
 from mcp.types import CallToolResult
-from support import NO_POOL, wait_until
+from support import NO_POOL, call, run, wait_until
 
 from airlock.server import Config
 
@@ -51,21 +51,6 @@ MIB = 1024 * 1024
 
 
 # ---- helpers ---------------------------------------------------------------------------
-
-
-async def call(
-    c: Client, tool: str, args: dict[str, Any], *, within: float = CALL_TIMEOUT_S
-) -> CallToolResult:
-    with anyio.fail_after(within):
-        return await c.call_tool(tool, args)
-
-
-async def run(c: Client, code: str, **args: Any) -> dict[str, Any]:
-    """run_code that must come back as a result (not a tool error); its structured content."""
-    r = await call(c, "run_code", {"code": code, **args})
-    assert not r.is_error, r.content
-    assert r.structured_content is not None
-    return r.structured_content
 
 
 async def run_json(c: Client, code: str, **args: Any) -> Any:
@@ -472,9 +457,9 @@ async def test_code_is_unprivileged_and_writes_only_workspace_and_tmp(
 SYSCALL_PROBE = r"""
 import ctypes, errno, json, os
 libc = ctypes.CDLL(None, use_errno=True)
-def call(nr, *args):
-    result = libc.syscall(nr, *[ctypes.c_long(a) for a in args])
-    return "ok" if result != -1 else errno.errorcode.get(ctypes.get_errno(), "?")
+
+
+
 me = os.getpid()
 print(json.dumps({
     "get_mempolicy": call(239, 0, 0, 0, 0, 0),

@@ -22,20 +22,15 @@ from typing import Any
 
 import anyio
 import pytest
-from test_gitdiff import git_apply, lock_files
+from support import git_apply, lock_files, services_on
 
 import airlock.tools.hatch as hatch_tool
-from airlock.broker import Grants, RunTokens, Vault, load_key, vault_path
-from airlock.egress import Egress
 from airlock.errors import LimitExceeded
 from airlock.policies import Policy
 from airlock.sandbox.gitdiff import git_blob_id
-from airlock.sandbox.instance import Instance
-from airlock.server.engine import Engine
 from airlock.server.patches import apply, describe, load_patch, write_patch
 from airlock.server.terminal import safe_block
 from airlock.store import (
-    BlobStore,
     Database,
     PatchRecord,
     SessionRecord,
@@ -55,20 +50,7 @@ async def make_services(tmp_path: Path, **hatch: Any) -> Services:
     never started."""
     (tmp_path / "repo").mkdir(exist_ok=True)
     policy = Policy.model_validate({"hatch": {"roots": {"app": str(tmp_path / "repo")}, **hatch}})
-    db = await Database.open(tmp_path / "airlock.db")
-    grants, tokens = Grants(max_per_session=3, max_live_per_tenant=5), RunTokens()
-    vault = Vault(vault_path(tmp_path), load_key(tmp_path, {}))
-    return Services(
-        db=db,
-        blobs=BlobStore(tmp_path / "blobs"),
-        engine=Engine(policy, Instance.current()),
-        policy=policy,
-        grants=grants,
-        tokens=tokens,
-        vault=vault,
-        egress=Egress(settings=policy.egress, grants=grants, tokens=tokens, vault=vault),
-        instance_id="test",
-    )
+    return services_on(tmp_path, policy, await Database.open(tmp_path / "airlock.db"))
 
 
 @pytest.fixture

@@ -14,9 +14,12 @@ from typing import Any
 
 import anyio
 import pytest
+import support
 from mcp import MCPError
 from mcp.client import Client
 from mcp.server.mcpserver import MCPServer
+from mcp.types import CallToolResult, TextContent
+from support import error_text, run_result
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
 
@@ -25,12 +28,12 @@ CALL_TIMEOUT_S = 240
 
 
 async def run(client: Client, code: str, **args: Any) -> dict[str, Any]:
-    with anyio.fail_after(CALL_TIMEOUT_S):
-        result = await client.call_tool("run_code", {"code": code, **args})
-    assert not result.is_error, result.content
-    assert result.structured_content is not None
-    data = result.structured_content
-    data["_text"] = result.content[0].text  # type: ignore[union-attr]
+    """The structured result, with the text block the model reads as `_text`."""
+    result = await run_result(client, code, within=CALL_TIMEOUT_S, **args)
+    data: dict[str, Any] = result.structured_content
+    first = result.content[0]
+    assert isinstance(first, TextContent), first
+    data["_text"] = first.text
     return data
 
 
@@ -239,14 +242,8 @@ async def test_many_small_files_against_the_caps_keep_what_fits_and_delete_nothi
     assert after["stdout"]["text"] == "101 True\n"
 
 
-async def call(client: Client, tool: str, args: dict[str, Any]) -> Any:
-    with anyio.fail_after(CALL_TIMEOUT_S):
-        return await client.call_tool(tool, args)
-
-
-def error_text(result: Any) -> str:
-    assert result.is_error, result.content
-    return str(result.content[0].text)
+async def call(client: Client, tool: str, args: dict[str, Any]) -> CallToolResult:
+    return await support.call(client, tool, args, within=CALL_TIMEOUT_S)
 
 
 async def test_the_workspace_is_listed_and_read_without_running_code(
