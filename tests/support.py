@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import io
+import logging
 import os
 import signal
 import socket
 import subprocess
 import sys
 import zipfile
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +36,7 @@ from airlock.egress import Egress
 from airlock.policies import Capability, Policy, resolve_scope
 from airlock.sandbox.instance import Instance
 from airlock.server.auth import generate_api_key
+from airlock.server.cli import main
 from airlock.server.engine import Engine
 from airlock.store import BlobStore, Database, RunRecord, SessionRecord
 from airlock.tools import Services
@@ -221,6 +224,54 @@ async def airlock_async(
     return await anyio.to_thread.run_sync(
         functools.partial(airlock, *args, env=env, timeout=within)
     )
+
+
+def airlock_main(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    """`airlock ARGS` run by the CLI's `main` in this process, answered as `airlock` would
+    be: for what a command says and returns, in milliseconds where a child process takes
+    about a second (`airlock` keeps a few end to end). Only for commands that neither
+    serve nor run an event loop. The root logger is set back afterwards: the CLI's
+    logging setup replaces its handlers, pytest's own among them."""
+    out, err = io.StringIO(), io.StringIO()
+    loggers = [logging.getLogger(), *(logging.getLogger(name) for name in CLI_LOGGERS)]
+    saved = [(logger, logger.handlers[:], logger.level) for logger in loggers]
+    try:
+        with (
+            contextlib.redirect_stdout(out),
+            contextlib.redirect_stderr(err),
+            _stdin(io.StringIO(stdin)),
+        ):
+            code = _exit_code(main, list(args))
+    finally:
+        for logger, handlers, level in saved:
+            logger.handlers[:] = handlers
+            logger.setLevel(level)
+    return subprocess.CompletedProcess([AIRLOCK, *args], code, out.getvalue(), err.getvalue())
+
+
+CLI_LOGGERS = ("mcp", "httpx", "docker", "urllib3")
+"""The loggers whose level the CLI's logging setup changes (server/logs.py)."""
+
+
+def _exit_code(entry: Callable[[list[str]], None], argv: list[str]) -> int:
+    """The exit status a process would have after `entry(argv)`, as sys.exit decides it."""
+    try:
+        entry(argv)
+    except SystemExit as exited:
+        if exited.code is None or isinstance(exited.code, int):
+            return exited.code or 0
+        sys.stderr.write(f"{exited.code}\n")
+        return 1
+    return 0
+
+
+@contextlib.contextmanager
+def _stdin(stream: io.StringIO) -> Iterator[None]:
+    saved, sys.stdin = sys.stdin, stream
+    try:
+        yield
+    finally:
+        sys.stdin = saved
 
 
 def without_airlock_settings() -> dict[str, str]:

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
-from support import AIRLOCK, sample_paths, short_name, windows_spellings
+from support import airlock_main, sample_paths, short_name, windows_spellings
 
 from airlock.errors import PolicyInvalid
 from airlock.policies import (
@@ -129,19 +127,15 @@ def test_defaults_hold_back_ci_and_deploy_configuration() -> None:
         assert protecting_glob(DEFAULT_PROTECTED, path) is None, path
 
 
-def test_policy_check_catches_a_relative_root_and_a_missing_one(tmp_path: Path) -> None:
+def test_policy_check_catches_a_relative_root_and_a_missing_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = tmp_path / "policy.toml"
     path.write_text(
         f'[hatch.roots]\nrel = "repos/app"\ngone = "{tmp_path}/gone"\n', encoding="utf-8"
     )
-    result = subprocess.run(
-        [AIRLOCK, "policy", "check", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env={**os.environ, "AIRLOCK_DATA_DIR": str(tmp_path / "data")},
-    )
+    monkeypatch.setenv("AIRLOCK_DATA_DIR", str(tmp_path / "data"))
+    result = airlock_main("policy", "check", str(path))
     report = result.stdout + result.stderr
     assert result.returncode == 1
     assert "hatch.roots.rel: " in report

@@ -15,7 +15,6 @@ import re
 import shlex
 import socket
 import stat
-import subprocess
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,7 +26,7 @@ import httpx2
 import pytest
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
-from support import AIRLOCK, NO_POOL_TOML
+from support import AIRLOCK, NO_POOL_TOML, airlock_main
 
 from airlock.policies import Policy
 from airlock.server.auth import load_auth_config
@@ -191,13 +190,7 @@ def _policy_examples() -> list[str]:
 def test_the_example_policies_pass_policy_check(tmp_path: Path, index: int) -> None:
     path = tmp_path / "policy.toml"
     path.write_text(_policy_examples()[index], encoding="utf-8")
-    result = subprocess.run(
-        [AIRLOCK, "policy", "check", str(path), "--data-dir", str(tmp_path / "data")],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = airlock_main("policy", "check", str(path), "--data-dir", str(tmp_path / "data"))
     assert result.returncode == 0, result.stdout
     assert result.stdout.splitlines()[0] == f"{path}: valid"
 
