@@ -29,7 +29,15 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from docker.models.containers import Container
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.types import CallToolResult, TextContent
+from mcp.types import (
+    BlobResourceContents,
+    CallToolResult,
+    EmbeddedResource,
+    ReadResourceResult,
+    ResourceLink,
+    TextContent,
+    TextResourceContents,
+)
 
 from airlock.broker import Grant, Grants, RunTokens, Vault, load_key, vault_path
 from airlock.egress import Egress
@@ -50,11 +58,18 @@ NO_POOL: dict[str, Any] = {"pool": {"size": 0}}
 NO_POOL_TOML = "[pool]\nsize = 0\n"
 
 AIRLOCK = str(Path(sys.executable).with_name("airlock"))
+TESTS = Path(__file__).resolve().parent
+"""The tests' top folder: conftest.py and the shared modules stay here, the tests sit in
+a folder for their room."""
+ROOT = TESTS.parent
+"""The repository: README.md, pyproject.toml and the rooms."""
 CALL_TIMEOUT_S = 120
 """How long one tool call may take: a cold gVisor start on a loaded two-core machine."""
 
 
-async def wait_until(check: Callable[[], T], *, within: float = 30, interval: float = 0.05) -> T:
+async def wait_until(
+    check: Callable[[], T | None], *, within: float = 30, interval: float = 0.05
+) -> T:
     """Poll `check` until it returns something truthy; fail after `within` seconds.
 
     For conditions with no event to wait on, such as a container appearing in the engine.
@@ -93,6 +108,35 @@ def make_wheel(
 def text_of(result: CallToolResult) -> str:
     """The text of a tool result: its text blocks joined (pictures are not text)."""
     return "".join(block.text for block in result.content if isinstance(block, TextContent))
+
+
+def block_text(result: CallToolResult, index: int = 0) -> str:
+    """The text of a result's block `index`, which must be a text block."""
+    block = result.content[index]
+    assert isinstance(block, TextContent), block
+    return block.text
+
+
+def resource_links(result: CallToolResult) -> list[ResourceLink]:
+    """A result's blocks after the first, which must all be resource links."""
+    links = result.content[1:]
+    assert all(isinstance(link, ResourceLink) for link in links), links
+    return [link for link in links if isinstance(link, ResourceLink)]
+
+
+def embedded_blob(result: CallToolResult, index: int = 0) -> str:
+    """The base64 of a result's block `index`, which must embed a binary resource."""
+    block = result.content[index]
+    assert isinstance(block, EmbeddedResource), block
+    assert isinstance(block.resource, BlobResourceContents), block.resource
+    return block.resource.blob
+
+
+def contents_text(read: ReadResourceResult, index: int = 0) -> str:
+    """The text of a read resource's contents `index`, which must be text."""
+    contents = read.contents[index]
+    assert isinstance(contents, TextResourceContents), contents
+    return contents.text
 
 
 def free_port() -> int:
@@ -392,7 +436,7 @@ async def client(server: HttpServer, tenant: str, mode: str) -> AsyncIterator[Cl
     # more than httpx's default 5 s.
     async with httpx2.AsyncClient(headers=headers, timeout=60) as http:
         transport = streamable_http_client(server.url, http_client=http)
-        async with Client(transport, mode=mode) as connected:  # type: ignore[arg-type]
+        async with Client(transport, mode=mode) as connected:
             yield connected
 
 

@@ -225,7 +225,7 @@ async def test_admin_keys_decide_their_own_tenants_approvals_over_http(tmp_path:
             headers = {"Authorization": f"Bearer {keys[name]}"}
             async with httpx2.AsyncClient(headers=headers) as http:
                 transport = streamable_http_client(f"{base}/mcp", http_client=http)
-                async with Client(transport) as connected:  # type: ignore[arg-type]
+                async with Client(transport) as connected:
                     yield connected
 
         def auth(name: str) -> dict[str, str]:
@@ -306,8 +306,9 @@ async def test_new_sessions_cannot_bury_the_operator_either(tmp_path: Path) -> N
             first = await ask(c, CAP, session_id="new")
             texts.append(text_of(first))
             match = re.search(r'session_id="(ses_[a-z0-9]+)"', texts[-1])
-            for _ in range(4 if match is not None else 0):
-                texts.append(text_of(await ask(c, CAP, session_id=match.group(1))))
+            if match is not None:
+                for _ in range(4):
+                    texts.append(text_of(await ask(c, CAP, session_id=match.group(1))))
         # 5 in the first session, 2 in the second, then the tenant is full: 3 refused
         # in the second, and the third session's first request.
         waiting = [t for t in texts if "waits until" in t]

@@ -18,7 +18,7 @@ from pathlib import Path
 import docker
 import docker.errors
 import pytest
-from support import AIRLOCK, airlock, airlock_main
+from support import AIRLOCK, ROOT, airlock, airlock_main
 
 from airlock.server.cli import main
 from airlock.server.config import Config
@@ -115,7 +115,7 @@ def test_policy_check_lists_every_problem_and_fails(tmp_path: Path) -> None:
 
 
 def test_policy_check_accepts_the_shipped_default() -> None:
-    default = Path(__file__).resolve().parent.parent / "policies" / "default.toml"
+    default = ROOT / "policies" / "default.toml"
     result = airlock_main("policy", "check", str(default))
     assert result.returncode == 0
     assert "valid" in result.stdout

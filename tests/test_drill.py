@@ -18,6 +18,7 @@ from typing import Any
 import anyio
 import docker
 import pytest
+from docker.models.containers import Container
 from support import airlock
 from upstream import Upstream
 
@@ -56,7 +57,7 @@ allow_private = ["127.0.0.0/8"]
 """
 
 
-def _containers_of_the_drill(client: docker.DockerClient) -> list[object]:
+def _containers_of_the_drill(client: docker.DockerClient) -> list[Container]:
     return client.containers.list(
         all=True, filters={"label": f"airlock.tenant={DRILL_TENANT}"}, ignore_removed=True
     )

@@ -251,7 +251,7 @@ def test_scope_is_frozen_and_hashable() -> None:
         Scope(hosts=("a.example.com",), ports=(443,), methods=("GET",), paths=("/",))
     )
     with pytest.raises(ValueError, match="frozen"):
-        scope.hosts = ("b.example.com",)  # type: ignore[misc]
+        scope.hosts = ("b.example.com",)
 
 
 def test_grants_are_hashable_despite_params(grants: Grants) -> None:

@@ -22,12 +22,12 @@ from typing import Any
 
 import anyio
 import pytest
-from support import git_apply, lock_files, services_on
+from support import TESTS, git_apply, lock_files, services_on
 
 import airlock.tools.hatch as hatch_tool
 from airlock.errors import LimitExceeded
 from airlock.policies import Policy
-from airlock.sandbox.gitdiff import git_blob_id
+from airlock.sandbox.gitdiff import build_patch, git_blob_id
 from airlock.server.patches import apply, describe, load_patch, write_patch
 from airlock.server.terminal import safe_block
 from airlock.store import (
@@ -99,13 +99,14 @@ async def sandbox_writes(services: Services, session: Session, files: dict[str, 
 async def whole_patch(services: Services, session: Session, copy_id: str) -> dict[str, Any]:
     page = await get_patch(services, session, copy_id=copy_id, offset=0, max_bytes=1)
     assert page.structured_content is not None
-    return page.structured_content
+    content: dict[str, Any] = page.structured_content
+    return content
 
 
 def count_builds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """How many times get_patch computes a patch (calls into gitdiff.build_patch)."""
     calls: list[int] = []
-    real = hatch_tool.build_patch
+    real = build_patch  # the one tools/hatch.py imported
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         calls.append(1)
@@ -235,7 +236,10 @@ async def test_ninety_mib_of_new_binary_files_are_patched_in_bounded_memory(
             copy_id,
         ],
         cwd=Path(__file__).parent,
-        env={"PATH": os.environ["PATH"], "PYTHONPATH": str(Path(__file__).parent)},
+        env={
+            "PATH": os.environ["PATH"],
+            "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), str(TESTS)]),
+        },
     )
     measured = json.loads(child.stdout)
     result = measured["result"]

@@ -33,6 +33,7 @@ from mcp.client import Client
 from mcp.server.mcpserver import MCPServer
 from support import (
     AIRLOCK,
+    ROOT,
     airlock,
     call,
     client,
@@ -590,7 +591,7 @@ def shell(line: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 
 
 def readme_hatch_blocks() -> dict[str, str]:
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
     section = readme.split("\n## A first real task", 1)[1].split("\n## ", 1)[0]
     # The last block of each language wins: the section's last sh block is the review and
     # apply, run below (its first, the setup, registers the server with a client).

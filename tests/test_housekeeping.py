@@ -18,6 +18,7 @@ import pytest
 from support import T0, holder, make_grant, run_record, services_on, session_record, wait_until
 
 from airlock.policies import Policy
+from airlock.server.engine import Engine
 from airlock.server.running import _housekeeping
 from airlock.server.sessions import Leases
 from airlock.store import Database
@@ -41,8 +42,10 @@ async def services(tmp_path: Path) -> AsyncIterator[Services]:
 @asynccontextmanager
 async def housekeeping(services: Services, instances_dir: Path) -> AsyncIterator[None]:
     """The loop, ticking every 10 ms, for the duration of the block."""
+    engine = services.engine
+    assert isinstance(engine, Engine)  # the loop takes the server's own engine
     async with anyio.create_task_group() as tg:
-        tg.start_soon(_housekeeping, Leases(services), services.engine, 0.01, instances_dir)
+        tg.start_soon(_housekeeping, Leases(services), engine, 0.01, instances_dir)
         yield
         tg.cancel_scope.cancel()
 
