@@ -137,7 +137,11 @@ def registry_address() -> Iterator[str]:
 @pytest.fixture(scope="session")
 def sandbox_image(docker_client: docker.DockerClient) -> str:
     """The real sandbox image, built once per test session if missing."""
-    return ensure_image(docker_client, lambda line: sys.stderr.write(f"image: {line}\n"))
+
+    def progress(line: str) -> None:
+        sys.stderr.write(f"image: {line}\n")
+
+    return ensure_image(docker_client, progress)
 
 
 @pytest.fixture(scope="session")

@@ -17,6 +17,7 @@ from pathlib import Path
 import docker.errors
 import pytest
 import requests
+from docker.transport import UnixHTTPAdapter
 
 from airlock.sandbox.docker import connect
 from airlock.sandbox.docker_connections import MAX_CONNECTIONS, share_one_pool
@@ -27,6 +28,7 @@ pytestmark = pytest.mark.docker
 def test_requests_about_many_containers_at_once_share_one_pool() -> None:
     client = connect()
     adapter = client.api.get_adapter(client.api.base_url)
+    assert isinstance(adapter, UnixHTTPAdapter), adapter  # the engine's local socket
     # The SDK asked for the engine's version before the client could be adapted.
     pools = len(adapter.pools)
     assert pools <= 2

@@ -999,8 +999,8 @@ async def test_a_flood_of_denials_is_counted_capped_and_does_not_stall_another_r
                 with anyio.fail_after(60):
                     while counts[0] < 20 + RECORDS_PAST_LIMIT + 10 or len(latencies) < 30:
                         started = time.perf_counter()
-                        path = f"/api/{len(latencies)}"
-                        await wire.send(request_head("GET", path, f"localhost:{port}"))
+                        target = f"/api/{len(latencies)}"
+                        await wire.send(request_head("GET", target, f"localhost:{port}"))
                         assert (await wire.reply()).status == 200
                         latencies.append(time.perf_counter() - started)
         finally:

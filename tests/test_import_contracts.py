@@ -18,8 +18,8 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from support import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 LINT_IMPORTS = str(Path(sys.executable).with_name("lint-imports"))
 MYPY = str(Path(sys.executable).with_name("mypy"))
 ROOMS = sorted(p.name for p in (ROOT / "airlock").iterdir() if p.is_symlink())

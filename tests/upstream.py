@@ -99,7 +99,7 @@ class _Server(http.server.ThreadingHTTPServer):
         context = self.owner.tls_context
         if context is None:
             self.owner.track(request)
-            self.RequestHandlerClass(request, client_address, self)
+            _Handler(request, client_address, self)
             return
         try:
             tls = context.wrap_socket(request, server_side=True)
@@ -108,7 +108,7 @@ class _Server(http.server.ThreadingHTTPServer):
         with tls:
             self.owner.track(tls)
             self.owner.handshakes.append(tls.session_reused)
-            self.RequestHandlerClass(tls, client_address, self)
+            _Handler(tls, client_address, self)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         pass  # clients that hang up mid-request are part of these tests
@@ -129,7 +129,7 @@ class Upstream:
             self.tls_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             cert.configure_cert(self.tls_context)
         self.seen: list[Seen] = []
-        self.handshakes: list[bool] = []
+        self.handshakes: list[bool | None] = []
         """One entry per TLS connection accepted: whether it resumed an earlier session."""
         self.release = threading.Event()
         self._lock = threading.Lock()
