@@ -50,6 +50,7 @@ from airlock.tools import (
 )
 from airlock.tools.artifacts import MAX_FETCH_BYTES
 from airlock.tools.capabilities import approval_question, check_request, describe_offer
+from airlock.tools.hatch import MAX_DEST_LENGTH
 from airlock.tools.workspace import MAX_LIST_ENTRIES
 
 from .approvals import add_routes as add_approval_routes
@@ -452,7 +453,7 @@ def build_server(
         to: Annotated[
             str,
             Field(
-                max_length=tools.hatch.MAX_DEST_LENGTH,
+                max_length=MAX_DEST_LENGTH,
                 description="New directory under /workspace for the copy, e.g. 'app'.",
             ),
         ],
