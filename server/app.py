@@ -51,6 +51,7 @@ from airlock.tools import (
 from airlock.tools.artifacts import MAX_FETCH_BYTES
 from airlock.tools.capabilities import approval_question, check_request, describe_offer
 from airlock.tools.hatch import MAX_DEST_LENGTH
+from airlock.tools.run_code import run_code as run_code_tool
 from airlock.tools.workspace import MAX_LIST_ENTRIES
 
 from .approvals import add_routes as add_approval_routes
@@ -241,7 +242,7 @@ def build_server(
         with tool_errors():
             session = await _lease(leases, session_id, ctx, http=http, local_tenant=local_tenant)
             async with leases.running(session):
-                return await tools.run_code(
+                return await run_code_tool(
                     services,
                     session,
                     code=code,

@@ -9,7 +9,9 @@ it builds MCP results (`mcp.types`) but imports neither docker nor an HTTP serve
 
 The names below are imported on first use (`airlock.lazy`), so the operator's commands
 that read records (`airlock audit`, `patch`, `approvals`) reach `tools.context` or
-`tools.envelope` without loading the MCP SDK, Docker or the egress proxy.
+`tools.envelope` without loading the MCP SDK, Docker or the egress proxy. `run_code` is
+imported from its module (`tools.run_code`): a lazy name cannot be its module's name,
+which the import system binds on the package to the module once anyone imports it.
 """
 
 from __future__ import annotations
@@ -37,7 +39,6 @@ if TYPE_CHECKING:
         WorkspaceFileResult,
         WorkspaceListing,
     )
-    from .run_code import run_code
     from .workspace import list_workspace, read_workspace_file, read_workspace_resource
 
 _HOMES = homes(
@@ -60,7 +61,6 @@ _HOMES = homes(
             "WorkspaceFileResult",
             "WorkspaceListing",
         ),
-        "run_code": ("run_code",),
         "workspace": ("list_workspace", "read_workspace_file", "read_workspace_resource"),
     }
 )
@@ -91,7 +91,6 @@ __all__ = [
     "request_capability",
     "resource_label",
     "revoke_capability",
-    "run_code",
     "teardown_session",
     "tool_errors",
 ]
