@@ -1,5 +1,7 @@
-"""The operator's side of pending approvals: `airlock approvals list|approve|deny` and the
-HTTP routes under /approvals (the operator token, or admin keys for their own tenant).
+"""The operator's side of pending approvals: `airlock approvals list|approve|deny`, and the
+decisions and listings the HTTP routes under /approvals serve (`registration/routes.py`;
+the operator token, or admin keys for their own tenant). Imports neither the MCP SDK nor
+an HTTP server, so the CLI starts without them.
 
 Both read and write the database the server uses (the CLI is another process); which
 moves an approval may make is `broker.approvals`' (only a pending, unexpired approval of
@@ -15,12 +17,7 @@ import logging
 import sys
 import time
 from argparse import Namespace
-from collections.abc import Awaitable, Callable
 from typing import Any
-
-from mcp.server.mcpserver import MCPServer
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
 
 from airlock.broker import approvals
 from airlock.errors import InvalidRequest, NotFound
@@ -28,8 +25,6 @@ from airlock.store import ApprovalRecord, Database
 from airlock.tools.context import iso_time
 from airlock.tools.envelope import sanitize
 
-from .auth import ADMIN_SCOPE
-from .bearer import RouteAuth, RouteCaller, unauthorized
 from .config import Config, open_records
 from .terminal import safe_line
 
@@ -117,65 +112,6 @@ async def approvals_text(db: Database, *, every: bool, now: float) -> str:
             "    reason (the agent's words): " + safe_line(repr(r.reason)),
         ]
     return "\n".join(lines)
-
-
-def add_routes(
-    mcp: MCPServer,
-    db: Callable[[], Database | None],
-    auth: RouteAuth,
-    clock: Callable[[], float],
-) -> None:
-    """GET /approvals (pending ones), POST /approvals/{id}/approve and /deny. The caller
-    is the operator (every tenant's) or a key or JWT with the `airlock:admin` scope (its
-    own tenant's); a foreign or unknown id is 404 either way."""
-
-    Handler = Callable[[Request, Database, RouteCaller], Awaitable[Response]]
-
-    def guarded(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
-        async def route(request: Request) -> Response:
-            who = await auth.caller(request)
-            if who is None:
-                return unauthorized()
-            if not who.admin:
-                return JSONResponse(
-                    {"error": "insufficient_scope", "error_description": f"needs {ADMIN_SCOPE}"},
-                    status_code=403,
-                )
-            database = db()
-            if database is None:
-                return JSONResponse({"error": "starting"}, status_code=503)
-            return await handler(request, database, who)
-
-        return route
-
-    async def listing(_: Request, database: Database, who: RouteCaller) -> Response:
-        await approvals.expire(database, now=clock())
-        records = await database.list_approvals(tenant=who.tenant, status="pending", limit=1000)
-        return JSONResponse({"approvals": [describe(r) for r in records]})
-
-    def deciding(approve: bool) -> Handler:
-        async def handler(request: Request, database: Database, who: RouteCaller) -> Response:
-            approval_id = str(request.path_params["approval_id"])
-            try:
-                record = await decide(
-                    database,
-                    approval_id,
-                    approve=approve,
-                    by=who.by,
-                    now=clock(),
-                    tenant=who.tenant,
-                )
-            except NotFound as exc:
-                return JSONResponse({"error": "not_found", "detail": str(exc)}, status_code=404)
-            except InvalidRequest as exc:
-                return JSONResponse({"error": "conflict", "detail": str(exc)}, status_code=409)
-            return JSONResponse(describe(record))
-
-        return handler
-
-    mcp.custom_route("/approvals", methods=["GET"])(guarded(listing))
-    mcp.custom_route("/approvals/{approval_id}/approve", methods=["POST"])(guarded(deciding(True)))
-    mcp.custom_route("/approvals/{approval_id}/deny", methods=["POST"])(guarded(deciding(False)))
 
 
 async def approvals_command(config: Config, action: str, args: Namespace) -> int:
