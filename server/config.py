@@ -10,9 +10,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from airlock.errors import NotFound
+from airlock.errors import InvalidRequest, NotFound
 
 if TYPE_CHECKING:
+    from airlock.policies import Policy
     from airlock.store import Database
 
 ENV_DATA_DIR = "AIRLOCK_DATA_DIR"
@@ -23,6 +24,8 @@ RESERVED_TENANT_PREFIX = "airlock-"
 """Tenant names Airlock keeps for its own callers: `airlock drill` calls as
 `airlock-drill`, and the usage review leaves that tenant's records out, so a real tenant
 of that name would be hidden from it. No API key or JWT may name one (nor `local`)."""
+DRILL_TENANT = RESERVED_TENANT_PREFIX + "drill"
+"""The tenant `airlock drill` calls as."""
 
 
 def default_data_dir() -> Path:
@@ -73,3 +76,28 @@ async def open_records(config: Config) -> Database:
     from airlock.store import Database  # sqlite3 and pydantic: not for `airlock --help`
 
     return await Database.open(config.db_path)
+
+
+def target_policies(
+    config: Config, tenant: str | None, auth: Path | None
+) -> tuple[Policy, Policy | None, str]:
+    """The server policy, the tenant's own policy (None: it uses the server's) and words
+    naming what applies, for commands that take `--tenant T --auth FILE` (drill, policy
+    usage)."""
+    from airlock.policies import load_policy  # the policy model: not for `airlock --help`
+
+    policy = load_policy(config.policy_path)
+    target = f"the server policy ({config.policy_path or 'built-in default'})"
+    if tenant is None:
+        return policy, None, target
+    if auth is None:
+        raise InvalidRequest(
+            f"--tenant {tenant} needs the auth file that names its policy: pass --auth FILE "
+            f"or set {ENV_AUTH}"
+        )
+    from .auth import load_auth_config  # JWKS support (joserfc, httpx): only for a tenant
+
+    path = load_auth_config(auth).policy_for(tenant)
+    if path is None:
+        return policy, None, f"tenant {tenant} (no policy of its own: the server policy)"
+    return policy, load_policy(path), f"tenant {tenant} ({path})"
