@@ -56,6 +56,19 @@ methods = ["GET"]
 paths = ["/orgs/{org}/**"]
 approval = "ask"
 """
+PENDING_A = ApprovalRecord(
+    id="apr_a",
+    tenant="t",
+    session_id="ses_a",
+    capability=CAP,
+    params={},
+    ttl_s=60,
+    reason="r",
+    status="pending",
+    created_at=100,
+    expires_at=200,
+)
+"""An approval of session ses_a of tenant t, waiting from 100 until 200."""
 APPROVAL_ID = re.compile(r'approval_id="(apr_[a-z0-9]+)"')
 
 
@@ -173,18 +186,7 @@ async def test_a_pending_approval_expires_closed_at_its_deadline(tmp_path: Path)
         await db.create_session(
             SessionRecord(id="ses_a", tenant="t", created_at=0, last_used_at=0, expires_at=9e9)
         )
-        record = ApprovalRecord(
-            id="apr_a",
-            tenant="t",
-            session_id="ses_a",
-            capability=CAP,
-            params={},
-            ttl_s=60,
-            reason="r",
-            status="pending",
-            created_at=100,
-            expires_at=200,
-        )
+        record = PENDING_A
         await db.create_approval(record)
         with pytest.raises(InvalidRequest, match="expired at"):
             await decide(db, "apr_a", approve=True, by="t", now=200)
@@ -389,17 +391,8 @@ async def _one_approval(tmp_path: Path, status: str, *, session_ended: bool = Fa
     if session_ended:
         await db.end_session("ses_a", ended_at=100, reason="test", containers_removed=0)
     await db.create_approval(
-        ApprovalRecord(
-            id="apr_a",
-            tenant="t",
-            session_id="ses_a",
-            capability=CAP,
-            params={},
-            ttl_s=60,
-            reason="r",
-            status=status,  # type: ignore[arg-type]
-            created_at=100,
-            expires_at=LIVE_WAIT,
+        ApprovalRecord.model_validate(
+            {**PENDING_A.model_dump(), "status": status, "expires_at": LIVE_WAIT}
         )
     )
     return db
