@@ -10,10 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from airlock.errors import InvalidRequest, NotFound
+from airlock.errors import NotFound
 
 if TYPE_CHECKING:
-    from airlock.policies import Policy
     from airlock.store import Database
 
 ENV_DATA_DIR = "AIRLOCK_DATA_DIR"
@@ -76,28 +75,3 @@ async def open_records(config: Config) -> Database:
     from airlock.store import Database  # sqlite3 and pydantic: not for `airlock --help`
 
     return await Database.open(config.db_path)
-
-
-def target_policies(
-    config: Config, tenant: str | None, auth: Path | None
-) -> tuple[Policy, Policy | None, str]:
-    """The server policy, the tenant's own policy (None: it uses the server's) and words
-    naming what applies, for commands that take `--tenant T --auth FILE` (drill, policy
-    usage)."""
-    from airlock.policies import load_policy  # the policy model: not for `airlock --help`
-
-    policy = load_policy(config.policy_path)
-    target = f"the server policy ({config.policy_path or 'built-in default'})"
-    if tenant is None:
-        return policy, None, target
-    if auth is None:
-        raise InvalidRequest(
-            f"--tenant {tenant} needs the auth file that names its policy: pass --auth FILE "
-            f"or set {ENV_AUTH}"
-        )
-    from .auth import load_auth_config  # JWKS support (joserfc, httpx): only for a tenant
-
-    path = load_auth_config(auth).policy_for(tenant)
-    if path is None:
-        return policy, None, f"tenant {tenant} (no policy of its own: the server policy)"
-    return policy, load_policy(path), f"tenant {tenant} ({path})"

@@ -40,7 +40,7 @@ from airlock.store import Database, DrillRecord
 from airlock.tools.envelope import sanitize
 
 from .app import build_server
-from .config import DRILL_TENANT, Config, target_policies
+from .config import DRILL_TENANT, Config
 from .drill_probes import (
     OPENINGS_ATTACK,
     OPENINGS_EXPECTED,
@@ -57,6 +57,7 @@ from .drill_probes import (
     replay_probe,
     token_probe,
 )
+from .tenant_policy import target_policies
 from .terminal import safe_line, table
 
 CALL_TIMEOUT_S = 180
