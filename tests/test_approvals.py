@@ -349,17 +349,8 @@ async def test_the_pending_cap_counts_one_session_and_only_what_still_waits(tmp_
             )
 
         def record(n: int, session: str, expires_at: float = 1000) -> ApprovalRecord:
-            return ApprovalRecord(
-                id=f"apr_{session}_{n}",
-                tenant="t",
-                session_id=session,
-                capability=CAP,
-                params={},
-                ttl_s=60,
-                reason="r",
-                status="pending",
-                created_at=100,
-                expires_at=expires_at,
+            return PENDING_A.model_copy(
+                update={"id": f"apr_{session}_{n}", "session_id": session, "expires_at": expires_at}
             )
 
         # One that waited past its deadline (not yet swept) holds no place.
