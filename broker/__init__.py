@@ -3,14 +3,16 @@
 Grants capabilities as leases with hierarchical ids (`tenant/<t>/session/<s>/cap/<id>`),
 expires and revokes them (one prefix ends a session), and enforces quotas on how many are
 live; mints, verifies and revokes the opaque run tokens a sandbox presents to its egress
-proxy; keeps secret values encrypted at rest, each bound to the hosts it may be sent to.
-Every secret value travels as a `Secret`, which never shows it.
+proxy; keeps secret values encrypted at rest, each bound to the hosts it may be sent to;
+owns the approval state machine (`approvals`: which moves a capability request waiting for
+the operator may make, on the store's database). Every secret value travels as a `Secret`,
+which never shows it.
 
 Policy decisions (may this capability be granted, with what scope) and the enforcement
 itself (does this request match a grant, inject the header) belong to the callers: the
 broker takes the policy's capability and the scope the caller resolved from it
 (`policies.Scope`). All clocks are arguments (`now`); only the vault does file I/O, and
-it is synchronous (call it through `anyio.to_thread`).
+it is synchronous (call it through `anyio.to_thread`); `approvals` awaits the database.
 
 May import policies, store (the vault's directory is a `store.private_dir`) and the base
 modules, and no room above (pyproject's import contracts, checked by `lint-imports`).

@@ -11,6 +11,9 @@ checked by `lint-imports`).
 The code that runs inside the containers (the entrypoint, the runner, the code's process)
 is the subpackage `inside`: standard library only, copied into the image byte for byte.
 The rest of this room imports only its `wire` module (tests/test_inside.py checks both).
+
+The names below are imported on first use (`airlock.lazy`), so a module of this room
+that needs no engine (`gitdiff`, `patch_apply` for `airlock patch`) loads without docker.
 """
 
 from __future__ import annotations
@@ -19,22 +22,49 @@ from airlock.rooms import only_as_airlock
 
 only_as_airlock(__name__)
 
-from .backend import Backend, Ready, Sandbox
-from .docker import EXCHANGE_GRACE_S, DockerBackend, connect
-from .file_transfer import RESERVED_PREFIX, safe_relative_path
-from .spec import (
-    ArtifactCaps,
-    ContainerLimits,
-    EgressMount,
-    InputDir,
-    InputFile,
-    JobOutcome,
-    JobSpec,
-    OutputFile,
-    StreamCapture,
-    Usage,
-    WorkspaceEntry,
-    limits_of,
+from typing import TYPE_CHECKING
+
+from airlock.lazy import homes, resolve
+
+if TYPE_CHECKING:
+    from .backend import Backend, Ready, Sandbox
+    from .docker import EXCHANGE_GRACE_S, DockerBackend, connect
+    from .file_transfer import RESERVED_PREFIX, safe_relative_path
+    from .spec import (
+        ArtifactCaps,
+        ContainerLimits,
+        EgressMount,
+        InputDir,
+        InputFile,
+        JobOutcome,
+        JobSpec,
+        OutputFile,
+        StreamCapture,
+        Usage,
+        WorkspaceEntry,
+        limits_of,
+    )
+
+_HOMES = homes(
+    {
+        "backend": ("Backend", "Ready", "Sandbox"),
+        "docker": ("EXCHANGE_GRACE_S", "DockerBackend", "connect"),
+        "file_transfer": ("RESERVED_PREFIX", "safe_relative_path"),
+        "spec": (
+            "ArtifactCaps",
+            "ContainerLimits",
+            "EgressMount",
+            "InputDir",
+            "InputFile",
+            "JobOutcome",
+            "JobSpec",
+            "OutputFile",
+            "StreamCapture",
+            "Usage",
+            "WorkspaceEntry",
+            "limits_of",
+        ),
+    }
 )
 
 __all__ = [
@@ -59,3 +89,7 @@ __all__ = [
     "limits_of",
     "safe_relative_path",
 ]
+
+
+def __getattr__(name: str) -> object:
+    return resolve(__name__, _HOMES, name)

@@ -1,11 +1,13 @@
-"""The operator's side of pending approvals: `airlock approvals list|approve|deny` and the
-HTTP routes under /approvals (the operator token, or admin keys for their own tenant).
+"""The operator's side of pending approvals: `airlock approvals list|approve|deny`, and the
+decisions and listings the HTTP routes under /approvals serve (`registration/routes.py`;
+the operator token, or admin keys for their own tenant). Imports neither the MCP SDK nor
+an HTTP server, so the CLI starts without them.
 
-Both read and write the database the server uses (the CLI is another process), so a
-decision is one conditional UPDATE: only a pending, unexpired approval of a live session
-changes, and a second decision finds nothing to change. The agent's reason is untrusted
-text and is shown sanitized. Granting happens in the server, when the session that asked
-collects it (`tools.approvals`).
+Both read and write the database the server uses (the CLI is another process); which
+moves an approval may make is `broker.approvals`' (only a pending, unexpired approval of
+a live session is decided, once), and this module says its refusals to the operator.
+The agent's reason is untrusted text and is shown sanitized. Granting happens in the
+server, when the session that asked collects it (`tools.approvals`).
 """
 
 from __future__ import annotations
@@ -15,20 +17,14 @@ import logging
 import sys
 import time
 from argparse import Namespace
-from collections.abc import Awaitable, Callable
 from typing import Any
 
-from mcp.server.mcpserver import MCPServer
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-
+from airlock.broker import approvals
 from airlock.errors import InvalidRequest, NotFound
 from airlock.store import ApprovalRecord, Database
 from airlock.tools.context import iso_time
 from airlock.tools.envelope import sanitize
 
-from .auth import ADMIN_SCOPE
-from .bearer import RouteAuth, RouteCaller, unauthorized
 from .config import Config, open_records
 from .terminal import safe_line
 
@@ -44,27 +40,14 @@ async def decide(
     now: float,
     tenant: str | None = None,
 ) -> ApprovalRecord:
-    """Approve or deny a pending approval (of `tenant`, when given); the record after."""
+    """Approve or deny a pending approval (of `tenant`, when given); the record after.
+    Whether it may move is `broker.approvals`'; this says why not to the operator."""
     record = await db.get_approval(approval_id)
     if record is None or (tenant is not None and record.tenant != tenant):
         raise NotFound(f"no approval {approval_id!r}; `airlock approvals list` shows pending ones")
-    if record.status != "pending":
-        raise InvalidRequest(f"approval {approval_id} is {record.status}, not pending")
-    if record.expires_at <= now:
-        await db.expire_approvals(now=now)
-        raise InvalidRequest(f"approval {approval_id} expired at {iso_time(record.expires_at)}")
-    session = await db.get_session(record.session_id)
-    if session is None or session.ended_at is not None:
-        await db.expire_approvals(now=now, session_id=record.session_id)
-        raise InvalidRequest(
-            f"the session that asked for approval {approval_id} has ended; nothing to decide"
-        )
-    status = "approved" if approve else "denied"
-    moved = await db.move_approval(
-        approval_id, from_status="pending", to_status=status, at=now, by=by, live_at=now
-    )
-    if not moved:
-        raise InvalidRequest(f"approval {approval_id} was decided or expired meanwhile")
+    decided = await approvals.decide(db, record, approve=approve, by=by, now=now)
+    if isinstance(decided, approvals.Refused):
+        raise InvalidRequest(_refusal(decided))
     log.info(
         "approval decided",
         extra={
@@ -73,14 +56,25 @@ async def decide(
                 "tenant": record.tenant,
                 "session": record.session_id,
                 "capability": record.capability,
-                "outcome": status,
+                "outcome": decided.status,
                 "by": by,
             }
         },
     )
-    decided = await db.get_approval(approval_id)
-    assert decided is not None
     return decided
+
+
+def _refusal(refused: approvals.Refused) -> str:
+    record = refused.record
+    match refused.why:
+        case "not_pending":
+            return f"approval {record.id} is {record.status}, not pending"
+        case "expired":
+            return f"approval {record.id} expired at {iso_time(record.expires_at)}"
+        case "session_ended":
+            return f"the session that asked for approval {record.id} has ended; nothing to decide"
+        case "lost":
+            return f"approval {record.id} was decided or expired meanwhile"
 
 
 def describe(record: ApprovalRecord) -> dict[str, Any]:
@@ -101,7 +95,7 @@ def describe(record: ApprovalRecord) -> dict[str, Any]:
 
 
 async def approvals_text(db: Database, *, every: bool, now: float) -> str:
-    await db.expire_approvals(now=now)
+    await approvals.expire(db, now=now)
     records = await db.list_approvals(status=None if every else "pending", limit=1000)
     if not records:
         return "no pending approvals" if not every else "no approvals recorded"
@@ -118,65 +112,6 @@ async def approvals_text(db: Database, *, every: bool, now: float) -> str:
             "    reason (the agent's words): " + safe_line(repr(r.reason)),
         ]
     return "\n".join(lines)
-
-
-def add_routes(
-    mcp: MCPServer,
-    db: Callable[[], Database | None],
-    auth: RouteAuth,
-    clock: Callable[[], float],
-) -> None:
-    """GET /approvals (pending ones), POST /approvals/{id}/approve and /deny. The caller
-    is the operator (every tenant's) or a key or JWT with the `airlock:admin` scope (its
-    own tenant's); a foreign or unknown id is 404 either way."""
-
-    Handler = Callable[[Request, Database, RouteCaller], Awaitable[Response]]
-
-    def guarded(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
-        async def route(request: Request) -> Response:
-            who = await auth.caller(request)
-            if who is None:
-                return unauthorized()
-            if not who.admin:
-                return JSONResponse(
-                    {"error": "insufficient_scope", "error_description": f"needs {ADMIN_SCOPE}"},
-                    status_code=403,
-                )
-            database = db()
-            if database is None:
-                return JSONResponse({"error": "starting"}, status_code=503)
-            return await handler(request, database, who)
-
-        return route
-
-    async def listing(_: Request, database: Database, who: RouteCaller) -> Response:
-        await database.expire_approvals(now=clock())
-        records = await database.list_approvals(tenant=who.tenant, status="pending", limit=1000)
-        return JSONResponse({"approvals": [describe(r) for r in records]})
-
-    def deciding(approve: bool) -> Handler:
-        async def handler(request: Request, database: Database, who: RouteCaller) -> Response:
-            approval_id = str(request.path_params["approval_id"])
-            try:
-                record = await decide(
-                    database,
-                    approval_id,
-                    approve=approve,
-                    by=who.by,
-                    now=clock(),
-                    tenant=who.tenant,
-                )
-            except NotFound as exc:
-                return JSONResponse({"error": "not_found", "detail": str(exc)}, status_code=404)
-            except InvalidRequest as exc:
-                return JSONResponse({"error": "conflict", "detail": str(exc)}, status_code=409)
-            return JSONResponse(describe(record))
-
-        return handler
-
-    mcp.custom_route("/approvals", methods=["GET"])(guarded(listing))
-    mcp.custom_route("/approvals/{approval_id}/approve", methods=["POST"])(guarded(deciding(True)))
-    mcp.custom_route("/approvals/{approval_id}/deny", methods=["POST"])(guarded(deciding(False)))
 
 
 async def approvals_command(config: Config, action: str, args: Namespace) -> int:

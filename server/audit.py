@@ -11,7 +11,7 @@ from airlock.errors import NotFound
 from airlock.store import BlobStore, Database, RunRecord
 from airlock.tools.context import iso_time
 from airlock.tools.envelope import new_nonce, wrap
-from airlock.tools.run_code import STREAM_PATHS
+from airlock.tools.models import STREAM_PATHS
 
 from .terminal import safe_block, safe_line, table
 

@@ -23,6 +23,8 @@ RESERVED_TENANT_PREFIX = "airlock-"
 """Tenant names Airlock keeps for its own callers: `airlock drill` calls as
 `airlock-drill`, and the usage review leaves that tenant's records out, so a real tenant
 of that name would be hidden from it. No API key or JWT may name one (nor `local`)."""
+DRILL_TENANT = RESERVED_TENANT_PREFIX + "drill"
+"""The tenant `airlock drill` calls as."""
 
 
 def default_data_dir() -> Path:

@@ -29,9 +29,9 @@ from mcp.client import Client
 from mcp.types import CallToolResult
 
 from airlock.broker import Vault, load_key, vault_path
-from airlock.errors import AirlockError, InvalidRequest
+from airlock.errors import AirlockError
 from airlock.ids import new_id
-from airlock.policies import Policy, load_policy
+from airlock.policies import Policy
 from airlock.policies.review import review
 from airlock.sandbox import connect
 from airlock.sandbox.docker import session_containers
@@ -40,8 +40,7 @@ from airlock.store import Database, DrillRecord
 from airlock.tools.envelope import sanitize
 
 from .app import build_server
-from .auth import load_auth_config
-from .config import ENV_AUTH, Config
+from .config import DRILL_TENANT, Config
 from .drill_probes import (
     OPENINGS_ATTACK,
     OPENINGS_EXPECTED,
@@ -58,9 +57,9 @@ from .drill_probes import (
     replay_probe,
     token_probe,
 )
+from .tenant_policy import target_policies
 from .terminal import safe_line, table
 
-DRILL_TENANT = "airlock-drill"
 CALL_TIMEOUT_S = 180
 PROBE_TIMEOUT_S = 60
 # Names whose values in the operator's environment count as secrets the sandbox must
@@ -386,26 +385,6 @@ async def _record(config: Config, report: DrillReport, started: float) -> None:
 
 def _now() -> float:
     return time.time()
-
-
-def target_policies(
-    config: Config, tenant: str | None, auth: Path | None
-) -> tuple[Policy, Policy | None, str]:
-    """The server policy, the tenant's own policy (None: it uses the server's) and words
-    naming what applies, for commands that take `--tenant T --auth FILE`."""
-    policy = load_policy(config.policy_path)
-    target = f"the server policy ({config.policy_path or 'built-in default'})"
-    if tenant is None:
-        return policy, None, target
-    if auth is None:
-        raise InvalidRequest(
-            f"--tenant {tenant} needs the auth file that names its policy: pass --auth FILE "
-            f"or set {ENV_AUTH}"
-        )
-    path = load_auth_config(auth).policy_for(tenant)
-    if path is None:
-        return policy, None, f"tenant {tenant} (no policy of its own: the server policy)"
-    return policy, load_policy(path), f"tenant {tenant} ({path})"
 
 
 def drill_main(config: Config, *, tenant: str | None, auth: Path | None, as_json: bool) -> int:

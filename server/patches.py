@@ -22,7 +22,7 @@ from airlock.sandbox.gitdiff import FileState
 from airlock.sandbox.patch_apply import apply_patch
 from airlock.store import BlobStore, Database, HatchCopyRecord, PatchRecord
 from airlock.tools.context import iso_time
-from airlock.tools.hatch import PATCH_ID
+from airlock.tools.models import PATCH_ID
 
 from .terminal import safe_block, safe_line, table
 

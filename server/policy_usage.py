@@ -35,8 +35,8 @@ from airlock.policies.review import (
 from airlock.store import Database
 from airlock.tools.context import iso_time
 
-from .config import Config, open_records
-from .drill import DRILL_TENANT, target_policies
+from .config import DRILL_TENANT, Config, open_records
+from .tenant_policy import target_policies
 from .terminal import safe_line, table
 
 DAY_S = 86_400

@@ -90,6 +90,8 @@ class Leases:
         self._runs_by_tenant: dict[str, int] = {}
         self._live: dict[str, _Lease] = {}
         self._defaults: dict[tuple[str, Hashable], str] = {}
+        self._ending: set[str] = set()
+        """Leases let go here whose end is not recorded yet: never adopted back meanwhile."""
         """The default lease of each (tenant, connection)."""
         self._lock = anyio.Lock()
 
@@ -280,6 +282,8 @@ class Leases:
         ended, expired or is another tenant's."""
         if lease is not None and lease.tenant == tenant and not self._expired(lease, now):
             return lease
+        if session_id in self._ending:
+            return None
         record = await self._services.db.get_session(session_id)
         if record is None or record.tenant != tenant or record.ended_at is not None:
             return None
@@ -297,6 +301,8 @@ class Leases:
         return lease
 
     def _forget(self, lease: _Lease) -> None:
+        """Let go of `lease` here; its `_teardown` must follow."""
+        self._ending.add(lease.id)
         self._live.pop(lease.id, None)
         for key in [key for key, lease_id in self._defaults.items() if lease_id == lease.id]:
             del self._defaults[key]
@@ -305,7 +311,13 @@ class Leases:
 
     async def _teardown(self, lease: _Lease, reason: str) -> EndSessionResult:
         with anyio.CancelScope(shield=True):
-            result = await teardown_session(self._services, lease.id, lease.tenant, reason=reason)
+            try:
+                result = await teardown_session(
+                    self._services, lease.id, lease.tenant, reason=reason
+                )
+            finally:
+                # Recorded now (or failing to be: the next server to read it may adopt it).
+                self._ending.discard(lease.id)
         log.info(
             "session %s ended (%s); %d container(s) removed",
             lease.id,

@@ -8,6 +8,7 @@ No sandbox runs here: a capability request never touches the engine.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -22,11 +23,13 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult, ElicitRequestParams, ElicitResult
 from support import airlock_async, ask, serving_http, text_of
 
+from airlock.broker import approvals as approval_moves
 from airlock.errors import InvalidRequest
 from airlock.policies import Policy
 from airlock.server import Config, build_server
 from airlock.server.approvals import decide
 from airlock.server.auth import generate_api_key
+from airlock.server.bearer import OPERATOR_TOKEN_FILE
 from airlock.store import ApprovalRecord, Database, SessionRecord
 
 pytestmark = pytest.mark.anyio
@@ -53,6 +56,19 @@ methods = ["GET"]
 paths = ["/orgs/{org}/**"]
 approval = "ask"
 """
+PENDING_A = ApprovalRecord(
+    id="apr_a",
+    tenant="t",
+    session_id="ses_a",
+    capability=CAP,
+    params={},
+    ttl_s=60,
+    reason="r",
+    status="pending",
+    created_at=100,
+    expires_at=200,
+)
+"""An approval of session ses_a of tenant t, waiting from 100 until 200."""
 APPROVAL_ID = re.compile(r'approval_id="(apr_[a-z0-9]+)"')
 
 
@@ -161,18 +177,7 @@ async def test_a_pending_approval_expires_closed_at_its_deadline(tmp_path: Path)
         await db.create_session(
             SessionRecord(id="ses_a", tenant="t", created_at=0, last_used_at=0, expires_at=9e9)
         )
-        record = ApprovalRecord(
-            id="apr_a",
-            tenant="t",
-            session_id="ses_a",
-            capability=CAP,
-            params={},
-            ttl_s=60,
-            reason="r",
-            status="pending",
-            created_at=100,
-            expires_at=200,
-        )
+        record = PENDING_A
         await db.create_approval(record)
         with pytest.raises(InvalidRequest, match="expired at"):
             await decide(db, "apr_a", approve=True, by="t", now=200)
@@ -336,17 +341,8 @@ async def test_the_pending_cap_counts_one_session_and_only_what_still_waits(tmp_
             )
 
         def record(n: int, session: str, expires_at: float = 1000) -> ApprovalRecord:
-            return ApprovalRecord(
-                id=f"apr_{session}_{n}",
-                tenant="t",
-                session_id=session,
-                capability=CAP,
-                params={},
-                ttl_s=60,
-                reason="r",
-                status="pending",
-                created_at=100,
-                expires_at=expires_at,
+            return PENDING_A.model_copy(
+                update={"id": f"apr_{session}_{n}", "session_id": session, "expires_at": expires_at}
             )
 
         # One that waited past its deadline (not yet swept) holds no place.
@@ -361,3 +357,146 @@ async def test_the_pending_cap_counts_one_session_and_only_what_still_waits(tmp_
         assert await db.create_approval(record(2, "ses_b"), **tenant_cap) == "tenant"
     finally:
         await db.close()
+
+
+# ---- one owner of the moves (broker/approvals.py) ----------------------------------------
+
+LIVE_WAIT = 1000.0
+"""When the approvals of the table below stop waiting; the table decides at 150 (live)
+or at 1000 (its wait passed)."""
+
+
+async def _one_approval(tmp_path: Path, status: str, *, session_ended: bool = False) -> Database:
+    db = await Database.open(tmp_path / "airlock.db")
+    await db.create_session(
+        SessionRecord(id="ses_a", tenant="t", created_at=0, last_used_at=0, expires_at=9e9)
+    )
+    if session_ended:
+        await db.end_session("ses_a", ended_at=100, reason="test", containers_removed=0)
+    await db.create_approval(
+        ApprovalRecord.model_validate(
+            {**PENDING_A.model_dump(), "status": status, "expires_at": LIVE_WAIT}
+        )
+    )
+    return db
+
+
+@pytest.mark.parametrize(
+    ("status", "now", "session_ended", "expected", "after"),
+    [
+        # A pending approval, live: the operator's decision moves it.
+        ("pending", 150, False, "approved", "approved"),
+        # Its wait passed (not yet swept): refused, and marked expired.
+        ("pending", LIVE_WAIT, False, "expired", "expired"),
+        # Its session ended: refused, and marked expired.
+        ("pending", 150, True, "session_ended", "expired"),
+        # Decided, expired or used already: refused, unchanged.
+        ("approved", 150, False, "not_pending", "approved"),
+        ("denied", 150, False, "not_pending", "denied"),
+        ("expired", 150, False, "not_pending", "expired"),
+        ("used", 150, False, "not_pending", "used"),
+    ],
+)
+async def test_the_state_machine_decides_only_a_live_pending_approval(
+    tmp_path: Path, status: str, now: float, session_ended: bool, expected: str, after: str
+) -> None:
+    db = await _one_approval(tmp_path, status, session_ended=session_ended)
+    try:
+        record = await db.get_approval("apr_a")
+        assert record is not None
+        decided = await approval_moves.decide(db, record, approve=True, by="op", now=now)
+        if isinstance(decided, approval_moves.Refused):
+            assert decided.why == expected
+        else:
+            assert decided.status == expected and decided.decided_by == "op"
+        stored = await db.get_approval("apr_a")
+        assert stored is not None and stored.status == after
+    finally:
+        await db.close()
+
+
+@pytest.mark.parametrize(
+    ("status", "now", "expected", "after"),
+    [
+        ("approved", 150, "claimed", "used"),
+        ("pending", 150, "pending", "pending"),
+        # Past its wait a pending approval is expired, whether or not a sweep marked it.
+        ("pending", LIVE_WAIT, "expired", "pending"),
+        ("denied", 150, "denied", "denied"),
+        ("expired", 150, "expired", "expired"),
+        ("used", 150, "used", "used"),
+    ],
+)
+async def test_the_state_machine_claims_only_an_approved_approval_and_once(
+    tmp_path: Path, status: str, now: float, expected: str, after: str
+) -> None:
+    db = await _one_approval(tmp_path, status)
+    try:
+        record = await db.get_approval("apr_a")
+        assert record is not None
+        assert await approval_moves.claim(db, record, now=now) == expected
+        stored = await db.get_approval("apr_a")
+        assert stored is not None and stored.status == after
+        if expected == "claimed":
+            # The same record, claimed again (a racing call that read it approved): lost.
+            assert await approval_moves.claim(db, record, now=now) == "used"
+            await approval_moves.release(db, "apr_a", now=now)
+            released = await db.get_approval("apr_a")
+            assert released is not None and released.status == "approved"
+    finally:
+        await db.close()
+
+
+async def test_every_path_that_moves_an_approval_refuses_an_illegal_move(tmp_path: Path) -> None:
+    """The tool (collecting), `airlock approvals` and POST /approvals/... all go through
+    `broker.approvals`: none of them moves a denied, expired or used approval."""
+    data_dir = tmp_path / "data"
+    now = [time.time()]
+    policy = Policy.model_validate({**POLICY, "broker": {"approval_wait_s": 60}})
+    async with serving_http("--data-dir", str(data_dir)) as http:
+        operator = {
+            "Authorization": f"Bearer {(data_dir / OPERATOR_TOKEN_FILE).read_text().strip()}"
+        }
+        server = build_server(Config(data_dir=data_dir), policy, clock=lambda: now[0])
+        async with Client(server) as c:
+            denied, session = await pending_id(c)
+            expired, _ = await pending_id(c)
+            used, _ = await pending_id(c)
+            assert (await approvals(data_dir, "deny", denied))[0] == 0
+            assert (await approvals(data_dir, "approve", used))[0] == 0
+            assert not (await ask(c, CAP, approval_id=used, session_id=session)).is_error
+            now[0] += 61  # `expired` waited past its deadline (by the server's clock)
+
+            # The tool: collecting any of them is refused, and moves nothing.
+            for approval, refusal in (
+                (denied, "the operator denied"),
+                (expired, "expired without a decision"),
+                (used, "already used"),
+            ):
+                result = await ask(c, CAP, approval_id=approval, session_id=session)
+                assert result.is_error and refusal in text_of(result), text_of(result)
+
+            # The operator's two paths: approving or denying any of them is refused.
+            async with httpx.AsyncClient(base_url=http.base) as client:
+                for approval, status in ((denied, "denied"), (expired, "expired"), (used, "used")):
+                    for action in ("approve", "deny"):
+                        code, _, err = await approvals(data_dir, action, approval)
+                        assert code == 1 and f"is {status}, not pending" in err, err
+                        answer = await client.post(
+                            f"/approvals/{approval}/{action}", headers=operator
+                        )
+                        assert answer.status_code == 409, answer.text
+                        assert f"is {status}, not pending" in answer.json()["detail"]
+
+    db = await Database.open(data_dir / "airlock.db")
+    try:
+        after = {a: await db.get_approval(a) for a in (denied, expired, used)}
+    finally:
+        await db.close()
+    assert {a: r.status for a, r in after.items() if r is not None} == {
+        denied: "denied",
+        expired: "expired",
+        used: "used",
+    }
+    used_record = after[used]
+    assert used_record is not None and used_record.grant_id is not None

@@ -45,8 +45,7 @@ from airlock.server.auth import (
     tenant_of,
 )
 from airlock.server.auth.config import tenant_name_problem
-from airlock.server.config import RESERVED_TENANT_PREFIX
-from airlock.server.drill import DRILL_TENANT
+from airlock.server.config import DRILL_TENANT, RESERVED_TENANT_PREFIX
 
 NOW = 1_800_000_000
 ISSUER = "https://issuer.example"

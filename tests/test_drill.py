@@ -27,7 +27,8 @@ from airlock.policies import Policy
 from airlock.policies.review import review
 from airlock.sandbox.docker import session_containers
 from airlock.server import Config
-from airlock.server.drill import DRILL_TENANT, policy_review, target_policies
+from airlock.server.config import DRILL_TENANT
+from airlock.server.drill import policy_review
 from airlock.server.drill_probes import (
     EVERYDAY_ATTACK,
     EVERYDAY_FIX,
@@ -41,6 +42,7 @@ from airlock.server.drill_probes import (
     judge_openings,
     opening_targets,
 )
+from airlock.server.tenant_policy import target_policies
 from airlock.store import Database, DrillRecord, EgressRecord
 
 DRILL_TIMEOUT_S = 280

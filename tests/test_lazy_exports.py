@@ -11,7 +11,13 @@ import pytest
 
 from airlock import lazy
 
-LAZY_PACKAGES = ("airlock.store", "airlock.broker", "airlock.server.auth")
+LAZY_PACKAGES = (
+    "airlock.store",
+    "airlock.broker",
+    "airlock.server.auth",
+    "airlock.tools",
+    "airlock.sandbox",
+)
 
 
 @pytest.mark.parametrize("name", LAZY_PACKAGES)

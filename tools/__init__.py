@@ -6,6 +6,12 @@ transports, sessions and registration.
 May import sandbox, egress, broker, policies, store and the base modules, never server;
 it builds MCP results (`mcp.types`) but imports neither docker nor an HTTP server
 (pyproject's import contracts, checked by `lint-imports`).
+
+The names below are imported on first use (`airlock.lazy`), so the operator's commands
+that read records (`airlock audit`, `patch`, `approvals`) reach `tools.context` or
+`tools.envelope` without loading the MCP SDK, Docker or the egress proxy. `run_code` is
+imported from its module (`tools.run_code`): a lazy name cannot be its module's name,
+which the import system binds on the package to the module once anyone imports it.
 """
 
 from __future__ import annotations
@@ -14,26 +20,54 @@ from airlock.rooms import only_as_airlock
 
 only_as_airlock(__name__)
 
-from .artifacts import fetch_artifact, read_artifact_resource, resource_label
-from .capabilities import Approval, request_capability, revoke_capability
-from .context import Services, Session, iso_time
-from .end_session import teardown_session
-from .errors import tool_errors
-from .hatch import copy_in, get_patch, read_patch_resource
-from .models import (
-    CapabilityResult,
-    CopyResult,
-    EndSessionResult,
-    FetchResult,
-    FileArg,
-    PatchResult,
-    RevokeResult,
-    RunResult,
-    WorkspaceFileResult,
-    WorkspaceListing,
+from typing import TYPE_CHECKING
+
+from airlock.lazy import homes, resolve
+
+if TYPE_CHECKING:
+    from .artifacts import fetch_artifact, read_artifact_resource, resource_label
+    from .capabilities import Approval, request_capability, revoke_capability
+    from .context import Services, Session, iso_time
+    from .end_session import teardown_session
+    from .errors import tool_errors
+    from .hatch import copy_in, get_patch, read_patch_resource
+    from .models import (
+        CapabilityResult,
+        CopyResult,
+        EndSessionResult,
+        FetchResult,
+        FileArg,
+        PatchResult,
+        RevokeResult,
+        RunResult,
+        WorkspaceFileResult,
+        WorkspaceListing,
+    )
+    from .workspace import list_workspace, read_workspace_file, read_workspace_resource
+
+_HOMES = homes(
+    {
+        "artifacts": ("fetch_artifact", "read_artifact_resource", "resource_label"),
+        "capabilities": ("Approval", "request_capability", "revoke_capability"),
+        "context": ("Services", "Session", "iso_time"),
+        "end_session": ("teardown_session",),
+        "errors": ("tool_errors",),
+        "hatch": ("copy_in", "get_patch", "read_patch_resource"),
+        "models": (
+            "CapabilityResult",
+            "CopyResult",
+            "EndSessionResult",
+            "FetchResult",
+            "FileArg",
+            "PatchResult",
+            "RevokeResult",
+            "RunResult",
+            "WorkspaceFileResult",
+            "WorkspaceListing",
+        ),
+        "workspace": ("list_workspace", "read_workspace_file", "read_workspace_resource"),
+    }
 )
-from .run_code import run_code
-from .workspace import list_workspace, read_workspace_file, read_workspace_resource
 
 __all__ = [
     "Approval",
@@ -61,7 +95,10 @@ __all__ = [
     "request_capability",
     "resource_label",
     "revoke_capability",
-    "run_code",
     "teardown_session",
     "tool_errors",
 ]
+
+
+def __getattr__(name: str) -> object:
+    return resolve(__name__, _HOMES, name)

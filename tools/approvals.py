@@ -4,14 +4,17 @@ When a capability needs a human and the client cannot elicit (or its question wa
 dismissed unanswered), the request becomes a pending approval in the database, which the
 server and the `airlock approvals` CLI (another process) share. The agent is told its id
 and how long it waits; it collects the grant by calling request_capability again with
-that id, in the same session. Nothing here grants anything: a pending approval expires
-refused, an approval counts once, and only for the session that asked; a session has at
-most `[broker] max_pending_approvals_per_session` waiting at once, and all sessions of a
-tenant at most `max_pending_approvals_per_tenant`.
+that id, in the same session. Nothing here grants anything, and nothing here moves an
+approval but through `broker.approvals` (the state machine: a pending approval expires
+refused, an approval counts once); this module checks it is the asking session's and
+says to the agent what the move found. An approval counts only for the session that
+asked; a session has at most `[broker] max_pending_approvals_per_session` waiting at
+once, and all sessions of a tenant at most `max_pending_approvals_per_tenant`.
 """
 
 from __future__ import annotations
 
+from airlock.broker import approvals
 from airlock.errors import (
     ApprovalPending,
     CapabilityDenied,
@@ -104,30 +107,29 @@ async def approved_request(
             f"approval {approval_id} is for capability {record.capability!r}, not {capability!r}"
         )
     now = services.clock()
-    if record.status == "pending" and record.expires_at <= now:
+    claimed = await approvals.claim(services.db, record, now=now)
+    if claimed == "expired":
         await expire_pending(services)
-        record = record.model_copy(update={"status": "expired"})
-    if record.status == "pending":
-        raise ApprovalPending(record.id, _pending_message(record, now))
-    if record.status == "denied":
-        raise CapabilityDenied(f"the operator denied approval {approval_id} ({capability!r})")
-    if record.status == "expired":
-        raise CapabilityDenied(
-            f"approval {approval_id} expired without a decision; request the capability again"
-        )
-    claimed = await services.db.move_approval(
-        approval_id, from_status="approved", to_status="used", at=now
-    )
-    if not claimed:
-        raise CapabilityDenied(
-            f"approval {approval_id} was already used for a capability; request a new one"
-        )
-    return record
+    match claimed:
+        case "claimed":
+            return record
+        case "pending":
+            raise ApprovalPending(record.id, _pending_message(record, now))
+        case "denied":
+            raise CapabilityDenied(f"the operator denied approval {approval_id} ({capability!r})")
+        case "expired":
+            raise CapabilityDenied(
+                f"approval {approval_id} expired without a decision; request the capability again"
+            )
+        case "used":
+            raise CapabilityDenied(
+                f"approval {approval_id} was already used for a capability; request a new one"
+            )
 
 
 async def expire_pending(services: Services, *, session_id: str | None = None) -> int:
     """Expire pending approvals past their wait (or all of an ended session); audited."""
-    expired = await services.db.expire_approvals(now=services.clock(), session_id=session_id)
+    expired = await approvals.expire(services.db, now=services.clock(), session_id=session_id)
     for record in expired:
         services.events.emit(
             CapabilityDecided(

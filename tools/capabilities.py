@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal, NamedTuple, cast, get_args
 
-from airlock.broker import ApprovedBy, Grant
+from airlock.broker import ApprovedBy, Grant, approvals
 from airlock.errors import (
     AirlockError,
     ApprovalPending,
@@ -194,16 +194,10 @@ async def _redeem(
         )
     except AirlockError:
         # Not granted (a quota, or the policy changed meanwhile): the approval stays usable.
-        await services.db.move_approval(
-            approval_id, from_status="used", to_status="approved", at=services.clock()
-        )
+        await approvals.release(services.db, approval_id, now=services.clock())
         raise
-    await services.db.move_approval(
-        approval_id,
-        from_status="used",
-        to_status="used",
-        at=services.clock(),
-        grant_id=result.capability_id,
+    await approvals.record_grant(
+        services.db, approval_id, result.capability_id, now=services.clock()
     )
     return result
 

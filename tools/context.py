@@ -10,15 +10,18 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Protocol
-
-from airlock.broker import Grants, RunTokens, Vault
-from airlock.egress import Egress
-from airlock.policies import ImageSettings, Policy
-from airlock.sandbox import Backend, Ready
-from airlock.store import BlobStore, Database
+from typing import TYPE_CHECKING, Protocol
 
 from .events import Events
+
+if TYPE_CHECKING:
+    # Annotations only: the operator's commands import `iso_time` from here, and must not
+    # load the engine or the proxy for it.
+    from airlock.broker import Grants, RunTokens, Vault
+    from airlock.egress import Egress
+    from airlock.policies import ImageSettings, Policy
+    from airlock.sandbox import Backend, Ready
+    from airlock.store import BlobStore, Database
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,7 @@ from .artifacts import MAX_FETCH_BYTES
 from .context import Services, Session
 from .envelope import clip, new_nonce, wrap
 from .models import (
+    PATCH_ID,
     CopyResult,
     HeldBackFile,
     PatchFile,
@@ -54,7 +55,6 @@ from .models import (
 )
 
 COPY_ID = id_pattern("cpy_")
-PATCH_ID = id_pattern("pat_")
 MAX_DEST_LENGTH = 128
 MAX_LISTED = 50
 _MIB = 1024 * 1024

@@ -10,8 +10,15 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from airlock.ids import id_pattern
 from airlock.policies import Scope
+from airlock.sandbox import RESERVED_PREFIX
 from airlock.store import EgressSummary
+
+STREAM_PATHS = {"stdout": f"{RESERVED_PREFIX}stdout", "stderr": f"{RESERVED_PREFIX}stderr"}
+"""Where fetch_artifact finds a run's full stdout and stderr."""
+PATCH_ID = id_pattern("pat_")
+"""What a get_patch patch_id looks like (and `airlock patch` accepts)."""
 
 Trust = Literal["untrusted"]
 

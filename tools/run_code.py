@@ -60,6 +60,7 @@ from .context import Services, Session
 from .envelope import clean_field, clip, new_nonce, wrap
 from .images import MAX_IMAGE_BYTES, MAX_IMAGES_PER_RESULT, sniff_image
 from .models import (
+    STREAM_PATHS,
     ArtifactInfo,
     ChangesInfo,
     ConflictInfo,
@@ -87,7 +88,6 @@ MAX_LISTED_EGRESS = 50
 # with its end marker), from its first bytes past it: memory per run stays a constant.
 SNIFF_WHOLE_BYTES = 4 * 1024 * 1024
 SNIFF_HEAD_BYTES = 64 * 1024
-STREAM_PATHS = {"stdout": f"{RESERVED_PREFIX}stdout", "stderr": f"{RESERVED_PREFIX}stderr"}
 
 
 async def run_code(

@@ -1,0 +1,61 @@
+"""The server's lifespan: `running.serving` builds (and takes down) everything a serving
+Airlock is made of; the SDK hands what it yields to every MCP request as its lifespan
+context. The lifespan also leaves it in `ForRoutes` for the plain HTTP routes, and feeds
+the metrics."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
+
+from mcp.server.mcpserver import MCPServer
+
+from airlock.policies import Policy
+
+from ..config import Config
+from ..metrics import Metrics
+from ..running import Running, serving
+
+
+@dataclass
+class ForRoutes:
+    """What the lifespan built, for the plain HTTP routes (/healthz, /approvals): the SDK
+    hands its lifespan context to MCP requests only, so the lifespan also leaves it here
+    while it serves. Tools and resources read the SDK's context (`AirlockContext`)."""
+
+    running: Running | None = None
+
+
+def lifespan(
+    config: Config,
+    policy: Policy,
+    *,
+    tenant_policies: Mapping[str, Policy],
+    routes: ForRoutes,
+    metrics: Metrics,
+    on_stopped: Callable[[], None] | None,
+    clock: Callable[[], float] = time.time,
+) -> Callable[[MCPServer], AbstractAsyncContextManager[Running]]:
+    """The lifespan to give `MCPServer`; `on_stopped` runs once it has taken everything down."""
+
+    @asynccontextmanager
+    async def serve(_: MCPServer) -> AsyncIterator[Running]:
+        try:
+            async with serving(
+                config, policy, tenant_policies=tenant_policies, clock=clock
+            ) as running:
+                running.services.events.subscribe(metrics.observe)
+                metrics.watch(running.live_state)
+                routes.running = running
+                try:
+                    yield running
+                finally:
+                    routes.running = None
+                    metrics.watch(lambda: None)
+        finally:
+            if on_stopped is not None:
+                on_stopped()
+
+    return serve

@@ -1,0 +1,103 @@
+"""The plain HTTP routes: /healthz (unauthenticated), /metrics and /approvals (the operator
+token, or the verifier's tokens for their own tenant). Custom routes skip the SDK's auth,
+so each checks its caller itself (`bearer.RouteAuth`)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+
+from mcp.server.mcpserver import MCPServer
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from airlock.broker import approvals
+from airlock.errors import InvalidRequest, NotFound
+from airlock.store import Database
+
+from ..approvals import decide, describe
+from ..auth import ADMIN_SCOPE
+from ..bearer import RouteAuth, RouteCaller, unauthorized
+from ..metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from ..metrics import Metrics
+from .lifespan import ForRoutes
+
+
+def register(mcp: MCPServer, routes: ForRoutes, auth: RouteAuth, metrics: Metrics) -> None:
+    @mcp.custom_route("/healthz", methods=["GET"])  # type: ignore[untyped-decorator]
+    async def healthz(_: Request) -> Response:
+        return JSONResponse({"status": "ok" if routes.running is not None else "starting"})
+
+    @mcp.custom_route("/metrics", methods=["GET"])  # type: ignore[untyped-decorator]
+    async def metrics_endpoint(request: Request) -> Response:
+        # A tenant's key sees its own series only.
+        who = await auth.caller(request)
+        if who is None:
+            return unauthorized()
+        return Response(metrics.render(who.tenant), media_type=METRICS_CONTENT_TYPE)
+
+    _add_approval_routes(
+        mcp,
+        lambda: routes.running.services.db if routes.running is not None else None,
+        auth,
+        time.time,
+    )
+
+
+def _add_approval_routes(
+    mcp: MCPServer,
+    db: Callable[[], Database | None],
+    auth: RouteAuth,
+    clock: Callable[[], float],
+) -> None:
+    """GET /approvals (pending ones), POST /approvals/{id}/approve and /deny. The caller
+    is the operator (every tenant's) or a key or JWT with the `airlock:admin` scope (its
+    own tenant's); a foreign or unknown id is 404 either way."""
+
+    Handler = Callable[[Request, Database, RouteCaller], Awaitable[Response]]
+
+    def guarded(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+        async def route(request: Request) -> Response:
+            who = await auth.caller(request)
+            if who is None:
+                return unauthorized()
+            if not who.admin:
+                return JSONResponse(
+                    {"error": "insufficient_scope", "error_description": f"needs {ADMIN_SCOPE}"},
+                    status_code=403,
+                )
+            database = db()
+            if database is None:
+                return JSONResponse({"error": "starting"}, status_code=503)
+            return await handler(request, database, who)
+
+        return route
+
+    async def listing(_: Request, database: Database, who: RouteCaller) -> Response:
+        await approvals.expire(database, now=clock())
+        records = await database.list_approvals(tenant=who.tenant, status="pending", limit=1000)
+        return JSONResponse({"approvals": [describe(r) for r in records]})
+
+    def deciding(approve: bool) -> Handler:
+        async def handler(request: Request, database: Database, who: RouteCaller) -> Response:
+            approval_id = str(request.path_params["approval_id"])
+            try:
+                record = await decide(
+                    database,
+                    approval_id,
+                    approve=approve,
+                    by=who.by,
+                    now=clock(),
+                    tenant=who.tenant,
+                )
+            except NotFound as exc:
+                return JSONResponse({"error": "not_found", "detail": str(exc)}, status_code=404)
+            except InvalidRequest as exc:
+                return JSONResponse({"error": "conflict", "detail": str(exc)}, status_code=409)
+            return JSONResponse(describe(record))
+
+        return handler
+
+    mcp.custom_route("/approvals", methods=["GET"])(guarded(listing))
+    mcp.custom_route("/approvals/{approval_id}/approve", methods=["POST"])(guarded(deciding(True)))
+    mcp.custom_route("/approvals/{approval_id}/deny", methods=["POST"])(guarded(deciding(False)))
