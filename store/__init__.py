@@ -21,7 +21,7 @@ from airlock.lazy import homes, resolve
 
 if TYPE_CHECKING:
     from .blobs import BlobStore, Draft, DraftWriter, Staging
-    from .db import SCHEMA_VERSION, Database
+    from .db import SCHEMA_REVISION, SCHEMA_VERSION, Database
     from .instances import InstanceLock, claim_instance, end_runs_of_dead_instances
     from .private import create_private_file, private_dir, private_file_problem
     from .records import (
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 _HOMES = homes(
     {
         "blobs": ("BlobStore", "Draft", "DraftWriter", "Staging"),
-        "db": ("SCHEMA_VERSION", "Database"),
+        "db": ("SCHEMA_REVISION", "SCHEMA_VERSION", "Database"),
         "instances": ("InstanceLock", "claim_instance", "end_runs_of_dead_instances"),
         "private": ("create_private_file", "private_dir", "private_file_problem"),
         "records": (
@@ -85,6 +85,7 @@ _HOMES = homes(
 )
 
 __all__ = [
+    "SCHEMA_REVISION",
     "SCHEMA_VERSION",
     "ApprovalRecord",
     "ApprovalStatus",

@@ -112,6 +112,16 @@ def postgres_url(postgres_cluster: postgres.Cluster) -> str:
     return postgres.fresh_database(postgres_cluster)
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_at(request: pytest.FixtureRequest, tmp_path: Path) -> Path | str:
+    """Where a store test's records live, once on each database: a new SQLite file, or a
+    fresh database on the real PostgreSQL (`Database.open` takes either)."""
+    if request.param == "sqlite":
+        return tmp_path / "airlock.db"
+    url: str = request.getfixturevalue("postgres_url")
+    return url
+
+
 @pytest.fixture(scope="session")
 def sandbox_image(docker_client: docker.DockerClient) -> str:
     """The real sandbox image, built once per test session if missing."""

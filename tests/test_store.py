@@ -1,4 +1,5 @@
-"""Tests of the store room: the SQLite database and the blob store, on real files."""
+"""Tests of the store room: the database (each test once on SQLite, once on a real
+PostgreSQL: the `store_at` fixture) and the blob store, on real files."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from typing import Any
 
 import anyio
 import pytest
+import sqlalchemy.exc
+from stores import query
 
 from airlock.errors import StoreError
 from airlock.store import (
@@ -37,8 +40,8 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture
-async def db(tmp_path: Path) -> AsyncIterator[Database]:
-    database = await Database.open(tmp_path / "airlock.db")
+async def db(store_at: Path | str) -> AsyncIterator[Database]:
+    database = await Database.open(store_at)
     yield database
     await database.close()
 
@@ -128,11 +131,11 @@ async def test_ending_twice_keeps_the_first_end(db: Database) -> None:
     assert (got.ended_at, got.end_reason, got.containers_removed) == (120.0, "end_session", 2)
 
 
-async def test_duplicate_session_id_raises_store_error_from_sqlite(db: Database) -> None:
+async def test_duplicate_session_id_raises_store_error_from_the_driver(db: Database) -> None:
     await db.create_session(session())
     with pytest.raises(StoreError) as info:
         await db.create_session(session())
-    assert isinstance(info.value.__cause__, sqlite3.IntegrityError)
+    assert isinstance(info.value.__cause__, sqlalchemy.exc.IntegrityError)
 
 
 # Runs
@@ -334,7 +337,9 @@ async def test_commit_for_an_unknown_session_fails_and_keeps_nothing(db: Databas
     assert await db.workspace_head("ghost") == WorkspaceHead(version=0)
 
 
-async def test_sixteen_concurrent_commits_from_one_base_all_land(db: Database) -> None:
+async def test_sixteen_concurrent_commits_from_one_base_all_land(
+    db: Database, store_at: Path | str
+) -> None:
     await db.create_session(session())
     await db.commit_workspace(
         "s1", WorkspaceDelta(base_version=0, upserts=(ws_file("shared"),)), writer="r0", at=1.0
@@ -366,15 +371,10 @@ async def test_sixteen_concurrent_commits_from_one_base_all_land(db: Database) -
     last = max(commits, key=lambda c: c.version)
     assert head.by_path()["same"].version == last.version
     # The deletion was applied once: only one version records it.
-    with closing(sqlite3.connect(db_path(db))) as conn:
-        deletions = conn.execute(
-            "SELECT COUNT(*) FROM workspace_changes WHERE path = 'shared' AND deleted = 1"
-        ).fetchone()
-    assert deletions == (1,)
-
-
-def db_path(db: Database) -> Path:
-    return db._path
+    deletions = query(
+        store_at, "SELECT COUNT(*) FROM workspace_changes WHERE path = 'shared' AND deleted = 1"
+    )
+    assert deletions == [(1,)]
 
 
 async def test_database_of_schema_1_opens_with_its_workspace_kept(tmp_path: Path) -> None:
@@ -420,8 +420,8 @@ async def test_concurrent_writes_from_many_tasks_all_land(db: Database) -> None:
     assert len(await db.list_runs(limit=100)) == 50
 
 
-async def test_records_survive_close_and_reopen(tmp_path: Path) -> None:
-    path = tmp_path / "data" / "airlock.db"
+async def test_records_survive_close_and_reopen(store_at: Path | str) -> None:
+    path = store_at.parent / "data" / "airlock.db" if isinstance(store_at, Path) else store_at
     db = await Database.open(path)
     await db.create_session(session())
     await db.create_run(run())
@@ -441,8 +441,9 @@ async def test_records_survive_close_and_reopen(tmp_path: Path) -> None:
         await db.close()
 
 
-async def test_database_file_is_wal_private_and_versioned(db: Database, tmp_path: Path) -> None:
+async def test_database_file_is_wal_private_and_versioned(tmp_path: Path) -> None:
     path = tmp_path / "airlock.db"
+    await (await Database.open(path)).close()
     with closing(sqlite3.connect(path)) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
         assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
@@ -464,8 +465,8 @@ async def test_open_below_a_file_raises_store_error_from_oserror(tmp_path: Path)
     assert isinstance(info.value.__cause__, OSError)
 
 
-async def test_calls_after_close_raise_store_error(tmp_path: Path) -> None:
-    db = await Database.open(tmp_path / "airlock.db")
+async def test_calls_after_close_raise_store_error(store_at: Path | str) -> None:
+    db = await Database.open(store_at)
     await db.close()
     with pytest.raises(StoreError):
         await db.get_session("s1")
@@ -606,8 +607,8 @@ def _egress(run_id: str, seq: int, **overrides: Any) -> EgressRecord:
     return EgressRecord(**fields)
 
 
-async def test_egress_records_round_trip_oldest_first_and_filter(tmp_path: Path) -> None:
-    db = await Database.open(tmp_path / "a.db")
+async def test_egress_records_round_trip_oldest_first_and_filter(store_at: Path | str) -> None:
+    db = await Database.open(store_at)
     try:
         await db.add_egress([_egress("r1", 1), _egress("r2", 2, session_id="s2"), _egress("r1", 3)])
         by_run = await db.list_egress(run_id="r1")
@@ -621,7 +622,7 @@ async def test_egress_records_round_trip_oldest_first_and_filter(tmp_path: Path)
     assert [r.time for r in latest] == [3.0]
 
 
-async def test_grants_are_recorded_and_revocation_kept_once(tmp_path: Path) -> None:
+async def test_grants_are_recorded_and_revocation_kept_once(store_at: Path | str) -> None:
     grant = GrantRecord(
         id="tenant/t1/session/s1/cap/abc",
         tenant="t1",
@@ -634,7 +635,7 @@ async def test_grants_are_recorded_and_revocation_kept_once(tmp_path: Path) -> N
         created_at=1.0,
         expires_at=901.0,
     )
-    db = await Database.open(tmp_path / "a.db")
+    db = await Database.open(store_at)
     try:
         await db.record_grant(grant)
         await db.mark_grants_revoked([grant.id], at=5.0)
