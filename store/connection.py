@@ -77,7 +77,8 @@ def location(where: Path | str) -> Location:
 def shown_url(url: URL) -> str:
     """`url` as messages may show it: without its password, in the userinfo or the query."""
     query = {k: v for k, v in url.query.items() if k.lower() != "password"}
-    safe = url.set(password=None, query=query)
+    # Made anew: `URL.set` reads password=None as "keep it".
+    safe = URL.create(url.drivername, url.username, None, url.host, url.port, url.database, query)
     shown = safe.render_as_string(hide_password=False).replace("postgresql+psycopg", "postgresql")
     return shown if url.password is None else shown.replace("@", ":***@", 1)
 

@@ -24,7 +24,8 @@ def query(where: Path | str, sql: str, **params: Any) -> list[tuple[Any, ...]]:
     engine = create_engine(url)
     try:
         with engine.begin() as conn:
-            return [tuple(row) for row in conn.execute(text(sql), params)]
+            result = conn.execute(text(sql), params)
+            return [tuple(row) for row in result] if result.returns_rows else []
     finally:
         engine.dispose()
 
