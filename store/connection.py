@@ -25,8 +25,6 @@ from airlock.errors import StoreError
 from .private import private_dir
 
 BUSY_TIMEOUT_MS = 5000
-WRITE = "airlock_write"
-"""Execution option of a connection whose transaction writes (SQLite: BEGIN IMMEDIATE)."""
 
 _POSTGRES_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")
 _FIX = "pass --store postgresql://USER:PASSWORD@HOST:PORT/DATABASE (or sqlite:///PATH)"
@@ -130,12 +128,11 @@ def _sqlite_engine(path: Path) -> Engine:
         connect_args={"check_same_thread": False},
     )
     event.listen(engine, "connect", _sqlite_connected)
-    event.listen(engine, "begin", _sqlite_begin)
     return engine
 
 
 def _sqlite_connected(dbapi_connection: Any, _record: object) -> None:
-    # No implicit transactions from the sqlite3 module: `_sqlite_begin` opens each one.
+    # No implicit transactions from the sqlite3 module: `begin_sqlite` opens each one.
     dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()
     try:
@@ -147,11 +144,15 @@ def _sqlite_connected(dbapi_connection: Any, _record: object) -> None:
         cursor.close()
 
 
-def _sqlite_begin(conn: Connection) -> None:
-    # IMMEDIATE takes the write lock up front, so a concurrent writer in another process
-    # makes us wait (busy_timeout) instead of failing at the first write.
-    immediate = conn.get_execution_options().get(WRITE, False)
-    conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+def begin_sqlite(conn: Connection, *, write: bool) -> None:
+    """Open `conn`'s transaction: SQLAlchemy's (the driver itself starts none) and SQLite's,
+    IMMEDIATE for a write, so a concurrent writer in another process makes it wait
+    (busy_timeout) instead of failing at its first write. Sent on the driver's connection:
+    this is on every call of the warm path."""
+    conn.begin()
+    raw = conn.connection.dbapi_connection
+    assert raw is not None  # a checked-out connection always has one
+    raw.cursor().execute("BEGIN IMMEDIATE" if write else "BEGIN")
 
 
 def switch_to_wal(conn: Connection, place: Location) -> None:
@@ -159,6 +160,8 @@ def switch_to_wal(conn: Connection, place: Location) -> None:
     it inside a transaction and SQLAlchemy would open one."""
     raw = conn.connection.dbapi_connection
     assert raw is not None  # a checked-out connection always has one
-    (mode,) = raw.execute("PRAGMA journal_mode = WAL").fetchone()
+    cursor = raw.cursor()
+    cursor.execute("PRAGMA journal_mode = WAL")
+    mode = (cursor.fetchone() or ("",))[0]
     if mode != "wal":
         raise StoreError(f"database {place.shown}: cannot switch to WAL mode (still {mode!r})")

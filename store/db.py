@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -49,6 +49,7 @@ SCHEMA_REVISION = migrations.HEAD
 
 # Two servers opening one new PostgreSQL database at once: one migrates, the other waits.
 _MIGRATION_LOCK = 0x61_69_72_6C_6F_63_6B  # "airlock"
+_TAKE_MIGRATION_LOCK = text("SELECT pg_advisory_xact_lock(:key)")
 # SERIALIZABLE transactions PostgreSQL aborted for a conflict are tried again this often.
 _SERIALIZABLE_TRIES = 8
 _RETRYABLE = ("40001", "40P01")  # serialization_failure, deadlock_detected
@@ -61,36 +62,60 @@ def _limit(limit: int) -> int:
     return limit
 
 
-def _prepare(place: Location) -> Engine:
-    """Make the engine, refuse a newer schema (writing nothing), then migrate to the head."""
+@contextlib.contextmanager
+def _transaction(conn: Connection, place: Location, *, write: bool) -> Iterator[None]:
+    """One transaction on `conn`: committed when the block ends, rolled back if it raises."""
+    if not place.is_sqlite:
+        with conn.begin():
+            yield
+        return
+    connection.begin_sqlite(conn, write=write)
+    try:
+        yield
+    except BaseException:
+        # SQLite may already have rolled back on its own (e.g. disk full): then a no-op.
+        conn.rollback()
+        raise
+    conn.commit()
+
+
+def _prepare(place: Location) -> tuple[Engine, Connection | None]:
+    """Make the engine, refuse a newer schema (writing nothing), then migrate to the head.
+    For SQLite, also the one connection every call then uses."""
     engine = connection.create(place)
     try:
-        with engine.connect() as conn:
-            with conn.begin():
+        conn = engine.connect()
+        try:
+            with _transaction(conn, place, write=False):
                 migrations.refuse_newer(conn, place.shown)
             if place.is_sqlite:
                 connection.switch_to_wal(conn, place)
-            conn.execution_options(**{connection.WRITE: True})
-            with conn.begin():
+            with _transaction(conn, place, write=True):
                 if not place.is_sqlite:
-                    conn.execute(
-                        text("SELECT pg_advisory_xact_lock(:key)"), {"key": _MIGRATION_LOCK}
-                    )
+                    conn.execute(_TAKE_MIGRATION_LOCK, {"key": _MIGRATION_LOCK})
                 migrations.upgrade(conn, place.shown)
+        except BaseException:
+            conn.close()
+            raise
     except BaseException:
         engine.dispose()
         raise
-    return engine
+    if place.is_sqlite:
+        return engine, conn
+    conn.close()
+    return engine, None
 
 
 class Database:
     """The Airlock database. On SQLite one connection, used by one thread at a time; on
     PostgreSQL a pool, used concurrently (each call one transaction)."""
 
-    def __init__(self, place: Location, engine: Engine) -> None:
-        """Use `Database.open`; this only wraps an engine already migrated."""
+    def __init__(self, place: Location, engine: Engine, conn: Connection | None) -> None:
+        """Use `Database.open`; this only wraps an engine already migrated (and for
+        SQLite its one connection)."""
         self._place = place
         self._engine = engine
+        self._conn = conn
         self._closed = False
         self._lock: contextlib.AbstractContextManager[object] = (
             threading.Lock() if place.is_sqlite else contextlib.nullcontext()
@@ -103,12 +128,12 @@ class Database:
         Its schema is brought to this Airlock's; a newer one is refused, untouched."""
         place = connection.location(where)
         try:
-            engine = await anyio.to_thread.run_sync(_prepare, place)
+            engine, conn = await anyio.to_thread.run_sync(_prepare, place)
         except SQLAlchemyError as exc:
             raise StoreError(f"cannot open {connection.translate(exc, place)}") from exc
         except OSError as exc:
             raise StoreError(f"cannot open database {place.shown}: {exc}") from exc
-        return cls(place, engine)
+        return cls(place, engine, conn)
 
     @property
     def is_sqlite(self) -> bool:
@@ -125,6 +150,8 @@ class Database:
         def close() -> None:
             with self._lock:
                 self._closed = True
+                if self._conn is not None:
+                    self._conn.close()
                 self._engine.dispose()
 
         await anyio.to_thread.run_sync(close)
@@ -135,13 +162,7 @@ class Database:
                 raise StoreError(f"database {self._place.shown} is closed")
             for attempt in range(1, _SERIALIZABLE_TRIES + 1):
                 try:
-                    with self._engine.connect() as conn:
-                        if write:
-                            conn.execution_options(**{connection.WRITE: True})
-                        if serializable and not self._place.is_sqlite:
-                            conn.execution_options(isolation_level="SERIALIZABLE")
-                        with conn.begin():
-                            return fn(conn)
+                    return self._once(fn, write, serializable)
                 except DBAPIError as exc:
                     code = getattr(exc.orig, "sqlstate", None)
                     if not (serializable and code in _RETRYABLE and attempt < _SERIALIZABLE_TRIES):
@@ -149,6 +170,16 @@ class Database:
                 except SQLAlchemyError as exc:
                     raise connection.translate(exc, self._place) from exc
         raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _once(self, fn: Callable[[Connection], _T], write: bool, serializable: bool) -> _T:
+        if self._conn is not None:
+            with _transaction(self._conn, self._place, write=write):
+                return fn(self._conn)
+        with self._engine.connect() as conn:
+            if serializable:
+                conn.execution_options(isolation_level="SERIALIZABLE")
+            with _transaction(conn, self._place, write=write):
+                return fn(conn)
 
     async def _read(self, fn: Callable[[Connection], _T]) -> _T:
         return await anyio.to_thread.run_sync(self._run, fn, False, False)

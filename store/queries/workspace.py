@@ -50,9 +50,11 @@ _CHANGES_SINCE = (
     .order_by(workspace_changes.c.version)
 )
 _INSERT_VERSION = insert(workspace_versions)
-_DELETE_ENTRIES = delete(workspace_files).where(
+# One path per parameter set (executemany), not an expanding IN: that would compile anew
+# for every count of paths, on the warm path.
+_DELETE_ENTRY = delete(workspace_files).where(
     workspace_files.c.session_id == bindparam("session_id"),
-    workspace_files.c.path.in_(bindparam("paths", expanding=True)),
+    workspace_files.c.path == bindparam("entry_path"),
 )
 _INSERT_ENTRY = insert(workspace_files)
 _INSERT_CHANGE = insert(workspace_changes)
@@ -105,7 +107,10 @@ def _changes_since(conn: Connection, session_id: str, version: int) -> dict[str,
 def commit(
     conn: Connection, session_id: str, delta: WorkspaceDelta, writer: str | None, at: float
 ) -> WorkspaceCommit:
-    conn.execute(_LOCK_SESSION, {"session_id": session_id})
+    if conn.dialect.name != "sqlite":
+        # SQLite's write lock (BEGIN IMMEDIATE) already orders commits, and renders no
+        # FOR UPDATE: a statement saved on the warm path.
+        conn.execute(_LOCK_SESSION, {"session_id": session_id})
     head_version = _head_version(conn, session_id)
     if not 0 <= delta.base_version <= head_version:
         raise StoreError(
@@ -114,16 +119,23 @@ def commit(
         )
     current = {f.path: f for f in _entries(conn, session_id)}
     version = head_version + 1
-    merged = merge(
-        current,
-        delta,
-        _changes_since(conn, session_id, delta.base_version),
-        writer=writer,
-        version=version,
+    # A commit from the head (one run at a time: the warm path) has nothing to merge with.
+    since = (
+        _changes_since(conn, session_id, delta.base_version)
+        if delta.base_version < head_version
+        else {}
     )
+    merged = merge(current, delta, since, writer=writer, version=version)
     written, deleted = merged.changes(current)
     if written or deleted:
-        _write_version(conn, session_id, delta.base_version, version, writer, at, written, deleted)
+        replaced = [e for e in written if e.path in current]
+        _write_version(conn, session_id, delta.base_version, version, writer, at)
+        _drop_entries(conn, session_id, [*deleted, *replaced])
+        if written:
+            conn.execute(
+                _INSERT_ENTRY, [{"session_id": session_id, **e.model_dump()} for e in written]
+            )
+        _record_changes(conn, session_id, version, writer, written, deleted)
     return WorkspaceCommit(
         base_version=delta.base_version,
         version=version if written or deleted else head_version,
@@ -139,24 +151,27 @@ def _write_version(
     version: int,
     writer: str | None,
     at: float,
+) -> None:
+    params = {"session_id": session_id, "version": version, "base_version": base_version}
+    conn.execute(_INSERT_VERSION, {**params, "written_by": writer, "created_at": at})
+
+
+def _drop_entries(conn: Connection, session_id: str, entries: Sequence[WorkspaceFile]) -> None:
+    """Delete the entries deleted or replaced (then inserted again: the upsert of both
+    databases in one spelling)."""
+    if entries:
+        gone = [{"session_id": session_id, "entry_path": e.path} for e in entries]
+        conn.execute(_DELETE_ENTRY, gone)
+
+
+def _record_changes(
+    conn: Connection,
+    session_id: str,
+    version: int,
+    writer: str | None,
     written: Sequence[WorkspaceFile],
     deleted: Sequence[WorkspaceFile],
 ) -> None:
-    conn.execute(
-        _INSERT_VERSION,
-        {
-            "session_id": session_id,
-            "version": version,
-            "base_version": base_version,
-            "written_by": writer,
-            "created_at": at,
-        },
-    )
-    # Delete, then insert what is written: the upsert of both databases in one spelling.
-    paths = [e.path for e in (*deleted, *written)]
-    conn.execute(_DELETE_ENTRIES, {"session_id": session_id, "paths": paths})
-    if written:
-        conn.execute(_INSERT_ENTRY, [{"session_id": session_id, **e.model_dump()} for e in written])
     change: dict[str, Any] = {"session_id": session_id, "version": version, "written_by": writer}
     conn.execute(
         _INSERT_CHANGE,
