@@ -18,7 +18,7 @@ from typing import Any
 
 from sqlalchemy import URL, Connection, Engine, create_engine, event, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError
-from sqlalchemy.pool import StaticPool
+from sqlalchemy.pool import NullPool, StaticPool
 
 from airlock.errors import StoreError
 
@@ -28,6 +28,10 @@ BUSY_TIMEOUT_MS = 5000
 
 _POSTGRES_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")
 _FIX = "pass --store postgresql://USER:PASSWORD@HOST:PORT/DATABASE (or sqlite:///PATH)"
+CHECK_URL = (
+    "check the store URL (--store or AIRLOCK_STORE_URL: host, port, database, user and "
+    "password) and that PostgreSQL runs there"
+)
 
 
 @dataclass(frozen=True)
@@ -94,10 +98,11 @@ def translate(exc: BaseException, place: Location) -> StoreError:
     """The `StoreError` for a database failure: the driver's own sentence (never the SQL's
     parameters, which SQLAlchemy's text carries), and which store failed."""
     if isinstance(exc, DBAPIError) and exc.orig is not None:
-        detail = str(exc.orig).strip()
+        detail = str(exc.orig)
     else:
         detail = str(exc).split("\n", 1)[0]
-    return StoreError(f"database {place.shown}: {detail}")
+    # One line: libpq's messages carry a tab-indented hint on a line of their own.
+    return StoreError(f"database {place.shown}: {' '.join(detail.split())}")
 
 
 def create(place: Location) -> Engine:
@@ -112,6 +117,17 @@ def create(place: Location) -> Engine:
         max_overflow=10,
         pool_recycle=1800,
     )
+
+
+def create_reader(place: Location) -> Engine:
+    """An engine that only reads `place` (`status.py`): for SQLite, an existing file is
+    opened read-only, never made, its directory never changed."""
+    if place.path is None:
+        return create_engine(place.url, poolclass=NullPool)
+    url = URL.create(
+        "sqlite+pysqlite", database=f"file:{place.path}?mode=ro", query={"uri": "true"}
+    )
+    return create_engine(url, poolclass=NullPool)
 
 
 def _sqlite_engine(path: Path) -> Engine:

@@ -130,7 +130,8 @@ class Database:
         try:
             engine, conn = await anyio.to_thread.run_sync(_prepare, place)
         except SQLAlchemyError as exc:
-            raise StoreError(f"cannot open {connection.translate(exc, place)}") from exc
+            fix = "" if place.is_sqlite else f"; {connection.CHECK_URL}"
+            raise StoreError(f"cannot open {connection.translate(exc, place)}{fix}") from exc
         except OSError as exc:
             raise StoreError(f"cannot open database {place.shown}: {exc}") from exc
         return cls(place, engine, conn)

@@ -14,6 +14,7 @@ rows in a schema it does not know.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from alembic import command
@@ -28,6 +29,8 @@ SCHEMA_VERSION = 5
 """SQLite's `user_version` of a database Alembic manages. 1-4 were the pre-Alembic
 schemas: 1 the first; 2 workspace entries keep kind, mode, mtime, writer and version, and
 versions with their changes; 3 runs record their runtime; 4 runs record their instance."""
+
+log = logging.getLogger(__name__)
 
 _LAST_PRE_ALEMBIC = 4
 _SCRIPTS = Path(__file__).parent
@@ -71,7 +74,9 @@ def refuse_newer(connection: Connection, where: str) -> None:
 def upgrade(connection: Connection, where: str) -> None:
     """Bring the database to `HEAD` inside the caller's transaction (a no-op at head)."""
     refuse_newer(connection, where)
-    if current(connection) != HEAD:
+    revision = current(connection)
+    if revision != HEAD:
+        log.info("store %s: schema %s, upgrading to %s", where, revision or "pre-Alembic", HEAD)
         command.upgrade(_config(connection), "head")
     if connection.dialect.name == "sqlite":
         version = connection.exec_driver_sql("PRAGMA user_version").scalar_one()
