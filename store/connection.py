@@ -42,6 +42,9 @@ class Location:
     shown: str
     path: Path | None = None
     """The SQLite file; None for PostgreSQL."""
+    own_directory: bool = True
+    """Whether the SQLite file's directory is Airlock's to make private (0700): the data
+    dir's is; the directory of a `sqlite:///PATH` URL (say /tmp) is left as it is."""
 
     @property
     def is_sqlite(self) -> bool:
@@ -66,7 +69,10 @@ def location(where: Path | str) -> Location:
     if url.drivername in ("sqlite", "sqlite+pysqlite"):
         if not url.database or url.database == ":memory:":
             raise StoreError(f"the store {hidden(where)!r} names no file: {_FIX}")
-        return sqlite_location(Path(url.database).expanduser())
+        path = Path(url.database).expanduser()
+        return Location(
+            url=sqlite_location(path).url, shown=str(path), path=path, own_directory=False
+        )
     if url.drivername not in _POSTGRES_SCHEMES:
         raise StoreError(
             f"the store {hidden(where)!r} is neither PostgreSQL nor SQLite (Airlock drives "
@@ -108,7 +114,7 @@ def translate(exc: BaseException, place: Location) -> StoreError:
 def create(place: Location) -> Engine:
     """The engine for `place`; for SQLite, the file and its directory are made private first."""
     if place.path is not None:
-        return _sqlite_engine(place.path)
+        return _sqlite_engine(place.path, own_directory=place.own_directory)
     return create_engine(
         place.url,
         # A fleet replica's calls run concurrently; a few connections cover them, and a
@@ -130,9 +136,10 @@ def create_reader(place: Location) -> Engine:
     return create_engine(url, poolclass=NullPool)
 
 
-def _sqlite_engine(path: Path) -> Engine:
+def _sqlite_engine(path: Path, *, own_directory: bool) -> Engine:
     try:
-        private_dir(path.parent)
+        if own_directory:
+            private_dir(path.parent)
         # Made 0600 here: SQLite gives the -wal and -shm files the same mode.
         os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
     except OSError as exc:

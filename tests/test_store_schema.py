@@ -280,3 +280,16 @@ async def test_sizes_past_two_gibibytes_are_kept(store_at: Path | str) -> None:
     finally:
         await db.close()
     assert head.files[0].size == 5 << 30
+
+
+async def test_a_sqlite_url_leaves_its_directory_as_it_is(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    db = await Database.open(f"sqlite:///{shared}/records.db")
+    try:
+        await db.create_session(session())
+    finally:
+        await db.close()
+    assert (shared.stat().st_mode & 0o7777) == 0o1777
+    assert ((shared / "records.db").stat().st_mode & 0o777) == 0o600
