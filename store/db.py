@@ -161,7 +161,8 @@ class Database:
         with self._lock:
             if self._closed:
                 raise StoreError(f"database {self._place.shown} is closed")
-            for attempt in range(1, _SERIALIZABLE_TRIES + 1):
+            attempt = 1
+            while True:
                 try:
                     return self._once(fn, write, serializable)
                 except DBAPIError as exc:
@@ -170,7 +171,7 @@ class Database:
                         raise connection.translate(exc, self._place) from exc
                 except SQLAlchemyError as exc:
                     raise connection.translate(exc, self._place) from exc
-        raise AssertionError("unreachable: the last attempt returns or raises")
+                attempt += 1
 
     def _once(self, fn: Callable[[Connection], _T], write: bool, serializable: bool) -> _T:
         if self._conn is not None:

@@ -7,11 +7,6 @@ from alembic import context
 
 from airlock.store.schema import metadata
 
-context.configure(
-    connection=context.config.attributes["connection"],
-    target_metadata=metadata,
-    # SQLite alters a table by copying it; every revision here says how it alters.
-    render_as_batch=False,
-)
+context.configure(connection=context.config.attributes["connection"], target_metadata=metadata)
 with context.begin_transaction():
     context.run_migrations()

@@ -98,7 +98,7 @@ def egress_counts(
             ranked.c.rule.nulls_first(),
         )
     )
-    return [EgressCount.model_validate(row) for row in conn.execute(query).mappings()]
+    return [EgressCount.model_validate(dict(row)) for row in conn.execute(query).mappings()]
 
 
 def last_egress_use(

@@ -1,5 +1,6 @@
 """Records to rows and back: JSON columns (`<name>_json`) for the fields that are lists or
-mappings, and `WHERE` clauses of the filters a caller set."""
+mappings, and `WHERE` clauses of the filters a caller set. Rows reach pydantic as plain
+dicts: it validates a dict faster than SQLAlchemy's row mapping."""
 
 from __future__ import annotations
 

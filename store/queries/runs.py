@@ -68,7 +68,7 @@ def create_session(conn: Connection, rec: SessionRecord) -> None:
 
 def get_session(conn: Connection, session_id: str) -> SessionRecord | None:
     row = conn.execute(_GET_SESSION, {"id": session_id}).mappings().first()
-    return SessionRecord.model_validate(row) if row is not None else None
+    return SessionRecord.model_validate(dict(row)) if row is not None else None
 
 
 def touch_session(
@@ -142,12 +142,12 @@ def add_artifacts(conn: Connection, records: Sequence[ArtifactRecord]) -> None:
 
 def get_artifact(conn: Connection, run_id: str, path: str) -> ArtifactRecord | None:
     row = conn.execute(_GET_ARTIFACT, {"run_id": run_id, "path": path}).mappings().first()
-    return ArtifactRecord.model_validate(row) if row is not None else None
+    return ArtifactRecord.model_validate(dict(row)) if row is not None else None
 
 
 def list_artifacts(conn: Connection, run_id: str) -> list[ArtifactRecord]:
     rows = conn.execute(_LIST_ARTIFACTS, {"run_id": run_id}).mappings()
-    return [ArtifactRecord.model_validate(row) for row in rows]
+    return [ArtifactRecord.model_validate(dict(row)) for row in rows]
 
 
 def add_run_inputs(conn: Connection, run_id: str, files: Sequence[WorkspaceFile]) -> None:
@@ -158,4 +158,4 @@ def add_run_inputs(conn: Connection, run_id: str, files: Sequence[WorkspaceFile]
 
 def list_run_inputs(conn: Connection, run_id: str) -> list[WorkspaceFile]:
     rows = conn.execute(_LIST_RUN_INPUTS, {"run_id": run_id}).mappings()
-    return [WorkspaceFile.model_validate(row) for row in rows]
+    return [WorkspaceFile.model_validate(dict(row)) for row in rows]

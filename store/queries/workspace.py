@@ -82,7 +82,7 @@ def _head_version(conn: Connection, session_id: str) -> int:
 
 def _entries(conn: Connection, session_id: str) -> list[WorkspaceFile]:
     rows = conn.execute(_ENTRIES, {"session_id": session_id}).mappings()
-    return [WorkspaceFile.model_validate(row) for row in rows]
+    return [WorkspaceFile.model_validate(dict(row)) for row in rows]
 
 
 def head(conn: Connection, session_id: str) -> WorkspaceHead:
@@ -194,7 +194,7 @@ def add_copy(conn: Connection, rec: HatchCopyRecord) -> None:
 
 def get_copy(conn: Connection, copy_id: str) -> HatchCopyRecord | None:
     row = conn.execute(_GET_COPY, {"id": copy_id}).mappings().first()
-    return HatchCopyRecord.model_validate(row) if row is not None else None
+    return HatchCopyRecord.model_validate(dict(row)) if row is not None else None
 
 
 def _patch(row: Any) -> PatchRecord:
