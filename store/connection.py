@@ -168,11 +168,10 @@ def _sqlite_connected(dbapi_connection: Any, _record: object) -> None:
 
 
 def begin_sqlite(conn: Connection, *, write: bool) -> None:
-    """Open `conn`'s transaction: SQLAlchemy's (the driver itself starts none) and SQLite's,
+    """Begin SQLite's transaction inside SQLAlchemy's (the driver itself starts none),
     IMMEDIATE for a write, so a concurrent writer in another process makes it wait
-    (busy_timeout) instead of failing at its first write. Sent on the driver's connection:
-    this is on every call of the warm path."""
-    conn.begin()
+    (busy_timeout) instead of failing at its first write. Sent on the driver's connection,
+    raising sqlite3's errors: this is on every call of the warm path."""
     raw = conn.connection.dbapi_connection
     assert raw is not None  # a checked-out connection always has one
     raw.cursor().execute("BEGIN IMMEDIATE" if write else "BEGIN")

@@ -12,6 +12,7 @@ module as `StoreError`; a missing row is `None` or an empty list, never an excep
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -69,11 +70,13 @@ def _transaction(conn: Connection, place: Location, *, write: bool) -> Iterator[
         with conn.begin():
             yield
         return
-    connection.begin_sqlite(conn, write=write)
+    conn.begin()
     try:
+        connection.begin_sqlite(conn, write=write)
         yield
     except BaseException:
-        # SQLite may already have rolled back on its own (e.g. disk full): then a no-op.
+        # SQLite may already have rolled back on its own (e.g. disk full), or never have
+        # begun (the write lock not had in time): then this only ends SQLAlchemy's.
         conn.rollback()
         raise
     conn.commit()
@@ -169,7 +172,8 @@ class Database:
                     code = getattr(exc.orig, "sqlstate", None)
                     if not (serializable and code in _RETRYABLE and attempt < _SERIALIZABLE_TRIES):
                         raise connection.translate(exc, self._place) from exc
-                except SQLAlchemyError as exc:
+                except (SQLAlchemyError, sqlite3.Error) as exc:
+                    # sqlite3's own: the BEGIN sent on the driver's connection.
                     raise connection.translate(exc, self._place) from exc
                 attempt += 1
 

@@ -647,3 +647,22 @@ async def test_grants_are_recorded_and_revocation_kept_once(store_at: Path | str
     assert stored.revoked_at == 5.0
     assert stored.params == {"org": "acme"}
     assert other == []
+
+
+async def test_a_write_lock_held_past_the_busy_timeout_is_a_store_error_and_the_next_call_works(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "airlock.db"
+    db = await Database.open(path)
+    try:
+        # Another process's writer (e.g. `airlock gc`) holding the lock for too long.
+        with closing(sqlite3.connect(path, isolation_level=None)) as other:
+            other.execute("BEGIN IMMEDIATE")
+            with pytest.raises(StoreError, match="database is locked") as info:
+                await db.create_session(session())
+            assert isinstance(info.value.__cause__, sqlite3.OperationalError)
+            other.execute("ROLLBACK")
+        await db.create_session(session())
+        assert await db.get_session("s1") == session()
+    finally:
+        await db.close()
