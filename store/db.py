@@ -132,7 +132,7 @@ class Database:
         place = connection.location(where)
         try:
             engine, conn = await anyio.to_thread.run_sync(_prepare, place)
-        except SQLAlchemyError as exc:
+        except (SQLAlchemyError, sqlite3.Error) as exc:
             fix = "" if place.is_sqlite else f"; {connection.CHECK_URL}"
             raise StoreError(f"cannot open {connection.translate(exc, place)}{fix}") from exc
         except OSError as exc:

@@ -666,3 +666,24 @@ async def test_a_write_lock_held_past_the_busy_timeout_is_a_store_error_and_the_
         assert await db.get_session("s1") == session()
     finally:
         await db.close()
+
+
+async def test_a_file_that_is_no_database_is_refused_as_a_store_error(tmp_path: Path) -> None:
+    path = tmp_path / "airlock.db"
+    path.write_bytes(b"not a database, " * 512)
+    with pytest.raises(StoreError, match="file is not a database"):
+        await Database.open(path)
+    assert path.read_bytes() == b"not a database, " * 512
+
+
+async def test_opening_while_another_writer_holds_the_lock_too_long_is_a_store_error(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "airlock.db"
+    await (await Database.open(path)).close()
+    with closing(sqlite3.connect(path, isolation_level=None)) as other:
+        other.execute("BEGIN IMMEDIATE")
+        with pytest.raises(StoreError, match="database is locked"):
+            await Database.open(path)
+        other.execute("ROLLBACK")
+    await (await Database.open(path)).close()
