@@ -140,10 +140,6 @@ class Database:
         return cls(place, engine, conn)
 
     @property
-    def is_sqlite(self) -> bool:
-        return self._place.is_sqlite
-
-    @property
     def shown(self) -> str:
         """The store as messages may name it (a path, or a URL without its password)."""
         return self._place.shown
