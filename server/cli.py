@@ -30,7 +30,7 @@ from .commands import (
     secrets,
     serve,
 )
-from .config import ENV_DATA_DIR, ENV_POLICY
+from .config import ENV_DATA_DIR, ENV_POLICY, ENV_STORE_URL
 from .logs import LOG_FORMATS, setup_logging
 
 log = logging.getLogger("airlock")
@@ -56,6 +56,13 @@ def _common() -> argparse.ArgumentParser:
         help=f"where records and artifacts live; default: ${ENV_DATA_DIR}, "
         "else ~/.local/share/airlock (audit, patch and approvals read the records of the "
         "server with this data dir: give the one the agent's server was started with)",
+    )
+    common.add_argument(
+        "--store",
+        metavar="URL",
+        help=f"where the records live, as a database URL (postgresql://USER:PASSWORD@HOST/DB "
+        f"for a fleet, or sqlite:///PATH); default: ${ENV_STORE_URL}, else the data dir's "
+        "SQLite file. Blobs stay in the data dir",
     )
     common.add_argument("-v", "--verbose", action="store_true", help="log debug details to stderr")
     common.add_argument(

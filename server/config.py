@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 ENV_DATA_DIR = "AIRLOCK_DATA_DIR"
 ENV_POLICY = "AIRLOCK_POLICY"
 ENV_AUTH = "AIRLOCK_AUTH"
+ENV_STORE_URL = "AIRLOCK_STORE_URL"
 LOCAL_TENANT = "local"
 RESERVED_TENANT_PREFIX = "airlock-"
 """Tenant names Airlock keeps for its own callers: `airlock drill` calls as
@@ -38,19 +39,30 @@ def default_data_dir() -> Path:
 class Config:
     data_dir: Path
     policy_path: Path | None = None
+    store_url: str | None = None
+    """Where the records live when not in the data dir's SQLite file: a `postgresql://`
+    (or `sqlite:///`) URL, from --store or AIRLOCK_STORE_URL. Blobs stay in the data dir."""
 
     @classmethod
-    def resolve(cls, data_dir: str | None = None, policy: str | None = None) -> Config:
+    def resolve(
+        cls, data_dir: str | None = None, policy: str | None = None, store: str | None = None
+    ) -> Config:
         chosen_dir = data_dir or os.environ.get(ENV_DATA_DIR)
         chosen_policy = policy or os.environ.get(ENV_POLICY)
         return cls(
             data_dir=Path(chosen_dir).expanduser() if chosen_dir else default_data_dir(),
             policy_path=Path(chosen_policy).expanduser() if chosen_policy else None,
+            store_url=store or os.environ.get(ENV_STORE_URL) or None,
         )
 
     @property
     def db_path(self) -> Path:
         return self.data_dir / "airlock.db"
+
+    @property
+    def store(self) -> Path | str:
+        """What `Database.open` is given: the store URL if one was chosen, else the file."""
+        return self.store_url or self.db_path
 
     @property
     def blobs_dir(self) -> Path:
@@ -61,17 +73,23 @@ class Config:
         return self.data_dir / "instances"
 
 
+async def open_store(config: Config) -> Database:
+    """The records `config` names, made or upgraded if needed (the server's and the
+    drill's); a store that cannot be opened is a `StoreError` naming the fix."""
+    from airlock.store import Database  # SQLAlchemy and pydantic: not for `airlock --help`
+
+    return await Database.open(config.store)
+
+
 async def open_records(config: Config) -> Database:
-    """The records of the server whose data directory `config` names, for the operator
-    commands (audit, patch, approvals, policy usage): they read what a server wrote, so a
-    data directory without records is a wrong --data-dir, never a new, empty one."""
-    if not config.db_path.is_file():
+    """The records of the server whose data directory (or store URL) `config` names, for
+    the operator commands (audit, patch, approvals, policy usage): they read what a server
+    wrote, so a data directory without records is a wrong --data-dir, never a new, empty one."""
+    if config.store_url is None and not config.db_path.is_file():
         raise NotFound(
             f"no Airlock records in {config.data_dir} (it has no {config.db_path.name}): pass "
-            f"the --data-dir (or set {ENV_DATA_DIR}) of the server whose records you want; a "
-            f"server an agent started uses {default_data_dir()} unless its command names "
-            "another --data-dir"
+            f"the --data-dir (or set {ENV_DATA_DIR}) of the server whose records you want, or "
+            f"its --store URL; a server an agent started uses {default_data_dir()} unless "
+            "its command names another --data-dir"
         )
-    from airlock.store import Database  # sqlite3 and pydantic: not for `airlock --help`
-
-    return await Database.open(config.db_path)
+    return await open_store(config)

@@ -63,6 +63,7 @@ def run_checks(config: Config) -> Iterator[Check]:
         policy = None
         yield Check("policy", False, str(exc), "correct the policy file, or unset AIRLOCK_POLICY")
     yield _data_dir(config.data_dir)
+    yield from _store(config)
     if policy is not None:
         yield from _secrets(policy, config)
     try:
@@ -269,3 +270,12 @@ def _data_dir(path: Path) -> Check:
     mode = os.stat(path).st_mode & 0o777
     note = "" if mode & 0o077 == 0 else f" (mode {mode:o}: readable by others; chmod 700 it)"
     return Check("data dir", True, f"{path}{note}")
+
+
+def _store(config: Config) -> Iterator[Check]:
+    """The records' database: reachable, and of a schema this Airlock can use. (A fleet's
+    notification channel, PostgreSQL's LISTEN/NOTIFY, is checked here too, after it.)"""
+    from airlock.store.status import store_status  # SQLAlchemy: only when doctor runs
+
+    status = store_status(config.store)
+    yield Check("store", status.ok, status.detail, status.fix)

@@ -36,11 +36,11 @@ from airlock.policies.review import review
 from airlock.sandbox import connect
 from airlock.sandbox.docker import session_containers
 from airlock.sandbox.environment import sandbox_environment
-from airlock.store import Database, DrillRecord
+from airlock.store import DrillRecord
 from airlock.tools.envelope import sanitize
 
 from .app import build_server
-from .config import DRILL_TENANT, Config
+from .config import DRILL_TENANT, Config, open_store
 from .drill_probes import (
     OPENINGS_ATTACK,
     OPENINGS_EXPECTED,
@@ -308,7 +308,7 @@ async def _openings(
         return DrillRow(OPENINGS_ATTACK, OPENINGS_EXPECTED, observed, False if findings else None)
     facts, session = await _attack(client, openings_probe(targets))
     sessions.append(session)
-    db = await Database.open(config.db_path)
+    db = await open_store(config)
     try:
         records = await db.list_egress(run_id=str(facts.structured["run_id"]), limit=1000)
     finally:
@@ -340,7 +340,7 @@ async def _leftovers(config: Config, sessions: list[str]) -> DrillRow:
             found.extend(f"container {short_id}" for short_id in containers)
     finally:
         client.close()
-    db = await Database.open(config.db_path)
+    db = await open_store(config)
     try:
         for session in sessions:
             record = await db.get_session(session)
@@ -363,7 +363,7 @@ async def _leftovers(config: Config, sessions: list[str]) -> DrillRow:
 
 
 async def _record(config: Config, report: DrillReport, started: float) -> None:
-    db = await Database.open(config.db_path)
+    db = await open_store(config)
     try:
         await db.record_drill(
             DrillRecord(

@@ -106,6 +106,7 @@ def setup_logging(verbose: bool = False, log_format: LogFormat = "text") -> None
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.DEBUG if verbose else logging.INFO)
-    # The SDK and HTTP clients are chatty at INFO; keep their warnings only.
-    for noisy in ("mcp", "httpx", "docker", "urllib3"):
+    # The SDK, HTTP clients and Alembic (its plugins, on every store open) are chatty at
+    # INFO; keep their warnings only.
+    for noisy in ("mcp", "httpx", "docker", "urllib3", "alembic"):
         logging.getLogger(noisy).setLevel(logging.DEBUG if verbose else logging.WARNING)

@@ -27,11 +27,11 @@ from airlock.egress import Egress
 from airlock.errors import AirlockError
 from airlock.policies import Policy
 from airlock.sandbox.instance import Instance
-from airlock.store import BlobStore, Database, claim_instance, end_runs_of_dead_instances
+from airlock.store import BlobStore, claim_instance, end_runs_of_dead_instances
 from airlock.tools import Services
 from airlock.tools.approvals import expire_pending
 
-from .config import Config
+from .config import Config, open_store
 from .engine import Engine
 from .metrics import LiveState
 from .secret_check import warn_missing_secrets
@@ -86,7 +86,7 @@ async def serving(
     instance = Instance.current()
     # Each step registers its own undoing as it succeeds; they run last-in, first-out.
     async with AsyncExitStack() as undo:
-        db = await Database.open(config.db_path)
+        db = await open_store(config)
         undo.push_async_callback(_shielded(db.close))
         blobs = BlobStore(config.blobs_dir, owner=instance.id)
         claim = await claim_instance(db, blobs, config.instances_dir, instance.id, now=clock())

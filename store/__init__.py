@@ -1,16 +1,18 @@
-"""Airlock's records: SQLite (WAL) for sessions, runs, artifacts and versioned session
-workspaces, a content-addressed blob store for their bytes, which server instance owns
-the runs still going, and the one way a directory of the data dir is made (0700).
+"""Airlock's records: a database (SQLite under the data dir by default, or PostgreSQL
+for a fleet: one schema, SQLAlchemy Core and Alembic migrations; `docs/store.md`) for
+sessions, runs, artifacts, versioned session workspaces and the audit, a content-addressed
+blob store on the filesystem for their bytes, which server instance owns the runs still
+going, and the one way a directory of the data dir is made (0700).
 
 May import only the base modules (`airlock.errors`, `airlock.languages`, ...): no room,
 not even policies (pyproject's `rooms` import contract, checked by `lint-imports`).
 
-Failures of sqlite3 or the filesystem come out as `StoreError`; a record that is not there
-is `None` (or an empty list), never `NotFound`: deciding what the caller may see is for the
-layers above.
+Failures of the database driver or the filesystem come out as `StoreError` (never with a
+URL's password); a record that is not there is `None` (or an empty list), never
+`NotFound`: deciding what the caller may see is for the layers above.
 
 The names below are imported on first use (`airlock.lazy`), so the vault's `private_dir`
-does not load SQLite and pydantic.
+does not load SQLAlchemy and pydantic.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from airlock.lazy import homes, resolve
 
 if TYPE_CHECKING:
     from .blobs import BlobStore, Draft, DraftWriter, Staging
-    from .db import SCHEMA_VERSION, Database
+    from .db import SCHEMA_REVISION, SCHEMA_VERSION, Database
     from .instances import InstanceLock, claim_instance, end_runs_of_dead_instances
     from .private import create_private_file, private_dir, private_file_problem
     from .records import (
@@ -57,7 +59,7 @@ if TYPE_CHECKING:
 _HOMES = homes(
     {
         "blobs": ("BlobStore", "Draft", "DraftWriter", "Staging"),
-        "db": ("SCHEMA_VERSION", "Database"),
+        "db": ("SCHEMA_REVISION", "SCHEMA_VERSION", "Database"),
         "instances": ("InstanceLock", "claim_instance", "end_runs_of_dead_instances"),
         "private": ("create_private_file", "private_dir", "private_file_problem"),
         "records": (
@@ -89,6 +91,7 @@ _HOMES = homes(
 )
 
 __all__ = [
+    "SCHEMA_REVISION",
     "SCHEMA_VERSION",
     "ApprovalRecord",
     "ApprovalStatus",

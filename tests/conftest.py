@@ -113,6 +113,16 @@ def postgres_url(postgres_cluster: postgres.Cluster) -> str:
     return postgres.fresh_database(postgres_cluster)
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_at(request: pytest.FixtureRequest, tmp_path: Path) -> Path | str:
+    """Where a store test's records live, once on each database: a new SQLite file, or a
+    fresh database on the real PostgreSQL (`Database.open` takes either)."""
+    if request.param == "sqlite":
+        return tmp_path / "airlock.db"
+    url: str = request.getfixturevalue("postgres_url")
+    return url
+
+
 @pytest.fixture(scope="session")
 def registry_address() -> Iterator[str]:
     """The real container registry of this test session (`127.0.0.1:PORT`): `.ci/run`'s, or
@@ -192,15 +202,18 @@ def make_server(
     """Build a server on this test's data dir: `make_server()` for the default policy,
     `make_server({"limits": {"memory_mb": 128}})` for a policy with those sections.
     The runtime is the test's `sandbox_runtime` unless the policy names one; the pool is
-    off unless the policy has a `[pool]` section."""
+    off unless the policy has a `[pool]` section; `store=URL` keeps the records there."""
 
     def make(
-        policy: dict[str, Any] | None = None, clock: Callable[[], float] = time.time
+        policy: dict[str, Any] | None = None,
+        clock: Callable[[], float] = time.time,
+        store: str | None = None,
     ) -> MCPServer:
         policy = dict(policy or {})
         policy["sandbox"] = {"runtime": sandbox_runtime, **policy.get("sandbox", {})}
         policy.setdefault("pool", {"size": 0})
-        return build_server(Config(data_dir=data_dir), Policy.model_validate(policy), clock=clock)
+        config = Config(data_dir=data_dir, store_url=store)
+        return build_server(config, Policy.model_validate(policy), clock=clock)
 
     return make
 

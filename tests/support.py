@@ -46,7 +46,7 @@ from airlock.sandbox.instance import Instance
 from airlock.server.auth import generate_api_key
 from airlock.server.cli import main
 from airlock.server.engine import Engine
-from airlock.store import BlobStore, Database, RunRecord, SessionRecord
+from airlock.store import BlobStore, Database, RunRecord, SessionRecord, WorkspaceFile
 from airlock.tools import Services
 
 T = TypeVar("T")
@@ -516,6 +516,11 @@ def session_record(
         last_used_at=created_at,
         expires_at=created_at + 600,
     )
+
+
+def ws_file(path: str, content: str = "1", **fields: Any) -> WorkspaceFile:
+    """A workspace entry of one byte whose sha256 is `content` repeated."""
+    return WorkspaceFile(path=path, sha256=content * 64, size=1, **fields)
 
 
 def run_record(

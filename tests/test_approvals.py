@@ -85,27 +85,33 @@ async def pending_id(c: Client) -> tuple[str, str]:
     return match.group(1), session.group(1)
 
 
-async def approvals(data_dir: Path, *args: str) -> tuple[int, str, str]:
-    """`airlock approvals ARGS` on `data_dir`: its exit code, stdout and stderr."""
-    done = await airlock_async("approvals", *args, "--data-dir", str(data_dir))
+async def approvals(data_dir: Path, *args: str, store: str | None = None) -> tuple[int, str, str]:
+    """`airlock approvals ARGS` on `data_dir` (and `store`): exit code, stdout, stderr."""
+    chosen = ["--store", store] if store is not None else []
+    done = await airlock_async("approvals", *args, "--data-dir", str(data_dir), *chosen)
     return done.returncode, done.stdout, done.stderr
 
 
-@pytest.mark.parametrize("mode", ["auto", "legacy"])
+@pytest.mark.parametrize(
+    ("mode", "database"), [("auto", "sqlite"), ("legacy", "sqlite"), ("auto", "postgresql")]
+)
 async def test_operator_approval_from_another_process_grants_once_to_the_asking_session(
-    tmp_path: Path, mode: str
+    tmp_path: Path, mode: str, database: str, request: pytest.FixtureRequest
 ) -> None:
     data_dir = tmp_path / "data"
-    server = build_server(Config(data_dir=data_dir), Policy.model_validate(POLICY))
+    # On PostgreSQL, the server and `airlock approvals --store URL` meet in its database.
+    store = request.getfixturevalue("postgres_url") if database == "postgresql" else None
+    config = Config(data_dir=data_dir, store_url=store)
+    server = build_server(config, Policy.model_validate(POLICY))
     async with Client(server, mode=mode) as c:
         approval, session = await pending_id(c)
-        code, listed, _ = await approvals(data_dir, "list")
+        code, listed, _ = await approvals(data_dir, "list", store=store)
         assert code == 0 and approval in listed and "read acme" in listed
 
         still = await ask(c, CAP, approval_id=approval, session_id=session)
         assert still.is_error and "waits until" in text_of(still)
 
-        code, out, err = await approvals(data_dir, "approve", approval)
+        code, out, err = await approvals(data_dir, "approve", approval, store=store)
         assert code == 0, err
         assert f"{approval} approved" in out
         granted = await ask(c, CAP, approval_id=approval, session_id=session)
@@ -117,7 +123,7 @@ async def test_operator_approval_from_another_process_grants_once_to_the_asking_
 
         again = await ask(c, CAP, approval_id=approval, session_id=session)
         assert again.is_error and "already used" in text_of(again)
-        twice, _, err = await approvals(data_dir, "approve", approval)
+        twice, _, err = await approvals(data_dir, "approve", approval, store=store)
         assert twice == 1 and "is used, not pending" in err
 
         # Another session cannot use it (nor learn that it exists).
@@ -126,7 +132,7 @@ async def test_operator_approval_from_another_process_grants_once_to_the_asking_
         foreign = await ask(c, CAP, approval_id=approval)
         assert foreign.is_error and "unknown approval" in text_of(foreign)
 
-    db = await Database.open(data_dir / "airlock.db")
+    db = await Database.open(config.store)
     try:
         (grant,) = await db.list_grants()
         record = await db.get_approval(approval)
@@ -171,8 +177,10 @@ async def test_an_explicit_no_from_the_human_stays_a_denial(tmp_path: Path) -> N
     assert code == 0 and listed.strip() == "no approvals recorded"
 
 
-async def test_a_pending_approval_expires_closed_at_its_deadline(tmp_path: Path) -> None:
-    db = await Database.open(tmp_path / "airlock.db")
+async def test_a_pending_approval_expires_closed_at_its_deadline(
+    store_at: Path | str,
+) -> None:
+    db = await Database.open(store_at)
     try:
         await db.create_session(
             SessionRecord(id="ses_a", tenant="t", created_at=0, last_used_at=0, expires_at=9e9)
@@ -332,8 +340,10 @@ def test_the_pending_cap_is_a_positive_policy_number() -> None:
         Policy.model_validate({"broker": {"max_pending_approvals_per_session": 0}})
 
 
-async def test_the_pending_cap_counts_one_session_and_only_what_still_waits(tmp_path: Path) -> None:
-    db = await Database.open(tmp_path / "airlock.db")
+async def test_the_pending_cap_counts_one_session_and_only_what_still_waits(
+    store_at: Path | str,
+) -> None:
+    db = await Database.open(store_at)
     try:
         for sid in ("ses_a", "ses_b"):
             await db.create_session(

@@ -26,8 +26,8 @@ def _run(run_id: str, session_id: str, tenant: str) -> RunRecord:
     )
 
 
-async def test_runs_show_their_tenant_and_filter_by_it(tmp_path: Path) -> None:
-    db = await Database.open(tmp_path / "airlock.db")
+async def test_runs_show_their_tenant_and_filter_by_it(store_at: Path | str) -> None:
+    db = await Database.open(store_at)
     try:
         for tenant in ("acme", "globex"):
             session = f"ses_{tenant}"

@@ -45,20 +45,20 @@ pytestmark = pytest.mark.anyio
 MIB = 1024 * 1024
 
 
-async def make_services(tmp_path: Path, **hatch: Any) -> Services:
-    """The real store and a policy offering the root `app` (tmp_path/repo); the engine is
-    never started."""
+async def make_services(tmp_path: Path, store: Path | str | None = None, **hatch: Any) -> Services:
+    """The real store (`store`, else a SQLite file in tmp_path) and a policy offering the
+    root `app` (tmp_path/repo); the engine is never started."""
     (tmp_path / "repo").mkdir(exist_ok=True)
     policy = Policy.model_validate({"hatch": {"roots": {"app": str(tmp_path / "repo")}, **hatch}})
-    return services_on(tmp_path, policy, await Database.open(tmp_path / "airlock.db"))
+    return services_on(tmp_path, policy, await Database.open(store or tmp_path / "airlock.db"))
 
 
 @pytest.fixture
-async def opened(tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
+async def opened(tmp_path: Path, store_at: Path | str) -> AsyncIterator[Callable[..., Any]]:
     made: list[Services] = []
 
     async def open_services(**hatch: Any) -> Services:
-        made.append(await make_services(tmp_path, **hatch))
+        made.append(await make_services(tmp_path, store_at, **hatch))
         return made[-1]
 
     yield open_services
@@ -200,10 +200,10 @@ def _reset_high_water_mark() -> int:
     return _kib("VmRSS")
 
 
-async def patch_in_this_process(tmp_path: Path, copy_id: str) -> dict[str, Any]:
+async def patch_in_this_process(tmp_path: Path, copy_id: str, store: str) -> dict[str, Any]:
     """get_patch in a fresh process, with how far its resident memory rose above where it
     stood once the store was open (the kernel's high-water mark, reset just before)."""
-    services = await make_services(tmp_path)
+    services = await make_services(tmp_path, store or None)
     try:
         session = Session(id="ses_1", tenant="local", expires_at=4e9)
         start = _reset_high_water_mark()
@@ -214,7 +214,7 @@ async def patch_in_this_process(tmp_path: Path, copy_id: str) -> dict[str, Any]:
 
 
 async def test_ninety_mib_of_new_binary_files_are_patched_in_bounded_memory(
-    opened: Callable[..., Any], tmp_path: Path
+    opened: Callable[..., Any], tmp_path: Path, store_at: Path | str
 ) -> None:
     services = await opened()
     session, copy_id = await copied(services, {"README": b"hi\n"})
@@ -231,9 +231,11 @@ async def test_ninety_mib_of_new_binary_files_are_patched_in_bounded_memory(
             sys.executable,
             "-c",
             "import anyio, json, sys, pathlib, test_hatch_patches as t; print(json.dumps("
-            "anyio.run(t.patch_in_this_process, pathlib.Path(sys.argv[1]), sys.argv[2])))",
+            "anyio.run(t.patch_in_this_process, pathlib.Path(sys.argv[1]), *sys.argv[2:])))",
             str(tmp_path),
             copy_id,
+            # The child opens the same records: the PostgreSQL URL, or the default file.
+            store_at if isinstance(store_at, str) else "",
         ],
         cwd=Path(__file__).parent,
         env={

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from stores import old_database
 from support import holder, run_record, session_record
 
 from airlock.store import SCHEMA_VERSION, BlobStore, Database, claim_instance
@@ -22,9 +23,11 @@ from airlock.store.instances import ENDED_BY_DEATH, claim
 pytestmark = pytest.mark.anyio
 
 
-async def test_a_dead_instances_runs_are_ended_and_a_live_ones_are_not(tmp_path: Path) -> None:
+async def test_a_dead_instances_runs_are_ended_and_a_live_ones_are_not(
+    tmp_path: Path, store_at: Path | str
+) -> None:
     directory = tmp_path / "instances"
-    db = await Database.open(tmp_path / "airlock.db")
+    db = await Database.open(store_at)
     try:
         await db.create_session(session_record())
         for owner in ("alive", "dead", "new"):
@@ -62,10 +65,11 @@ def staged(root: Path) -> list[str]:
 
 async def test_the_staging_of_dead_and_ownerless_servers_is_removed_and_a_live_ones_kept(
     tmp_path: Path,
+    store_at: Path | str,
 ) -> None:
     directory = tmp_path / "instances"
     root = tmp_path / "blobs"
-    db = await Database.open(tmp_path / "airlock.db")
+    db = await Database.open(store_at)
     try:
         async with (
             holder(directory, "alive"),
@@ -88,11 +92,13 @@ async def test_the_staging_of_dead_and_ownerless_servers_is_removed_and_a_live_o
         await db.close()
 
 
-async def test_two_claims_in_one_process_are_both_alive(tmp_path: Path) -> None:
+async def test_two_claims_in_one_process_are_both_alive(
+    tmp_path: Path, store_at: Path | str
+) -> None:
     # flock is per open file, not per process: a server's own claim is never taken over,
     # even by a second server in the same process (as tests build them).
     directory = tmp_path / "instances"
-    db = await Database.open(tmp_path / "airlock.db")
+    db = await Database.open(store_at)
     try:
         await db.create_session(session_record())
         await db.create_run(run_record("first-run", instance="first"))
@@ -109,11 +115,12 @@ async def test_two_claims_in_one_process_are_both_alive(tmp_path: Path) -> None:
 
 async def test_a_released_claim_that_is_kept_is_taken_over_by_the_next_server(
     tmp_path: Path,
+    store_at: Path | str,
 ) -> None:
     # What a server leaves when ending a dead one's runs failed: the file, unlocked.
     directory = tmp_path / "instances"
     claim(directory, "crashed").release(forget=False)
-    db = await Database.open(tmp_path / "airlock.db")
+    db = await Database.open(store_at)
     try:
         await db.create_session(session_record())
         await db.create_run(run_record("left", instance="crashed"))
@@ -130,32 +137,29 @@ async def test_a_released_claim_that_is_kept_is_taken_over_by_the_next_server(
 async def test_a_schema_3_database_opens_and_its_unowned_running_runs_end_at_the_next_claim(
     tmp_path: Path,
 ) -> None:
-    path = tmp_path / "airlock.db"
-    db = await Database.open(path)
-    await db.create_session(session_record())
-    await db.create_run(run_record("old-running"))
-    await db.create_run(run_record("old-done"))
-    done = run_record("old-done").model_copy(update={"status": "ok", "finished_at": 300.0})
-    await db.finish_run(done)
-    await db.close()
     # The database as Airlock of schema 3 wrote it: runs had no owner.
+    path = old_database(tmp_path / "airlock.db")
     with closing(sqlite3.connect(path)) as conn:
         conn.execute("ALTER TABLE runs DROP COLUMN instance_id")
         conn.execute("PRAGMA user_version = 3")
+        conn.commit()
 
     db = await Database.open(path)
     try:
-        before = await db.get_run("old-running")
-        assert before == run_record("old-running", instance="")
+        # The dump's r1 is still running, r2 finished ok.
+        before = await db.get_run("r1")
+        assert before is not None and (before.status, before.instance_id) == ("running", "")
+        done = await db.get_run("r2")
+        assert done is not None and (done.status, done.instance_id) == ("ok", "")
         (
             await claim_instance(
                 db, BlobStore(tmp_path / "blobs"), tmp_path / "instances", "new", now=400.0
             )
         ).release(forget=True)
-        after = await db.get_run("old-running")
+        after = await db.get_run("r1")
         assert after is not None
         assert (after.status, after.error) == ("killed", ENDED_BY_DEATH)
-        assert await db.get_run("old-done") == done.model_copy(update={"instance_id": ""})
+        assert await db.get_run("r2") == done
     finally:
         await db.close()
     with closing(sqlite3.connect(path)) as conn:

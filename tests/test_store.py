@@ -1,4 +1,5 @@
-"""Tests of the store room: the SQLite database and the blob store, on real files."""
+"""Tests of the store room: the database (each test once on SQLite, once on a real
+PostgreSQL: the `store_at` fixture) and the blob store, on real files."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from typing import Any
 
 import anyio
 import pytest
-from support import run_record, session_record
+import sqlalchemy.exc
+from stores import query
+from support import run_record, session_record, ws_file
 
 from airlock.errors import StoreError
 from airlock.store import (
@@ -36,8 +39,8 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture
-async def db(tmp_path: Path) -> AsyncIterator[Database]:
-    database = await Database.open(tmp_path / "airlock.db")
+async def db(store_at: Path | str) -> AsyncIterator[Database]:
+    database = await Database.open(store_at)
     yield database
     await database.close()
 
@@ -95,11 +98,11 @@ async def test_ending_twice_keeps_the_first_end(db: Database) -> None:
     assert (got.ended_at, got.end_reason, got.containers_removed) == (120.0, "end_session", 2)
 
 
-async def test_duplicate_session_id_raises_store_error_from_sqlite(db: Database) -> None:
+async def test_duplicate_session_id_raises_store_error_from_the_driver(db: Database) -> None:
     await db.create_session(session_record())
     with pytest.raises(StoreError) as info:
         await db.create_session(session_record())
-    assert isinstance(info.value.__cause__, sqlite3.IntegrityError)
+    assert isinstance(info.value.__cause__, sqlalchemy.exc.IntegrityError)
 
 
 # Runs
@@ -235,10 +238,6 @@ async def test_add_artifacts_stores_none_when_one_fails(db: Database) -> None:
 # Session workspaces
 
 
-def ws_file(path: str, content: str = "1", **fields: Any) -> WorkspaceFile:
-    return WorkspaceFile(path=path, sha256=content * 64, size=1, **fields)
-
-
 def ws_dir(path: str, mode: int = 0o755) -> WorkspaceFile:
     return WorkspaceFile(path=path, sha256="", size=0, kind="dir", mode=mode)
 
@@ -303,7 +302,9 @@ async def test_commit_for_an_unknown_session_fails_and_keeps_nothing(db: Databas
     assert await db.workspace_head("ghost") == WorkspaceHead(version=0)
 
 
-async def test_sixteen_concurrent_commits_from_one_base_all_land(db: Database) -> None:
+async def test_sixteen_concurrent_commits_from_one_base_all_land(
+    db: Database, store_at: Path | str
+) -> None:
     await db.create_session(session_record())
     await db.commit_workspace(
         "s1", WorkspaceDelta(base_version=0, upserts=(ws_file("shared"),)), writer="r0", at=1.0
@@ -335,15 +336,10 @@ async def test_sixteen_concurrent_commits_from_one_base_all_land(db: Database) -
     last = max(commits, key=lambda c: c.version)
     assert head.by_path()["same"].version == last.version
     # The deletion was applied once: only one version records it.
-    with closing(sqlite3.connect(db_path(db))) as conn:
-        deletions = conn.execute(
-            "SELECT COUNT(*) FROM workspace_changes WHERE path = 'shared' AND deleted = 1"
-        ).fetchone()
-    assert deletions == (1,)
-
-
-def db_path(db: Database) -> Path:
-    return db._path
+    deletions = query(
+        store_at, "SELECT COUNT(*) FROM workspace_changes WHERE path = 'shared' AND deleted = 1"
+    )
+    assert deletions == [(1,)]
 
 
 async def test_database_of_schema_1_opens_with_its_workspace_kept(tmp_path: Path) -> None:
@@ -389,8 +385,8 @@ async def test_concurrent_writes_from_many_tasks_all_land(db: Database) -> None:
     assert len(await db.list_runs(limit=100)) == 50
 
 
-async def test_records_survive_close_and_reopen(tmp_path: Path) -> None:
-    path = tmp_path / "data" / "airlock.db"
+async def test_records_survive_close_and_reopen(store_at: Path | str) -> None:
+    path = store_at.parent / "data" / "airlock.db" if isinstance(store_at, Path) else store_at
     db = await Database.open(path)
     await db.create_session(session_record())
     await db.create_run(run_record())
@@ -410,8 +406,9 @@ async def test_records_survive_close_and_reopen(tmp_path: Path) -> None:
         await db.close()
 
 
-async def test_database_file_is_wal_private_and_versioned(db: Database, tmp_path: Path) -> None:
+async def test_database_file_is_wal_private_and_versioned(tmp_path: Path) -> None:
     path = tmp_path / "airlock.db"
+    await (await Database.open(path)).close()
     with closing(sqlite3.connect(path)) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
         assert conn.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
@@ -433,8 +430,8 @@ async def test_open_below_a_file_raises_store_error_from_oserror(tmp_path: Path)
     assert isinstance(info.value.__cause__, OSError)
 
 
-async def test_calls_after_close_raise_store_error(tmp_path: Path) -> None:
-    db = await Database.open(tmp_path / "airlock.db")
+async def test_calls_after_close_raise_store_error(store_at: Path | str) -> None:
+    db = await Database.open(store_at)
     await db.close()
     with pytest.raises(StoreError):
         await db.get_session("s1")
@@ -575,8 +572,8 @@ def _egress(run_id: str, seq: int, **overrides: Any) -> EgressRecord:
     return EgressRecord(**fields)
 
 
-async def test_egress_records_round_trip_oldest_first_and_filter(tmp_path: Path) -> None:
-    db = await Database.open(tmp_path / "a.db")
+async def test_egress_records_round_trip_oldest_first_and_filter(store_at: Path | str) -> None:
+    db = await Database.open(store_at)
     try:
         await db.add_egress([_egress("r1", 1), _egress("r2", 2, session_id="s2"), _egress("r1", 3)])
         by_run = await db.list_egress(run_id="r1")
@@ -590,7 +587,7 @@ async def test_egress_records_round_trip_oldest_first_and_filter(tmp_path: Path)
     assert [r.time for r in latest] == [3.0]
 
 
-async def test_grants_are_recorded_and_revocation_kept_once(tmp_path: Path) -> None:
+async def test_grants_are_recorded_and_revocation_kept_once(store_at: Path | str) -> None:
     grant = GrantRecord(
         id="tenant/t1/session/s1/cap/abc",
         tenant="t1",
@@ -603,7 +600,7 @@ async def test_grants_are_recorded_and_revocation_kept_once(tmp_path: Path) -> N
         created_at=1.0,
         expires_at=901.0,
     )
-    db = await Database.open(tmp_path / "a.db")
+    db = await Database.open(store_at)
     try:
         await db.record_grant(grant)
         await db.mark_grants_revoked([grant.id], at=5.0)
@@ -615,3 +612,43 @@ async def test_grants_are_recorded_and_revocation_kept_once(tmp_path: Path) -> N
     assert stored.revoked_at == 5.0
     assert stored.params == {"org": "acme"}
     assert other == []
+
+
+async def test_a_write_lock_held_past_the_busy_timeout_is_a_store_error_and_the_next_call_works(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "airlock.db"
+    db = await Database.open(path)
+    try:
+        # Another process's writer (e.g. `airlock gc`) holding the lock for too long.
+        with closing(sqlite3.connect(path, isolation_level=None)) as other:
+            other.execute("BEGIN IMMEDIATE")
+            with pytest.raises(StoreError, match="database is locked") as info:
+                await db.create_session(session_record())
+            assert isinstance(info.value.__cause__, sqlite3.OperationalError)
+            other.execute("ROLLBACK")
+        await db.create_session(session_record())
+        assert await db.get_session("s1") == session_record()
+    finally:
+        await db.close()
+
+
+async def test_a_file_that_is_no_database_is_refused_as_a_store_error(tmp_path: Path) -> None:
+    path = tmp_path / "airlock.db"
+    path.write_bytes(b"not a database, " * 512)
+    with pytest.raises(StoreError, match="file is not a database"):
+        await Database.open(path)
+    assert path.read_bytes() == b"not a database, " * 512
+
+
+async def test_opening_while_another_writer_holds_the_lock_too_long_is_a_store_error(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "airlock.db"
+    await (await Database.open(path)).close()
+    with closing(sqlite3.connect(path, isolation_level=None)) as other:
+        other.execute("BEGIN IMMEDIATE")
+        with pytest.raises(StoreError, match="database is locked"):
+            await Database.open(path)
+        other.execute("ROLLBACK")
+    await (await Database.open(path)).close()

@@ -19,6 +19,7 @@ from mcp import MCPError
 from mcp.client import Client
 from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult
+from stores import query
 from support import block_text, contents_text, embedded_blob, error_text, run_result
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
@@ -48,10 +49,12 @@ print(json.dumps(out))
 """
 
 
+@pytest.mark.parametrize("database", ["sqlite", "postgresql"])
 async def test_sixteen_parallel_calls_merge_and_the_same_path_is_a_reported_conflict(
-    make_server: MakeServer, data_dir: Path
+    make_server: MakeServer, data_dir: Path, database: str, request: pytest.FixtureRequest
 ) -> None:
-    async with Client(make_server()) as client:
+    store = request.getfixturevalue("postgres_url") if database == "postgresql" else None
+    async with Client(make_server(store=store)) as client:
         first = await run(client, "open('shared.txt', 'w').write('shared')")
         session = first["session_id"]
         results: list[dict[str, Any]] = []
@@ -104,11 +107,11 @@ async def test_sixteen_parallel_calls_merge_and_the_same_path_is_a_reported_conf
                 assert fetched.structured_content["sha256"] == c["other"]["sha256"]
         assert any(r["conflicts"] for r in results), "16 calls from one version never overlapped"
     # The deletion was applied once: one workspace version records it.
-    with closing(sqlite3.connect(data_dir / "airlock.db")) as conn:
-        (deletions,) = conn.execute(
-            "SELECT COUNT(*) FROM workspace_changes WHERE path = 'shared.txt' AND deleted = 1"
-        ).fetchone()
-    assert deletions == 1
+    deletions = query(
+        store or data_dir / "airlock.db",
+        "SELECT COUNT(*) FROM workspace_changes WHERE path = 'shared.txt' AND deleted = 1",
+    )
+    assert deletions == [(1,)]
 
 
 async def test_modes_mtimes_and_empty_directories_survive_across_calls(

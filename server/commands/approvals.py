@@ -30,5 +30,5 @@ def run(args: argparse.Namespace) -> int:
 
     from ..approvals import approvals_command
 
-    config = Config.resolve(args.data_dir, args.policy)
+    config = Config.resolve(args.data_dir, args.policy, args.store)
     return anyio.run(approvals_command, config, args.approvals_command, args)

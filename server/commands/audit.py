@@ -48,7 +48,7 @@ def add_parser(commands: Subparsers, common: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import anyio
 
-    return anyio.run(_audit, Config.resolve(args.data_dir, args.policy), args)
+    return anyio.run(_audit, Config.resolve(args.data_dir, args.policy, args.store), args)
 
 
 async def _audit(config: Config, args: argparse.Namespace) -> int:

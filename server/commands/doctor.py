@@ -23,7 +23,7 @@ def run(args: argparse.Namespace) -> int:
     from ..doctor import run_checks
 
     failed = 0
-    for check in run_checks(Config.resolve(args.data_dir, args.policy)):
+    for check in run_checks(Config.resolve(args.data_dir, args.policy, args.store)):
         mark = "MISSING" if not check.ok else "WARN" if check.warning else "ok "
         out(f"[{mark}] {check.name}: {check.detail}")
         if not check.ok:

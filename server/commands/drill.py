@@ -38,5 +38,5 @@ def run(args: argparse.Namespace) -> int:
     from ..drill import drill_main
 
     auth = Path(args.auth) if args.auth else None
-    config = Config.resolve(args.data_dir, args.policy)
+    config = Config.resolve(args.data_dir, args.policy, args.store)
     return drill_main(config, tenant=args.tenant, auth=auth, as_json=args.json)

@@ -49,7 +49,7 @@ def add_parser(commands: Subparsers, common: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import anyio
 
-    return anyio.run(_patch, Config.resolve(args.data_dir, args.policy), args)
+    return anyio.run(_patch, Config.resolve(args.data_dir, args.policy, args.store), args)
 
 
 async def _patch(config: Config, args: argparse.Namespace) -> int:

@@ -109,7 +109,7 @@ def _usage(args: argparse.Namespace) -> int:
     from ..policy_usage import usage_main
 
     auth = Path(args.auth) if args.auth else None
-    config = Config.resolve(args.data_dir, args.policy)
+    config = Config.resolve(args.data_dir, args.policy, args.store)
     return usage_main(config, since=args.since, tenant=args.tenant, auth=auth, as_json=args.json)
 
 

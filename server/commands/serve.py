@@ -60,6 +60,8 @@ def add_parser(commands: Subparsers, common: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    import anyio
+
     from airlock import __version__
     from airlock.policies import load_policy
 
@@ -69,8 +71,11 @@ def run(args: argparse.Namespace) -> int:
     from ..stdio import serve_stdio
     from ..terminal import registration_hint, stdin_is_terminal
 
-    config = Config.resolve(args.data_dir, args.policy)
+    config = Config.resolve(args.data_dir, args.policy, args.store)
     policy = load_policy(config.policy_path)
+    # A store that cannot be used (a wrong URL, a database down, a newer schema) stops the
+    # start here with its one-line fix, not inside the transport's first lifespan.
+    anyio.run(_check_store, config)
     metrics = Metrics()
     if args.metrics_listen:
         serve_metrics(metrics, args.metrics_listen)
@@ -102,3 +107,9 @@ def _given_locations(args: argparse.Namespace) -> list[str]:
     if args.data_dir:
         given += ["--data-dir", os.path.abspath(args.data_dir)]
     return given
+
+
+async def _check_store(config: Config) -> None:
+    from ..config import open_store
+
+    await (await open_store(config)).close()

@@ -1,0 +1,189 @@
+"""Where the records live and how to reach them: a store location (a SQLite file, or a
+`postgresql://` URL) becomes a SQLAlchemy engine set up for Airlock, and a failure of
+either database becomes a `StoreError` that never shows a password.
+
+SQLite: the file is made 0600 under a 0700 directory, opened in WAL mode with a busy
+timeout (a second process, e.g. `airlock gc`, may hold the write lock briefly) and foreign
+keys on, and a write transaction starts with BEGIN IMMEDIATE so a concurrent writer makes
+it wait instead of failing halfway. PostgreSQL: psycopg 3 (`postgresql://` means it), a
+small connection pool. No SQL of the records lives here.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import URL, Connection, Engine, create_engine, event, make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError
+from sqlalchemy.pool import NullPool, StaticPool
+
+from airlock.errors import StoreError
+
+from .private import private_dir
+
+BUSY_TIMEOUT_MS = 5000
+
+_POSTGRES_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")
+_FIX = "pass --store postgresql://USER:PASSWORD@HOST:PORT/DATABASE (or sqlite:///PATH)"
+CHECK_URL = (
+    "check the store URL (--store or AIRLOCK_STORE_URL: host, port, database, user and "
+    "password) and that PostgreSQL runs there"
+)
+
+
+@dataclass(frozen=True)
+class Location:
+    """A store to open: its engine URL, and how messages name it (never with a password)."""
+
+    url: URL
+    shown: str
+    path: Path | None = None
+    """The SQLite file; None for PostgreSQL."""
+    own_directory: bool = True
+    """Whether the SQLite file's directory is Airlock's to make private (0700): the data
+    dir's is; the directory of a `sqlite:///PATH` URL (say /tmp) is left as it is."""
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.path is not None
+
+
+def sqlite_location(path: Path) -> Location:
+    return Location(
+        url=URL.create("sqlite+pysqlite", database=str(path)), shown=str(path), path=path
+    )
+
+
+def location(where: Path | str) -> Location:
+    """The store that `where` names: a path is a SQLite file; a string is a URL,
+    `postgresql://…` or `sqlite:///PATH`. Anything else is a `StoreError` naming the fix."""
+    if isinstance(where, Path):
+        return sqlite_location(where)
+    try:
+        url = make_url(where.strip())
+    except ArgumentError as exc:
+        raise StoreError(f"the store {hidden(where)!r} is not a database URL: {_FIX}") from exc
+    if url.drivername in ("sqlite", "sqlite+pysqlite"):
+        if not url.database or url.database == ":memory:":
+            raise StoreError(f"the store {hidden(where)!r} names no file: {_FIX}")
+        path = Path(url.database).expanduser()
+        return Location(
+            url=sqlite_location(path).url, shown=str(path), path=path, own_directory=False
+        )
+    if url.drivername not in _POSTGRES_SCHEMES:
+        raise StoreError(
+            f"the store {hidden(where)!r} is neither PostgreSQL nor SQLite (Airlock drives "
+            f"PostgreSQL with psycopg 3): {_FIX}"
+        )
+    url = url.set(drivername="postgresql+psycopg")
+    return Location(url=url, shown=shown_url(url))
+
+
+def shown_url(url: URL) -> str:
+    """`url` as messages may show it: without its password, in the userinfo or the query."""
+    query = {k: v for k, v in url.query.items() if k.lower() != "password"}
+    # Made anew: `URL.set` reads password=None as "keep it".
+    safe = URL.create(url.drivername, url.username, None, url.host, url.port, url.database, query)
+    shown = safe.render_as_string(hide_password=False).replace("postgresql+psycopg", "postgresql")
+    return shown if url.password is None else shown.replace("@", ":***@", 1)
+
+
+def hidden(text: str) -> str:
+    """An unparsed store string as messages may show it: the userinfo's password cut."""
+    scheme, sep, rest = text.partition("://")
+    userinfo, at, host = rest.rpartition("@")
+    if not sep or not at or ":" not in userinfo:
+        return text.split("?", 1)[0]
+    return f"{scheme}://{userinfo.split(':', 1)[0]}:***@{host.split('?', 1)[0]}"
+
+
+def translate(exc: BaseException, place: Location) -> StoreError:
+    """The `StoreError` for a database failure: the driver's own sentence (never the SQL's
+    parameters, which SQLAlchemy's text carries), and which store failed."""
+    if isinstance(exc, DBAPIError) and exc.orig is not None:
+        detail = str(exc.orig)
+    else:
+        detail = str(exc).split("\n", 1)[0]
+    # One line: libpq's messages carry a tab-indented hint on a line of their own.
+    return StoreError(f"database {place.shown}: {' '.join(detail.split())}")
+
+
+def create(place: Location) -> Engine:
+    """The engine for `place`; for SQLite, the file and its directory are made private first."""
+    if place.path is not None:
+        return _sqlite_engine(place.path, own_directory=place.own_directory)
+    return create_engine(
+        place.url,
+        # A fleet replica's calls run concurrently; a few connections cover them, and a
+        # connection the server closed is found at its next use, not on every checkout.
+        pool_size=5,
+        max_overflow=10,
+        pool_recycle=1800,
+    )
+
+
+def create_reader(place: Location) -> Engine:
+    """An engine that only reads `place` (`status.py`): for SQLite, an existing file is
+    opened read-only, never made, its directory never changed."""
+    if place.path is None:
+        return create_engine(place.url, poolclass=NullPool)
+    url = URL.create(
+        "sqlite+pysqlite", database=f"file:{place.path}?mode=ro", query={"uri": "true"}
+    )
+    return create_engine(url, poolclass=NullPool)
+
+
+def _sqlite_engine(path: Path, *, own_directory: bool) -> Engine:
+    try:
+        if own_directory:
+            private_dir(path.parent)
+        # Made 0600 here: SQLite gives the -wal and -shm files the same mode.
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+    except OSError as exc:
+        raise StoreError(f"cannot open database {path}: {exc}") from exc
+    # One connection, used by one thread at a time (the Database's lock), as before.
+    engine = create_engine(
+        URL.create("sqlite+pysqlite", database=str(path)),
+        poolclass=StaticPool,
+        connect_args={"check_same_thread": False},
+    )
+    event.listen(engine, "connect", _sqlite_connected)
+    return engine
+
+
+def _sqlite_connected(dbapi_connection: Any, _record: object) -> None:
+    # No implicit transactions from the sqlite3 module: `begin_sqlite` opens each one.
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    try:
+        # First, so that even switching to WAL waits out another process's lock.
+        cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA synchronous = NORMAL")
+        cursor.execute("PRAGMA foreign_keys = ON")
+    finally:
+        cursor.close()
+
+
+def begin_sqlite(conn: Connection, *, write: bool) -> None:
+    """Begin SQLite's transaction inside SQLAlchemy's (the driver itself starts none),
+    IMMEDIATE for a write, so a concurrent writer in another process makes it wait
+    (busy_timeout) instead of failing at its first write. Sent on the driver's connection,
+    raising sqlite3's errors: this is on every call of the warm path."""
+    raw = conn.connection.dbapi_connection
+    assert raw is not None  # a checked-out connection always has one
+    raw.cursor().execute("BEGIN IMMEDIATE" if write else "BEGIN")
+
+
+def switch_to_wal(conn: Connection, place: Location) -> None:
+    """Put the SQLite file in WAL mode: on the driver's connection, since SQLite refuses
+    it inside a transaction and SQLAlchemy would open one."""
+    raw = conn.connection.dbapi_connection
+    assert raw is not None  # a checked-out connection always has one
+    cursor = raw.cursor()
+    cursor.execute("PRAGMA journal_mode = WAL")
+    mode = (cursor.fetchone() or ("",))[0]
+    if mode != "wal":
+        raise StoreError(f"database {place.shown}: cannot switch to WAL mode (still {mode!r})")

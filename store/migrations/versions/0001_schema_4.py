@@ -1,0 +1,308 @@
+"""Schema 4: the tables of the last Airlock before Alembic, made where missing.
+
+On a new database this makes every table. On a database an older Airlock wrote (SQLite
+only: schema 1 to 4, recorded in `PRAGMA user_version`, tables and columns added on open
+as they came), it makes the tables that release did not have yet and adds the columns
+schema 1 lacked, with the defaults the old code filled in, keeping every row.
+
+Frozen: the tables are spelled out here rather than taken from `store/schema.py`, which
+follows the head; later changes are later revisions.
+
+Revision ID: 0001
+Revises: (none)
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+from sqlalchemy import (
+    REAL,
+    BigInteger,
+    CheckConstraint,
+    Column,
+    Double,
+    ForeignKey,
+    ForeignKeyConstraint,
+    Index,
+    Integer,
+    MetaData,
+    Table,
+    Text,
+)
+from sqlalchemy.types import TypeEngine
+
+revision = "0001"
+down_revision: str | None = None
+branch_labels: str | None = None
+depends_on: str | None = None
+
+Seconds: TypeEngine[float] = Double().with_variant(REAL(), "sqlite")
+Count: TypeEngine[int] = BigInteger().with_variant(Integer(), "sqlite")
+
+metadata = MetaData()
+
+RUN_STATUSES = ("running", "ok", "error", "timeout", "oom", "killed")
+APPROVAL_STATUSES = ("pending", "approved", "denied", "expired", "used")
+ENTRY_KINDS = ("file", "dir")
+
+
+def _one_of(column: str, values: tuple[str, ...]) -> CheckConstraint:
+    quoted = ", ".join(f"'{v}'" for v in values)
+    return CheckConstraint(f"{column} IN ({quoted})")
+
+
+sessions = Table(
+    "sessions",
+    metadata,
+    Column("id", Text, primary_key=True),
+    Column("tenant", Text, nullable=False),
+    Column("created_at", Seconds, nullable=False),
+    Column("last_used_at", Seconds, nullable=False),
+    Column("expires_at", Seconds, nullable=False),
+    Column("ended_at", Seconds),
+    Column("end_reason", Text),
+    Column("containers_removed", Count, nullable=False, server_default="0"),
+)
+
+runs = Table(
+    "runs",
+    metadata,
+    Column("id", Text, primary_key=True),
+    Column("session_id", Text, ForeignKey("sessions.id"), nullable=False),
+    Column("tenant", Text, nullable=False),
+    Column("language", Text, nullable=False),
+    Column("status", Text, _one_of("status", RUN_STATUSES), nullable=False),
+    Column("created_at", Seconds, nullable=False),
+    Column("timeout_s", Count, nullable=False),
+    Column("limits_json", Text, nullable=False),
+    Column("code_sha256", Text, nullable=False),
+    Column("finished_at", Seconds),
+    Column("duration_ms", Count),
+    Column("exit_code", Count),
+    Column("cpu_seconds", Seconds),
+    Column("peak_memory_bytes", Count),
+    Column("stdout_bytes", Count, nullable=False, server_default="0"),
+    Column("stdout_sha256", Text),
+    Column("stderr_bytes", Count, nullable=False, server_default="0"),
+    Column("stderr_sha256", Text),
+    Column("error", Text),
+    Column("runtime", Text, nullable=False, server_default=""),
+    Column("instance_id", Text, nullable=False, server_default=""),
+)
+# created_at trails the filter column so "newest first" of one session or tenant is read
+# straight off the index.
+Index("runs_by_session", runs.c.session_id, runs.c.created_at)
+Index("runs_by_tenant", runs.c.tenant, runs.c.created_at)
+
+# The primary key (run_id, path) is also the index for lookups by run_id.
+artifacts = Table(
+    "artifacts",
+    metadata,
+    Column("run_id", Text, ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+    Column("path", Text, primary_key=True),
+    Column("size", Count, nullable=False),
+    Column("sha256", Text, nullable=False),
+    Column("mime_type", Text, nullable=False),
+    Column("tenant", Text, nullable=False),
+    Column("created_at", Seconds, nullable=False),
+)
+
+workspace_files = Table(
+    "workspace_files",
+    metadata,
+    Column("session_id", Text, ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=True),
+    Column("path", Text, primary_key=True),
+    Column("sha256", Text, nullable=False),
+    Column("size", Count, nullable=False),
+    Column("kind", Text, _one_of("kind", ENTRY_KINDS), nullable=False, server_default="file"),
+    Column("mode", Count, nullable=False, server_default="420"),
+    Column("mtime", Count, nullable=False, server_default="0"),
+    Column("written_by", Text),
+    Column("version", Count, nullable=False, server_default="0"),
+)
+
+egress_log = Table(
+    "egress_log",
+    metadata,
+    Column("seq", Count, primary_key=True, autoincrement=True),
+    Column("time", Seconds, nullable=False),
+    Column("tenant", Text, nullable=False),
+    Column("session_id", Text, nullable=False),
+    Column("run_id", Text, nullable=False),
+    Column("capability", Text),
+    Column("method", Text, nullable=False),
+    Column("host", Text, nullable=False),
+    Column("port", Count, nullable=False),
+    Column("path", Text, nullable=False),
+    Column("status", Count, nullable=False),
+    Column("bytes_in", Count, nullable=False),
+    Column("bytes_out", Count, nullable=False),
+    Column("duration_ms", Count, nullable=False),
+    Column("decision", Text, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("resolved_ip", Text),
+    Column("injected_json", Text, nullable=False),
+    sqlite_autoincrement=True,
+)
+Index("egress_by_run", egress_log.c.run_id, egress_log.c.seq)
+Index("egress_by_session", egress_log.c.session_id, egress_log.c.seq)
+
+grants = Table(
+    "grants",
+    metadata,
+    Column("id", Text, primary_key=True),
+    Column("tenant", Text, nullable=False),
+    Column("session_id", Text, nullable=False),
+    Column("capability", Text, nullable=False),
+    Column("params_json", Text, nullable=False),
+    Column("scope_json", Text, nullable=False),
+    Column("approved_by", Text, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("created_at", Seconds, nullable=False),
+    Column("expires_at", Seconds, nullable=False),
+    Column("revoked_at", Seconds),
+)
+Index("grants_by_tenant", grants.c.tenant, grants.c.created_at)
+
+# Capability requests waiting for the operator (shared by the server and the CLI).
+approvals = Table(
+    "approvals",
+    metadata,
+    Column("id", Text, primary_key=True),
+    Column("tenant", Text, nullable=False),
+    Column("session_id", Text, nullable=False),
+    Column("capability", Text, nullable=False),
+    Column("params_json", Text, nullable=False),
+    Column("ttl_s", Count, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("status", Text, _one_of("status", APPROVAL_STATUSES), nullable=False),
+    Column("created_at", Seconds, nullable=False),
+    Column("expires_at", Seconds, nullable=False),
+    Column("decided_at", Seconds),
+    Column("decided_by", Text),
+    Column("grant_id", Text),
+)
+Index("approvals_by_status", approvals.c.status, approvals.c.created_at)
+
+# Each `airlock drill`: when, against which policy, what held (rows as JSON).
+drills = Table(
+    "drills",
+    metadata,
+    Column("id", Text, primary_key=True),
+    Column("target", Text, nullable=False),
+    Column("tenant", Text, nullable=False),
+    Column("started_at", Seconds, nullable=False),
+    Column("finished_at", Seconds, nullable=False),
+    Column("held", Count, nullable=False),
+    Column("failed", Count, nullable=False),
+    Column("not_applicable", Count, nullable=False),
+    Column("sessions_json", Text, nullable=False),
+    Column("rows_json", Text, nullable=False),
+)
+
+# What each run started from (the session workspace plus the call's files), for the
+# audit; contents are blobs.
+run_inputs = Table(
+    "run_inputs",
+    metadata,
+    Column("run_id", Text, ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+    Column("path", Text, primary_key=True),
+    Column("sha256", Text, nullable=False),
+    Column("size", Count, nullable=False),
+)
+
+# One row per committed workspace version; version 0 (the empty start) has none.
+workspace_versions = Table(
+    "workspace_versions",
+    metadata,
+    Column("session_id", Text, ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=True),
+    Column("version", Count, primary_key=True, autoincrement=False),
+    Column("base_version", Count, nullable=False),
+    Column("written_by", Text),
+    Column("created_at", Seconds, nullable=False),
+)
+
+# What each version changed, path by path: the state after, or deleted = 1.
+workspace_changes = Table(
+    "workspace_changes",
+    metadata,
+    Column("session_id", Text, primary_key=True),
+    Column("version", Count, primary_key=True, autoincrement=False),
+    Column("path", Text, primary_key=True),
+    Column("deleted", Count, nullable=False),
+    Column("kind", Text, nullable=False),
+    Column("sha256", Text, nullable=False),
+    Column("size", Count, nullable=False),
+    Column("mode", Count, nullable=False),
+    Column("mtime", Count, nullable=False),
+    Column("written_by", Text),
+    ForeignKeyConstraint(
+        ["session_id", "version"],
+        ["workspace_versions.session_id", "workspace_versions.version"],
+        ondelete="CASCADE",
+    ),
+)
+
+hatch_copies = Table(
+    "hatch_copies",
+    metadata,
+    Column("id", Text, primary_key=True),
+    Column("tenant", Text, nullable=False),
+    Column("session_id", Text, ForeignKey("sessions.id"), nullable=False),
+    Column("root", Text, nullable=False),
+    Column("root_path", Text, nullable=False),
+    Column("dest", Text, nullable=False),
+    Column("baseline_sha256", Text, nullable=False),
+    Column("files", Count, nullable=False),
+    Column("bytes", Count, nullable=False),
+    Column("version", Count, nullable=False),
+    Column("created_at", Seconds, nullable=False),
+)
+
+hatch_patches = Table(
+    "hatch_patches",
+    metadata,
+    Column("id", Text, primary_key=True),
+    Column("copy_id", Text, ForeignKey("hatch_copies.id"), nullable=False),
+    Column("tenant", Text, nullable=False),
+    Column("session_id", Text, nullable=False),
+    Column("created_at", Seconds, nullable=False),
+    Column("version", Count, nullable=False),
+    Column("sha256", Text, nullable=False),
+    Column("size", Count, nullable=False),
+    Column("entries_json", Text, nullable=False),
+    Column("held_back_json", Text, nullable=False),
+    Column("refused_json", Text, nullable=False),
+    Column("ignored_json", Text, nullable=False),
+    Column("source_sha256", Text, nullable=False, server_default=""),
+)
+Index("patches_by_copy", hatch_patches.c.copy_id, hatch_patches.c.sha256)
+
+
+# What the pre-Alembic code added to tables of schema 1 when they lacked it (its
+# `_ADDED_COLUMNS`), in SQLite's words: only a database that code wrote can lack them.
+_ADDED_COLUMNS = (
+    ("workspace_files", "kind", "TEXT NOT NULL DEFAULT 'file' CHECK (kind IN ('file', 'dir'))"),
+    ("workspace_files", "mode", "INTEGER NOT NULL DEFAULT 420"),
+    ("workspace_files", "mtime", "INTEGER NOT NULL DEFAULT 0"),
+    ("workspace_files", "written_by", "TEXT"),
+    ("workspace_files", "version", "INTEGER NOT NULL DEFAULT 0"),
+    ("runs", "runtime", "TEXT NOT NULL DEFAULT ''"),
+    ("runs", "instance_id", "TEXT NOT NULL DEFAULT ''"),
+    ("hatch_patches", "source_sha256", "TEXT NOT NULL DEFAULT ''"),
+)
+
+
+def upgrade() -> None:
+    bind = op.get_bind()
+    # Tables (with their indexes) that exist are left alone: a pre-Alembic database
+    # keeps its rows; a new one gets everything.
+    metadata.create_all(bind, checkfirst=True)
+    if bind.dialect.name != "sqlite":
+        return
+    inspector = sa.inspect(bind)
+    for table, column, declaration in _ADDED_COLUMNS:
+        present = {c["name"] for c in inspector.get_columns(table)}
+        if column not in present:
+            op.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")

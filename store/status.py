@@ -1,0 +1,54 @@
+"""What `airlock doctor` says about a store: can it be reached, and is its schema the one
+this Airlock writes, an older one (upgraded at the next start) or a newer one (refused).
+
+Reads only: never makes a file, a table or a row, and never migrates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from airlock.errors import StoreError
+
+from . import connection, migrations
+
+
+@dataclass(frozen=True)
+class StoreStatus:
+    ok: bool
+    detail: str
+    fix: str = ""
+
+
+def store_status(where: Path | str) -> StoreStatus:
+    """The state of the store `where` names (blocking: call it off the event loop)."""
+    try:
+        place = connection.location(where)
+    except StoreError as exc:
+        return StoreStatus(False, str(exc), "correct the --store URL (or AIRLOCK_STORE_URL)")
+    if place.path is not None and not place.path.is_file():
+        return StoreStatus(True, f"{place.shown}: no records yet (made at the first start)")
+    engine = connection.create_reader(place)
+    try:
+        with engine.connect() as conn:
+            revision = migrations.current(conn)
+            migrations.refuse_newer(conn, place.shown)
+    except StoreError as exc:
+        return StoreStatus(False, str(exc), "upgrade Airlock to the version that wrote it")
+    except SQLAlchemyError as exc:
+        return StoreStatus(
+            False,
+            f"cannot reach {connection.translate(exc, place)}",
+            connection.CHECK_URL,
+        )
+    finally:
+        engine.dispose()
+    if revision == migrations.HEAD:
+        return StoreStatus(True, f"{place.shown}: schema {revision} (this Airlock's)")
+    before = f"schema {revision}" if revision else "no Airlock schema yet, or a pre-Alembic one"
+    return StoreStatus(
+        True, f"{place.shown}: {before}; the next start upgrades it to {migrations.HEAD}"
+    )

@@ -1,0 +1,100 @@
+"""Choosing the store from the command line (`--store URL`, AIRLOCK_STORE_URL): every
+command that opens records reads the one named, a store that cannot be used stops the
+start with one line naming the fix, and no password is ever shown."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import anyio
+import pytest
+from support import AIRLOCK, run_record, session_record
+
+from airlock.store import SCHEMA_REVISION, Database
+
+UNREACHABLE = "postgresql://airlock:hunter2@127.0.0.1:1/records"
+
+
+def airlock(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [AIRLOCK, *args],
+        env={**os.environ, **(env or {})},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_serve_refuses_an_unreachable_store_in_one_line_without_the_password(
+    tmp_path: Path,
+) -> None:
+    done = airlock("serve", "--data-dir", str(tmp_path / "data"), "--store", UNREACHABLE)
+    assert done.returncode == 1
+    (line,) = done.stderr.strip().splitlines()
+    assert "postgresql://airlock:***@127.0.0.1:1/records" in line
+    assert "check the store URL" in line and "hunter2" not in line
+    assert "Traceback" not in done.stderr
+
+
+def test_serve_refuses_a_store_of_no_known_database(tmp_path: Path) -> None:
+    env = {"AIRLOCK_STORE_URL": "mysql://root:hunter2@db.example/airlock"}
+    done = airlock("serve", "--data-dir", str(tmp_path / "data"), env=env)
+    assert done.returncode == 1
+    (line,) = done.stderr.strip().splitlines()
+    assert "neither PostgreSQL nor SQLite" in line and "--store postgresql://" in line
+    assert "hunter2" not in line
+
+
+async def _write_a_run(url: str) -> None:
+    db = await Database.open(url)
+    try:
+        await db.create_session(session_record("ses_pg"))
+        await db.create_run(run_record("run_on_pg", session_id="ses_pg"))
+    finally:
+        await db.close()
+
+
+def test_audit_reads_the_store_the_environment_names(tmp_path: Path, postgres_url: str) -> None:
+    anyio.run(_write_a_run, postgres_url)
+    empty = tmp_path / "no-records-here"
+    by_env = airlock(
+        "audit", "runs", "--data-dir", str(empty), env={"AIRLOCK_STORE_URL": postgres_url}
+    )
+    assert by_env.returncode == 0, by_env.stderr
+    assert "run_on_pg" in by_env.stdout
+    by_option = airlock("audit", "runs", "--data-dir", str(empty), "--store", postgres_url)
+    assert by_option.returncode == 0 and "run_on_pg" in by_option.stdout
+    password = postgres_url.split("@")[0].rsplit(":", 1)[1]
+    assert password not in by_env.stderr + by_option.stderr
+    # Reading another store made nothing in the data dir.
+    assert not empty.exists()
+
+
+def test_doctor_checks_the_stores_connection_and_schema(tmp_path: Path, postgres_url: str) -> None:
+    fresh = airlock("doctor", "--data-dir", str(tmp_path), "--store", postgres_url)
+    assert "[ok ] store: " in fresh.stdout and "the next start upgrades it" in fresh.stdout
+    anyio.run(_write_a_run, postgres_url)
+    current = airlock("doctor", "--data-dir", str(tmp_path), "--store", postgres_url)
+    assert f"schema {SCHEMA_REVISION} (this Airlock's)" in current.stdout
+    down = airlock("doctor", "--data-dir", str(tmp_path), "--store", UNREACHABLE)
+    assert (
+        "[MISSING] store: cannot reach database postgresql://airlock:***@127.0.0.1:1" in down.stdout
+    )
+    assert "fix: check the store URL" in down.stdout
+    assert "hunter2" not in down.stdout + down.stderr
+    password = postgres_url.split("@")[0].rsplit(":", 1)[1]
+    assert password not in fresh.stdout + current.stdout + fresh.stderr + current.stderr
+
+
+@pytest.mark.parametrize(
+    "command", [["approvals", "list"], ["patch", "list"], ["audit", "runs"], ["policy", "usage"]]
+)
+def test_operator_commands_take_the_store_option(tmp_path: Path, command: list[str]) -> None:
+    done = airlock(*command, "--data-dir", str(tmp_path), "--store", UNREACHABLE)
+    assert done.returncode != 0
+    assert "postgresql://airlock:***@127.0.0.1:1/records" in done.stderr
+    assert "hunter2" not in done.stderr
