@@ -1,6 +1,7 @@
 """Airlock's records: SQLite (WAL) for sessions, runs, artifacts and versioned session
 workspaces, a content-addressed blob store for their bytes, which server instance owns
-the runs still going, and the one way a directory of the data dir is made (0700).
+the runs still going, and the one way a directory of the data dir is made (0700); the
+fleet's notices (`notices`: in-process, or LISTEN/NOTIFY in `pg_notices`).
 
 May import only the base modules (`airlock.errors`, `airlock.languages`, ...): no room,
 not even policies (pyproject's `rooms` import contract, checked by `lint-imports`).
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
     from .blobs import BlobStore, Draft, DraftWriter, Staging
     from .db import SCHEMA_VERSION, Database
     from .instances import InstanceLock, claim_instance, end_runs_of_dead_instances
+    from .notices import ApprovalDecided, GrantRevoked, Notices, SessionEnded, revocations
     from .private import create_private_file, private_dir, private_file_problem
     from .records import (
         ApprovalRecord,
@@ -55,6 +57,7 @@ _HOMES = homes(
         "blobs": ("BlobStore", "Draft", "DraftWriter", "Staging"),
         "db": ("SCHEMA_VERSION", "Database"),
         "instances": ("InstanceLock", "claim_instance", "end_runs_of_dead_instances"),
+        "notices": ("ApprovalDecided", "GrantRevoked", "Notices", "SessionEnded", "revocations"),
         "private": ("create_private_file", "private_dir", "private_file_problem"),
         "records": (
             "ApprovalRecord",
@@ -86,6 +89,7 @@ _HOMES = homes(
 
 __all__ = [
     "SCHEMA_VERSION",
+    "ApprovalDecided",
     "ApprovalRecord",
     "ApprovalStatus",
     "ArtifactRecord",
@@ -99,11 +103,14 @@ __all__ = [
     "EgressSummary",
     "EgressVerdict",
     "GrantRecord",
+    "GrantRevoked",
     "HatchCopyRecord",
     "InstanceLock",
+    "Notices",
     "PatchRecord",
     "RunRecord",
     "RunStatus",
+    "SessionEnded",
     "SessionRecord",
     "Staging",
     "WorkspaceCommit",
@@ -118,6 +125,7 @@ __all__ = [
     "end_runs_of_dead_instances",
     "private_dir",
     "private_file_problem",
+    "revocations",
 ]
 
 
