@@ -36,6 +36,10 @@ def default_data_dir() -> Path:
 class Config:
     data_dir: Path
     policy_path: Path | None = None
+    notices_url: str | None = None
+    """The PostgreSQL database whose channel carries the fleet's notices (revocations,
+    session ends, approval decisions) between servers; None: one server, in-process. The
+    store's `--store` URL once the records live in PostgreSQL."""
 
     @classmethod
     def resolve(cls, data_dir: str | None = None, policy: str | None = None) -> Config:

@@ -2,7 +2,8 @@
 
 `serving` is the composition root. It opens the store and claims this server instance
 (ending the runs of instances that died), builds the broker, the egress proxy and the
-services, starts the engine and the housekeeping loop, and yields `Running`: the MCP SDK
+services, subscribes what fleet notices do here (`tools.fleet`, the leases), starts the
+notices, the engine and the housekeeping loop, and yields `Running`: the MCP SDK
 hands that to every request as its lifespan context. On the way out it ends every session
 (cancelling their runs, removing their containers) before it stops the engine's background
 work, removes what containers remain and closes the store; every step of the way out is
@@ -27,9 +28,16 @@ from airlock.egress import Egress
 from airlock.errors import AirlockError
 from airlock.policies import Policy
 from airlock.sandbox.instance import Instance
-from airlock.store import BlobStore, Database, claim_instance, end_runs_of_dead_instances
+from airlock.store import (
+    BlobStore,
+    Database,
+    Notices,
+    claim_instance,
+    end_runs_of_dead_instances,
+)
 from airlock.tools import Services
 from airlock.tools.approvals import expire_pending
+from airlock.tools.fleet import subscribe as follow_fleet
 
 from .config import Config
 from .engine import Engine
@@ -116,10 +124,13 @@ async def serving(
             instance_id=instance.id,
             clock=clock,
             tenant_policies=dict(tenant_policies),
+            notices=_notices(config, instance.id),
         )
+        follow_fleet(services)
         leases = Leases(services)
         background = await undo.enter_async_context(anyio.create_task_group())
         undo.callback(background.cancel_scope.cancel)
+        await background.start(services.notices.serve)
         # Sessions first (their runs are cancelled, their containers removed), then the
         # engine's background work (pool, pending removals).
         undo.push_async_callback(_shielded(lambda: leases.end_all(reason="server shutdown")))
@@ -127,6 +138,14 @@ async def serving(
         interval = min(map(_sweep_interval, every_policy))
         background.start_soon(_housekeeping, leases, engine, interval, config.instances_dir)
         yield Running(services, leases, engine)
+
+
+def _notices(config: Config, instance_id: str) -> Notices:
+    if config.notices_url is None:
+        return Notices(instance_id)  # one server: its notices reach only itself
+    from airlock.store.pg_notices import PostgresNotices  # psycopg: for a fleet only
+
+    return PostgresNotices(config.notices_url, instance_id)
 
 
 def _shielded(step: Callable[[], Awaitable[object]]) -> Callable[[], Awaitable[None]]:

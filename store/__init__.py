@@ -24,7 +24,14 @@ if TYPE_CHECKING:
     from .blobs import BlobStore, Draft, DraftWriter, Staging
     from .db import SCHEMA_VERSION, Database
     from .instances import InstanceLock, claim_instance, end_runs_of_dead_instances
-    from .notices import ApprovalDecided, GrantRevoked, Notices, SessionEnded, revocations
+    from .notices import (
+        AnyNotice,
+        ApprovalDecided,
+        GrantRevoked,
+        Notices,
+        SessionEnded,
+        revocations,
+    )
     from .private import create_private_file, private_dir, private_file_problem
     from .records import (
         ApprovalRecord,
@@ -57,7 +64,14 @@ _HOMES = homes(
         "blobs": ("BlobStore", "Draft", "DraftWriter", "Staging"),
         "db": ("SCHEMA_VERSION", "Database"),
         "instances": ("InstanceLock", "claim_instance", "end_runs_of_dead_instances"),
-        "notices": ("ApprovalDecided", "GrantRevoked", "Notices", "SessionEnded", "revocations"),
+        "notices": (
+            "AnyNotice",
+            "ApprovalDecided",
+            "GrantRevoked",
+            "Notices",
+            "SessionEnded",
+            "revocations",
+        ),
         "private": ("create_private_file", "private_dir", "private_file_problem"),
         "records": (
             "ApprovalRecord",
@@ -89,6 +103,7 @@ _HOMES = homes(
 
 __all__ = [
     "SCHEMA_VERSION",
+    "AnyNotice",
     "ApprovalDecided",
     "ApprovalRecord",
     "ApprovalStatus",

@@ -753,6 +753,23 @@ class Database:
                 )
             )
 
+    async def revoked_grants(self, grant_ids: Sequence[str]) -> set[str]:
+        """Which of `grant_ids` the records say are revoked (by any server of a fleet): the
+        check that refuses a revoked grant even before its notice arrives. One lookup by
+        primary key per id."""
+        ids = list(dict.fromkeys(grant_ids))
+        found: set[str] = set()
+        # SQLite takes at most 999 parameters in a statement by default.
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            rows = await self._fetch(
+                f"SELECT id FROM grants WHERE id IN ({', '.join('?' * len(chunk))})"
+                " AND revoked_at IS NOT NULL",
+                chunk,
+            )
+            found.update(str(row[0]) for row in rows)
+        return found
+
     async def list_grants(
         self, *, tenant: str | None = None, session_id: str | None = None, limit: int = 100
     ) -> list[GrantRecord]:

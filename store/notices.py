@@ -66,11 +66,12 @@ class ApprovalDecided(_Notice):
     status: Literal["approved", "denied", "expired"]
 
 
-Notice = Annotated[GrantRevoked | SessionEnded | ApprovalDecided, Field(discriminator="kind")]
+AnyNotice = GrantRevoked | SessionEnded | ApprovalDecided
+Notice = Annotated[AnyNotice, Field(discriminator="kind")]
 Kind = Literal["grant_revoked", "session_ended", "approval_decided"]
-_NOTICE: TypeAdapter[GrantRevoked | SessionEnded | ApprovalDecided] = TypeAdapter(Notice)
+_NOTICE: TypeAdapter[AnyNotice] = TypeAdapter(Notice)
 
-Handler = Callable[[GrantRevoked | SessionEnded | ApprovalDecided], Awaitable[None]]
+Handler = Callable[[AnyNotice], Awaitable[None]]
 Resync = Callable[[], Awaitable[None]]
 
 
@@ -80,14 +81,14 @@ def revocations(tenant: str, grant_ids: Sequence[str]) -> Iterator[GrantRevoked]
         yield GrantRevoked(tenant=tenant, grant_ids=tuple(grant_ids[start : start + MAX_IDS]))
 
 
-def encode(notice: GrantRevoked | SessionEnded | ApprovalDecided) -> str:
+def encode(notice: AnyNotice) -> str:
     payload = notice.model_dump_json()
     if len(payload.encode()) > MAX_PAYLOAD:
         raise ValueError(f"a {notice.kind} notice of {len(payload)} bytes is too large to send")
     return payload
 
 
-def decode(payload: str) -> GrantRevoked | SessionEnded | ApprovalDecided | None:
+def decode(payload: str) -> AnyNotice | None:
     """The notice in `payload`, or None (logged) when it is not one of ours: anyone who may
     connect to the database may NOTIFY on the channel."""
     try:
@@ -118,22 +119,26 @@ class Notices:
         reconnected): it re-reads from the records what its subscriber would have changed."""
         self._resyncs.append(hook)
 
-    async def publish(self, notice: GrantRevoked | SessionEnded | ApprovalDecided) -> None:
+    async def publish(self, notice: AnyNotice) -> None:
         """Deliver `notice` to this process at once and to the fleet (the records it
         announces must already be committed: a peer may re-read them as soon as it hears)."""
         notice = notice.model_copy(update={"origin": self.origin})
         await self._deliver(notice)
         await self._send(notice)
 
+    async def receive(self, notice: AnyNotice) -> None:
+        """Hand a notice another server published to this process's subscribers."""
+        await self._deliver(notice)
+
     async def serve(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
         """Background work until cancelled (none in-process: nothing comes from elsewhere)."""
         task_status.started()
         await anyio.sleep_forever()
 
-    async def _send(self, notice: GrantRevoked | SessionEnded | ApprovalDecided) -> None:
+    async def _send(self, notice: AnyNotice) -> None:
         """Send to the other servers of the fleet; in-process there are none."""
 
-    async def _deliver(self, notice: GrantRevoked | SessionEnded | ApprovalDecided) -> None:
+    async def _deliver(self, notice: AnyNotice) -> None:
         for kinds, handler in list(self._handlers):
             if kinds and notice.kind not in kinds:
                 continue

@@ -24,7 +24,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from airlock.errors import StoreError
 
-from .notices import ApprovalDecided, GrantRevoked, Notices, SessionEnded, decode, encode
+from .notices import AnyNotice, Notices, decode, encode
 
 log = logging.getLogger(__name__)
 
@@ -146,9 +146,9 @@ class PostgresNotices(Notices):
             if notice is None or notice.origin == self.origin:
                 continue  # ours was delivered here when it was published
             # Each in a task: a slow effect (removing containers) delays no other notice.
-            tg.start_soon(self._deliver, notice)
+            tg.start_soon(self.receive, notice)
 
-    async def _send(self, notice: GrantRevoked | SessionEnded | ApprovalDecided) -> None:
+    async def _send(self, notice: AnyNotice) -> None:
         payload = encode(notice)
         async with self._send_lock:
             for attempt in (1, 2):

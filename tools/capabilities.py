@@ -18,7 +18,7 @@ from airlock.errors import (
     NotFound,
 )
 from airlock.policies import Capability, Policy, Scope, resolve_scope
-from airlock.store import GrantRecord
+from airlock.store import GrantRecord, GrantRevoked
 
 from .approvals import approved_request, wait_for_operator
 from .context import Services, Session, iso_time
@@ -255,6 +255,8 @@ async def revoke_capability(
     if grant is None:
         raise NotFound(f"unknown capability id {capability_id!r} in this session")
     await services.db.mark_grants_revoked([grant.id], at=now)
+    # Recorded first: the other servers of a fleet cut its tunnels when they hear.
+    await services.notices.publish(GrantRevoked(tenant=session.tenant, grant_ids=(grant.id,)))
     return RevokeResult(
         capability_id=grant.id,
         revoked=True,

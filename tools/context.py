@@ -16,7 +16,7 @@ from airlock.broker import Grants, RunTokens, Vault
 from airlock.egress import Egress
 from airlock.policies import ImageSettings, Policy
 from airlock.sandbox import Backend, Ready
-from airlock.store import BlobStore, Database
+from airlock.store import BlobStore, Database, Notices
 
 from .events import Events
 
@@ -63,6 +63,9 @@ class Services:
     clock: Callable[[], float] = field(default=time.time)
     tenant_policies: Mapping[str, Policy] = field(default_factory=dict)
     events: Events = field(default_factory=Events)
+    notices: Notices = field(default_factory=lambda: Notices(""))
+    """How this server tells the fleet what it changed and hears what others did
+    (`store.notices`; in-process on one server, subscribed by `tools.fleet`)."""
 
     def policy_for(self, tenant: str) -> Policy:
         """The tenant's own policy, or the server's."""

@@ -1,0 +1,224 @@
+"""What another server of a fleet changes takes effect here: a real server whose notices
+travel through the real PostgreSQL, real Docker and the real image, the egress upstream a
+local HTTPS server (tests/upstream.py).
+
+The other server is played by the test: it writes what that server would have recorded
+into the same records (a second `Database` on the server's file) and announces it on the
+channel as that server would (`PostgresNotices` with another origin), or stays silent, to
+show what holds when a notice is missed: the database check at the next run, and the
+re-read when the listener reconnects.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import docker
+import postgres
+import pytest
+from mcp.client import Client
+from mcp.types import CallToolResult
+from support import containers, none_left, running, text_of, wait_for_containers, wait_until
+from test_egress import (
+    PRELUDE,
+    SECRET,
+    SECRET_NAME,
+    egress_policy,
+    grant,
+    report,
+    requests_of,
+    run,
+)
+from test_notices import listening
+from upstream import Upstream
+
+from airlock.broker import Vault, load_key, vault_path
+from airlock.policies import Policy
+from airlock.server import Config, build_server
+from airlock.store import Database, GrantRevoked, SessionEnded
+from airlock.store.pg_notices import PostgresNotices
+
+pytestmark = [pytest.mark.anyio, pytest.mark.docker]
+
+PEER = "inst_peer"
+LONG_RUN = "import time; print('x', flush=True); time.sleep(60)"
+WITHIN_S = 60
+
+
+@pytest.fixture
+def fleet_server(
+    data_dir: Path,
+    sandbox_image: str,
+    sandbox_runtime: str,
+    upstream: Upstream,
+    upstream_ca_file: Path,
+    postgres_url: str,
+) -> Callable[[], Any]:
+    """A server on this test's data dir whose notices travel through `postgres_url`."""
+    Vault(vault_path(data_dir), load_key(data_dir, {})).set(SECRET_NAME, SECRET, ["localhost"])
+
+    def make() -> Any:
+        policy = egress_policy(upstream.port, upstream_ca_file)
+        policy["sandbox"] = {"runtime": sandbox_runtime}
+        policy["pool"] = {"size": 0}
+        config = Config(data_dir=data_dir, notices_url=postgres_url)
+        return build_server(config, Policy.model_validate(policy))
+
+    return make
+
+
+@asynccontextmanager
+async def peer(data_dir: Path, url: str) -> AsyncIterator[tuple[Database, PostgresNotices]]:
+    """The other server: the same records, the same channel, another origin."""
+    db = await Database.open(data_dir / "airlock.db")
+    try:
+        async with listening(url, PEER) as notices:
+            yield db, notices
+    finally:
+        await db.close()
+
+
+async def terminate_listeners(url: str) -> None:
+    """Kill the backend of every LISTENing connection on the database (the server's)."""
+    killed = await anyio.to_thread.run_sync(
+        postgres.psql,
+        url,
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+        " WHERE datname = current_database() AND query LIKE 'LISTEN %'",
+    )
+    assert int(killed) >= 1
+
+
+HOLD = """
+report(one=fetch("{url}/api/one")["status"], hold=fetch("{url}/api/hold")["status"],
+       two=fetch("{url}/api/two"))
+"""
+
+
+async def held_then_cut(c: Client, upstream: Upstream, cut: Callable[[str], Any]) -> dict[str, Any]:
+    """Run code that holds `/api/hold` open with a fresh grant, `cut(grant id)` while it
+    holds, and return the run's result."""
+    cap = (await grant(c))["capability_id"]
+    done: dict[str, Any] = {}
+
+    async def the_run() -> None:
+        done.update(await run(c, HOLD.format(url=f"https://localhost:{upstream.port}"), [cap]))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(the_run)
+        await wait_until(lambda: "/api/hold" in upstream.paths(), within=WITHIN_S)
+        await cut(cap)
+    return done
+
+
+def assert_cut_by_revocation(done: dict[str, Any], upstream: Upstream) -> None:
+    out = report(done)
+    assert (out["one"], out["hold"]) == (200, None)
+    assert out["two"]["status"] is None and "403" in out["two"]["error"]
+    records = requests_of(done["egress"])
+    assert [r["status"] for r in records] == [200, 502, 403]
+    assert records[1]["path"] == "/api/hold" and "revoked or expired" in records[1]["reason"]
+    assert "/api/two" not in upstream.paths()
+
+
+async def test_a_revocation_another_server_announces_cuts_the_tunnel_held_here(
+    fleet_server: Callable[[], Any], data_dir: Path, postgres_url: str, upstream: Upstream
+) -> None:
+    async with Client(fleet_server()) as c, peer(data_dir, postgres_url) as (db, notices):
+
+        async def revoke_there(cap: str) -> None:
+            await db.mark_grants_revoked([cap], at=time.time())
+            await notices.publish(GrantRevoked(tenant="local", grant_ids=(cap,)))
+
+        done = await held_then_cut(c, upstream, revoke_there)
+    assert_cut_by_revocation(done, upstream)
+
+
+async def test_a_revocation_whose_notice_was_missed_is_refused_at_the_next_run(
+    fleet_server: Callable[[], Any], data_dir: Path, postgres_url: str
+) -> None:
+    async with Client(fleet_server()) as c, peer(data_dir, postgres_url) as (db, _):
+        cap = (await grant(c))["capability_id"]
+        # Recorded by the other server, its notice lost: the records still say no.
+        await db.mark_grants_revoked([cap], at=time.time())
+        with anyio.fail_after(WITHIN_S):
+            refused = await c.call_tool("run_code", {"code": PRELUDE, "capabilities": [cap]})
+        assert refused.is_error and "unknown, expired or revoked" in text_of(refused)
+        # And it is revoked here now: a later run is refused without the records' help.
+        again = await c.call_tool("run_code", {"code": PRELUDE, "capabilities": [cap]})
+        assert again.is_error and "unknown, expired or revoked" in text_of(again)
+
+
+async def test_a_listener_that_reconnects_rereads_a_missed_revocation_and_cuts_the_tunnel(
+    fleet_server: Callable[[], Any], data_dir: Path, postgres_url: str, upstream: Upstream
+) -> None:
+    async with Client(fleet_server()) as c, peer(data_dir, postgres_url) as (db, _):
+
+        async def revoke_silently_then_drop_the_listener(cap: str) -> None:
+            await db.mark_grants_revoked([cap], at=time.time())
+            # Only the server's listener: the peer's own is the test's and comes back too.
+            await terminate_listeners(postgres_url)
+
+        done = await held_then_cut(c, upstream, revoke_silently_then_drop_the_listener)
+    assert_cut_by_revocation(done, upstream)
+
+
+async def long_call(c: Client, session_id: str, into: list[CallToolResult]) -> None:
+    with anyio.fail_after(WITHIN_S):
+        into.append(await c.call_tool("run_code", {"code": LONG_RUN, "session_id": session_id}))
+
+
+async def test_a_session_end_another_server_announces_kills_its_containers_here(
+    fleet_server: Callable[[], Any],
+    data_dir: Path,
+    postgres_url: str,
+    docker_client: docker.DockerClient,
+) -> None:
+    async with Client(fleet_server()) as c, peer(data_dir, postgres_url) as (db, notices):
+        first = await run(c, "print(1)")
+        session_id = first["session_id"]
+        label = f"airlock.session={session_id}"
+        results: list[CallToolResult] = []
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(long_call, c, session_id, results)
+            tg.start_soon(long_call, c, session_id, results)
+            await wait_for_containers(docker_client, label, running(2), within=WITHIN_S)
+            await db.end_session(
+                session_id, ended_at=time.time(), reason="end_session", containers_removed=0
+            )
+            await notices.publish(SessionEnded(tenant="local", session_id=session_id))
+        await wait_for_containers(docker_client, label, none_left, within=20)
+        assert len(results) == 2
+        for result in results:
+            assert result.is_error and "ended while the call was running" in text_of(result)
+        # The lease is gone here too.
+        after = await c.call_tool("run_code", {"code": "print(1)", "session_id": session_id})
+        assert after.is_error and "unknown session" in text_of(after)
+    assert await containers(docker_client, label) == []
+
+
+async def test_a_listener_that_reconnects_rereads_a_missed_session_end(
+    fleet_server: Callable[[], Any],
+    data_dir: Path,
+    postgres_url: str,
+    docker_client: docker.DockerClient,
+) -> None:
+    async with Client(fleet_server()) as c, peer(data_dir, postgres_url) as (db, _):
+        session_id = (await run(c, "print(1)"))["session_id"]
+        label = f"airlock.session={session_id}"
+        results: list[CallToolResult] = []
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(long_call, c, session_id, results)
+            await wait_for_containers(docker_client, label, running(1), within=WITHIN_S)
+            await db.end_session(
+                session_id, ended_at=time.time(), reason="end_session", containers_removed=0
+            )
+            await terminate_listeners(postgres_url)
+        await wait_for_containers(docker_client, label, none_left, within=20)
+        (result,) = results
+        assert result.is_error and "ended while the call was running" in text_of(result)
