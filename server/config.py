@@ -36,9 +36,10 @@ def default_data_dir() -> Path:
 class Config:
     data_dir: Path
     policy_path: Path | None = None
-    notices_url: str | None = None
-    """The PostgreSQL database whose channel carries the fleet's notices (revocations,
-    session ends, approval decisions) between servers; None: one server, in-process. The
+    fleet_url: str | None = None
+    """The PostgreSQL database the servers of a fleet coordinate through: its channel
+    carries their notices (revocations, session ends, approval decisions) and its advisory
+    locks their instance claims. None: one server (in-process notices, `flock` claims). The
     store's `--store` URL once the records live in PostgreSQL."""
 
     @classmethod

@@ -16,10 +16,9 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
-from pathlib import Path
 
 import anyio
 
@@ -28,13 +27,7 @@ from airlock.egress import Egress
 from airlock.errors import AirlockError
 from airlock.policies import Policy
 from airlock.sandbox.instance import Instance
-from airlock.store import (
-    BlobStore,
-    Database,
-    Notices,
-    claim_instance,
-    end_runs_of_dead_instances,
-)
+from airlock.store import BlobStore, Database, FileClaim, InstanceClaim, Notices
 from airlock.tools import Services
 from airlock.tools.approvals import expire_pending
 from airlock.tools.fleet import subscribe as follow_fleet
@@ -97,9 +90,9 @@ async def serving(
         db = await Database.open(config.db_path)
         undo.push_async_callback(_shielded(db.close))
         blobs = BlobStore(config.blobs_dir, owner=instance.id)
-        claim = await claim_instance(db, blobs, config.instances_dir, instance.id, now=clock())
+        claim = await _claim(config, db, blobs, instance.id, clock)
         # Runs after every later step's undoing, so after every run of this instance ended.
-        undo.callback(claim.release, forget=True)
+        undo.push_async_callback(_shielded(claim.release))
         engine = Engine(policy, instance)
         undo.callback(engine.close)
         undo.push_async_callback(_shielded(lambda: _remove_remaining(engine)))
@@ -127,25 +120,42 @@ async def serving(
             notices=_notices(config, instance.id),
         )
         follow_fleet(services)
-        leases = Leases(services)
+        leases = Leases(services, claim)
         background = await undo.enter_async_context(anyio.create_task_group())
         undo.callback(background.cancel_scope.cancel)
         await background.start(services.notices.serve)
+        await background.start(claim.serve)
         # Sessions first (their runs are cancelled, their containers removed), then the
         # engine's background work (pool, pending removals).
         undo.push_async_callback(_shielded(lambda: leases.end_all(reason="server shutdown")))
         background.start_soon(engine.serve)
         interval = min(map(_sweep_interval, every_policy))
-        background.start_soon(_housekeeping, leases, engine, interval, config.instances_dir)
+        background.start_soon(_housekeeping, leases, engine, interval, claim)
         yield Running(services, leases, engine)
 
 
+async def _claim(
+    config: Config, db: Database, blobs: BlobStore, instance_id: str, clock: Callable[[], float]
+) -> InstanceClaim:
+    """This server's claim on its runs: a flock on one machine, an advisory lock in a fleet."""
+    if config.fleet_url is None:
+        return await FileClaim.take(db, blobs, config.instances_dir, instance_id, now=clock())
+    from airlock.store.pg_claims import ENDED_BY_DEATH, AdvisoryClaim
+
+    async def end_runs(instance_ids: Sequence[str], at: float) -> int:
+        return await db.mark_unfinished_runs(
+            instance_ids=instance_ids, status="killed", error=ENDED_BY_DEATH, finished_at=at
+        )
+
+    return await AdvisoryClaim.take(config.fleet_url, instance_id, end_runs, clock=clock)
+
+
 def _notices(config: Config, instance_id: str) -> Notices:
-    if config.notices_url is None:
+    if config.fleet_url is None:
         return Notices(instance_id)  # one server: its notices reach only itself
     from airlock.store.pg_notices import PostgresNotices  # psycopg: for a fleet only
 
-    return PostgresNotices(config.notices_url, instance_id)
+    return PostgresNotices(config.fleet_url, instance_id)
 
 
 def _shielded(step: Callable[[], Awaitable[object]]) -> Callable[[], Awaitable[None]]:
@@ -163,7 +173,7 @@ def _sweep_interval(policy: Policy) -> float:
 
 
 async def _housekeeping(
-    leases: Leases, engine: Engine, interval: float, instances_dir: Path
+    leases: Leases, engine: Engine, interval: float, claim: InstanceClaim
 ) -> None:
     """End expired sessions, forget ended grants and expired run tokens (their records
     are in the store), end the runs of server instances that died, and reap containers
@@ -178,7 +188,7 @@ async def _housekeeping(
             services.grants.forget_ended(now)
             services.tokens.forget_expired(now)
             await expire_pending(services)
-            await end_runs_of_dead_instances(services.db, services.blobs, instances_dir, now=now)
+            await claim.end_runs_of_dead(now=now)
             backend = engine.connected()
             if backend is not None and time.monotonic() - last_reap >= REAP_INTERVAL_S:
                 last_reap = time.monotonic()

@@ -25,7 +25,7 @@ import anyio
 from airlock.errors import LimitExceeded, NotFound, SessionEnded
 from airlock.ids import new_id
 from airlock.policies import SessionSettings
-from airlock.store import AnyNotice, SessionRecord
+from airlock.store import AnyNotice, InstanceClaim, SessionRecord
 from airlock.store import SessionEnded as SessionEndNotice
 from airlock.tools import EndSessionResult, Services, Session, teardown_session
 from airlock.tools.fleet import end_here
@@ -90,8 +90,9 @@ class Leases:
     A lease whose session another server of the fleet ended (its notice, or the records
     on re-reading them) is forgotten here too, its running calls cancelled."""
 
-    def __init__(self, services: Services) -> None:
+    def __init__(self, services: Services, claim: InstanceClaim) -> None:
         self._services = services
+        self._claim = claim
         self._runs_by_tenant: dict[str, int] = {}
         self._live: dict[str, _Lease] = {}
         self._defaults: dict[tuple[str, Hashable], str] = {}
@@ -108,6 +109,8 @@ class Leases:
         The session rule (`SessionRule`): an id continues that session; `NEW_SESSION` starts
         a separate one; no id means the connection's default lease (created on demand), or a
         new lease where there is no connection (`connection` None: stateless HTTP)."""
+        # A server that lost its claim (its database) takes no call it could not record.
+        self._claim.check()
         now = self._services.clock()
         rule = SessionRule(connection is not None)
         async with self._lock:

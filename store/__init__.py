@@ -23,7 +23,13 @@ from airlock.lazy import homes, resolve
 if TYPE_CHECKING:
     from .blobs import BlobStore, Draft, DraftWriter, Staging
     from .db import SCHEMA_VERSION, Database
-    from .instances import InstanceLock, claim_instance, end_runs_of_dead_instances
+    from .instances import (
+        FileClaim,
+        InstanceClaim,
+        InstanceLock,
+        claim_instance,
+        end_runs_of_dead_instances,
+    )
     from .notices import (
         AnyNotice,
         ApprovalDecided,
@@ -63,7 +69,13 @@ _HOMES = homes(
     {
         "blobs": ("BlobStore", "Draft", "DraftWriter", "Staging"),
         "db": ("SCHEMA_VERSION", "Database"),
-        "instances": ("InstanceLock", "claim_instance", "end_runs_of_dead_instances"),
+        "instances": (
+            "FileClaim",
+            "InstanceClaim",
+            "InstanceLock",
+            "claim_instance",
+            "end_runs_of_dead_instances",
+        ),
         "notices": (
             "AnyNotice",
             "ApprovalDecided",
@@ -117,9 +129,11 @@ __all__ = [
     "EgressRecord",
     "EgressSummary",
     "EgressVerdict",
+    "FileClaim",
     "GrantRecord",
     "GrantRevoked",
     "HatchCopyRecord",
+    "InstanceClaim",
     "InstanceLock",
     "Notices",
     "PatchRecord",

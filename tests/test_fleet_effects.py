@@ -66,7 +66,7 @@ def fleet_server(
         policy = egress_policy(upstream.port, upstream_ca_file)
         policy["sandbox"] = {"runtime": sandbox_runtime}
         policy["pool"] = {"size": 0}
-        config = Config(data_dir=data_dir, notices_url=postgres_url)
+        config = Config(data_dir=data_dir, fleet_url=postgres_url)
         return build_server(config, Policy.model_validate(policy))
 
     return make
@@ -222,3 +222,42 @@ async def test_a_listener_that_reconnects_rereads_a_missed_session_end(
         await wait_for_containers(docker_client, label, none_left, within=20)
         (result,) = results
         assert result.is_error and "ended while the call was running" in text_of(result)
+
+
+async def call_until(c: Client, ok: bool, *, within: float) -> CallToolResult:
+    """Call list_workspace until it succeeds (`ok`) or fails (not `ok`); bounded."""
+    with anyio.fail_after(within):
+        while True:
+            result = await c.call_tool("list_workspace", {})
+            if result.is_error != ok:
+                return result
+            await anyio.sleep(0.05)
+
+
+async def test_a_server_that_loses_its_database_refuses_calls_until_it_is_back(
+    fleet_server: Callable[[], Any], postgres_url: str
+) -> None:
+    name = postgres_url.rsplit("/", 1)[1]
+    admin = postgres.with_database(postgres_url, "postgres")
+
+    async def psql(url: str, sql: str) -> str:
+        return await anyio.to_thread.run_sync(postgres.psql, url, sql)
+
+    async with Client(fleet_server()) as c:
+        assert report(await run(c, "report(up=1)")) == {"up": 1}
+        # Nobody may connect again, and the server's claim connection is cut.
+        await psql(admin, f"ALTER DATABASE {name} ALLOW_CONNECTIONS false")
+        try:
+            await psql(
+                admin,
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                f" WHERE datname = '{name}' AND query = 'SELECT 1'",
+            )
+            refused = await call_until(c, ok=False, within=10)
+            message = text_of(refused)
+            assert "lost its connection to the database" in message and "retry" in message
+            assert postgres_url.split(":")[2].split("@")[0] not in message  # no password
+        finally:
+            await psql(admin, f"ALTER DATABASE {name} ALLOW_CONNECTIONS true")
+        await call_until(c, ok=True, within=20)
+        assert report(await run(c, "report(up=2)")) == {"up": 2}

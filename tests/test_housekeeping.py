@@ -29,7 +29,7 @@ from airlock.server.engine import Engine
 from airlock.server.running import _housekeeping
 from airlock.server.sessions import Leases
 from airlock.store import BlobStore, Database
-from airlock.store.instances import ENDED_BY_DEATH
+from airlock.store.instances import ENDED_BY_DEATH, FileClaim, claim
 from airlock.tools import Services
 
 pytestmark = pytest.mark.anyio
@@ -64,10 +64,15 @@ async def services(tmp_path: Path) -> AsyncIterator[Services]:
 @asynccontextmanager
 async def housekeeping(services: Services, instances_dir: Path) -> AsyncIterator[None]:
     """The loop, ticking every 10 ms, for the duration of the block."""
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(_housekeeping, Leases(services), services.engine, 0.01, instances_dir)
-        yield
-        tg.cancel_scope.cancel()
+    # This server's own claim, taken without ending anyone's runs: that is the loop's job.
+    mine = FileClaim(claim(instances_dir, services.instance_id), services.db, services.blobs)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_housekeeping, Leases(services, mine), services.engine, 0.01, mine)
+            yield
+            tg.cancel_scope.cancel()
+    finally:
+        await mine.release()
 
 
 async def test_housekeeping_forgets_ended_grants_and_expired_run_tokens(
