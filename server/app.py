@@ -192,7 +192,7 @@ def build_server(
 
     add_approval_routes(
         mcp,
-        lambda: routes.running.services.db if routes.running is not None else None,
+        lambda: routes.running.services if routes.running is not None else None,
         route_auth,
         time.time,
     )

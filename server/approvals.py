@@ -16,14 +16,15 @@ import sys
 import time
 from argparse import Namespace
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Literal
 
 from mcp.server.mcpserver import MCPServer
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from airlock.errors import InvalidRequest, NotFound
-from airlock.store import ApprovalRecord, Database
+from airlock.store import ApprovalDecided, ApprovalRecord, Database, Notices
+from airlock.tools import Services
 from airlock.tools.context import iso_time
 from airlock.tools.envelope import sanitize
 
@@ -42,9 +43,15 @@ async def decide(
     approve: bool,
     by: str,
     now: float,
+    notices: Notices | None,
     tenant: str | None = None,
 ) -> ApprovalRecord:
-    """Approve or deny a pending approval (of `tenant`, when given); the record after."""
+    """Approve or deny a pending approval (of `tenant`, when given); the record after.
+
+    The decision is announced on `notices` (the serving server's: every server of its fleet
+    hears it), releasing the request that waits on it wherever it waits. None for the CLI
+    on one server's SQLite: another process, with no channel; the waiting request re-reads
+    the record (`tools.fleet.REREAD_S`)."""
     record = await db.get_approval(approval_id)
     if record is None or (tenant is not None and record.tenant != tenant):
         raise NotFound(f"no approval {approval_id!r}; `airlock approvals list` shows pending ones")
@@ -59,7 +66,7 @@ async def decide(
         raise InvalidRequest(
             f"the session that asked for approval {approval_id} has ended; nothing to decide"
         )
-    status = "approved" if approve else "denied"
+    status: Literal["approved", "denied"] = "approved" if approve else "denied"
     moved = await db.move_approval(
         approval_id, from_status="pending", to_status=status, at=now, by=by, live_at=now
     )
@@ -80,6 +87,15 @@ async def decide(
     )
     decided = await db.get_approval(approval_id)
     assert decided is not None
+    if notices is not None:
+        await notices.publish(
+            ApprovalDecided(
+                approval_id=approval_id,
+                tenant=record.tenant,
+                session_id=record.session_id,
+                status=status,
+            )
+        )
     return decided
 
 
@@ -122,7 +138,7 @@ async def approvals_text(db: Database, *, every: bool, now: float) -> str:
 
 def add_routes(
     mcp: MCPServer,
-    db: Callable[[], Database | None],
+    services: Callable[[], Services | None],
     auth: RouteAuth,
     clock: Callable[[], float],
 ) -> None:
@@ -130,7 +146,7 @@ def add_routes(
     is the operator (every tenant's) or a key or JWT with the `airlock:admin` scope (its
     own tenant's); a foreign or unknown id is 404 either way."""
 
-    Handler = Callable[[Request, Database, RouteCaller], Awaitable[Response]]
+    Handler = Callable[[Request, Services, RouteCaller], Awaitable[Response]]
 
     def guarded(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
         async def route(request: Request) -> Response:
@@ -142,28 +158,29 @@ def add_routes(
                     {"error": "insufficient_scope", "error_description": f"needs {ADMIN_SCOPE}"},
                     status_code=403,
                 )
-            database = db()
-            if database is None:
+            serving = services()
+            if serving is None:
                 return JSONResponse({"error": "starting"}, status_code=503)
-            return await handler(request, database, who)
+            return await handler(request, serving, who)
 
         return route
 
-    async def listing(_: Request, database: Database, who: RouteCaller) -> Response:
-        await database.expire_approvals(now=clock())
-        records = await database.list_approvals(tenant=who.tenant, status="pending", limit=1000)
+    async def listing(_: Request, serving: Services, who: RouteCaller) -> Response:
+        await serving.db.expire_approvals(now=clock())
+        records = await serving.db.list_approvals(tenant=who.tenant, status="pending", limit=1000)
         return JSONResponse({"approvals": [describe(r) for r in records]})
 
     def deciding(approve: bool) -> Handler:
-        async def handler(request: Request, database: Database, who: RouteCaller) -> Response:
+        async def handler(request: Request, serving: Services, who: RouteCaller) -> Response:
             approval_id = str(request.path_params["approval_id"])
             try:
                 record = await decide(
-                    database,
+                    serving.db,
                     approval_id,
                     approve=approve,
                     by=who.by,
                     now=clock(),
+                    notices=serving.notices,
                     tenant=who.tenant,
                 )
             except NotFound as exc:
@@ -193,6 +210,8 @@ async def approvals_command(config: Config, action: str, args: Namespace) -> int
             approve=action == "approve",
             by=f"cli:{getpass.getuser()}",
             now=now,
+            # Another process than the server's, on its SQLite: the waiting request re-reads.
+            notices=None,
         )
     finally:
         await db.close()

@@ -110,9 +110,12 @@ class Notices:
         self._handlers: list[tuple[frozenset[str], Handler]] = []
         self._resyncs: list[Resync] = []
 
-    def subscribe(self, handler: Handler, *kinds: Kind) -> None:
-        """Call `handler` with every notice of `kinds` (all kinds when none are named)."""
-        self._handlers.append((frozenset(kinds), handler))
+    def subscribe(self, handler: Handler, *kinds: Kind) -> Callable[[], None]:
+        """Call `handler` with every notice of `kinds` (all kinds when none are named)
+        until the returned function is called."""
+        entry = (frozenset[str](kinds), handler)
+        self._handlers.append(entry)
+        return lambda: self._handlers.remove(entry)
 
     def on_resync(self, hook: Resync) -> None:
         """Call `hook` whenever notices may have been missed (a listener that connected or

@@ -14,6 +14,7 @@ import postgres
 import pytest
 
 from airlock.errors import StoreError
+from airlock.store import ApprovalRecord
 from airlock.store.notices import (
     MAX_IDS,
     ApprovalDecided,
@@ -23,6 +24,7 @@ from airlock.store.notices import (
     revocations,
 )
 from airlock.store.pg_notices import CHANNEL, PostgresNotices
+from airlock.tools.fleet import wait_for_decision
 
 pytestmark = pytest.mark.anyio
 
@@ -168,3 +170,92 @@ async def test_an_unreachable_database_stops_the_listener_at_start_without_its_p
         await notices.serve(task_status=anyio.TASK_STATUS_IGNORED)
     assert "127.0.0.1:1/nothing" in str(caught.value) and "--store" in str(caught.value)
     assert password not in str(caught.value)
+
+
+def approval(status: str) -> ApprovalRecord:
+    return ApprovalRecord(
+        id="apr_1",
+        tenant="t",
+        session_id="ses_1",
+        capability="cap",
+        params={},
+        ttl_s=60,
+        reason="r",
+        status=status,  # type: ignore[arg-type]
+        created_at=0,
+        expires_at=9e9,
+    )
+
+
+class Records:
+    """The approval as the records hold it (a stand-in above the seam), and when it is read."""
+
+    def __init__(self) -> None:
+        self.record = approval("pending")
+        self.reads = 0
+        self.read_once = anyio.Event()
+
+    async def read(self) -> ApprovalRecord | None:
+        self.reads += 1
+        self.read_once.set()
+        return self.record
+
+
+async def test_a_request_waiting_on_an_approval_is_released_by_another_servers_notice(
+    postgres_url: str,
+) -> None:
+    records = Records()
+    got: list[ApprovalRecord | None] = []
+    async with listening(postgres_url, "inst_a") as a, listening(postgres_url, "inst_b") as b:
+
+        async def wait() -> None:
+            # No re-read for a minute: only the notice can release it in time.
+            got.append(await wait_for_decision(b, records.read, "apr_1", wait_s=60, reread_s=60))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(wait)
+            with anyio.fail_after(5):
+                await records.read_once.wait()
+            records.record = approval("approved")
+            await a.publish(
+                ApprovalDecided(
+                    approval_id="apr_other", tenant="t", session_id="ses_1", status="denied"
+                )
+            )
+            await a.publish(
+                ApprovalDecided(
+                    approval_id="apr_1", tenant="t", session_id="ses_1", status="approved"
+                )
+            )
+            with anyio.fail_after(1):
+                while not got:
+                    await records.read_once.wait()
+                    records.read_once = anyio.Event()
+    assert got == [approval("approved")]
+    # Read at the start and on its own notice; another approval's notice read nothing.
+    assert records.reads <= 3
+
+
+async def test_a_request_waiting_on_an_approval_rereads_it_and_gives_up_in_time() -> None:
+    records = Records()
+    notices = Notices("inst_a")
+    async with anyio.create_task_group() as tg:
+        got: list[ApprovalRecord | None] = []
+
+        async def wait() -> None:
+            got.append(
+                await wait_for_decision(notices, records.read, "apr_1", wait_s=60, reread_s=0.05)
+            )
+
+        tg.start_soon(wait)
+        with anyio.fail_after(5):
+            await records.read_once.wait()
+        records.record = approval("denied")  # decided by a process with no channel
+    assert got == [approval("denied")]
+    still = Records()
+    with anyio.fail_after(5):
+        assert await wait_for_decision(notices, still.read, "apr_1", wait_s=0.2) == approval(
+            "pending"
+        )
+    # Every wait let go of its subscription.
+    assert notices._handlers == []

@@ -6,7 +6,9 @@ in this server's broker, so its proxies' watchers cut what they carry within
 `egress.proxy.WATCH_INTERVAL` and refuse the next request. For `session_ended` it is the
 leases' (`server/sessions.py`): they cancel the calls still running in that session first,
 then `end_here` revokes its grants and run tokens and removes its containers on this
-server's engine (`end_here` is also the local step of every teardown).
+server's engine (`end_here` is also the local step of every teardown). For
+`approval_decided` it is a request waiting on that approval (`wait_for_decision`), which
+reads it again at once.
 
 A missed notice is a delay, never a lost effect: when the listener (re)connects, `resync`
 re-reads from the records every grant still live here; and a run never starts with a grant
@@ -17,14 +19,21 @@ that published a notice took the effect itself before it did, so skips its own c
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
+
+import anyio
 
 from airlock.broker import Grant, grant_prefix
 from airlock.errors import NotFound
-from airlock.store import AnyNotice, GrantRevoked
+from airlock.store import AnyNotice, ApprovalDecided, ApprovalRecord, GrantRevoked, Notices
 
 from .context import Services
 
 log = logging.getLogger(__name__)
+
+REREAD_S = 1.0
+"""How often a request waiting on an approval re-reads it without a notice: `airlock
+approvals` on one server's SQLite is another process, with no channel to announce on."""
 
 
 async def end_here(services: Services, tenant: str, session_id: str) -> int:
@@ -79,3 +88,35 @@ async def refuse_revoked(services: Services, grants: list[Grant]) -> None:
         f"capability {first!r} is unknown, expired or revoked in this session; "
         "request it again with request_capability"
     )
+
+
+async def wait_for_decision(
+    notices: Notices,
+    read: Callable[[], Awaitable[ApprovalRecord | None]],
+    approval_id: str,
+    *,
+    wait_s: float,
+    reread_s: float = REREAD_S,
+) -> ApprovalRecord | None:
+    """The approval as `read` finds it once it left `pending`, or after `wait_s` seconds:
+    read again as soon as its `approval_decided` notice arrives (from any server of the
+    fleet), and every `reread_s` seconds meanwhile."""
+    heard = anyio.Event()
+
+    async def listen(notice: AnyNotice) -> None:
+        if isinstance(notice, ApprovalDecided) and notice.approval_id == approval_id:
+            heard.set()
+
+    stop = notices.subscribe(listen, "approval_decided")
+    try:
+        end = anyio.current_time() + max(0.0, wait_s)
+        while True:
+            record = await read()
+            left = end - anyio.current_time()
+            if record is None or record.status != "pending" or left <= 0:
+                return record
+            with anyio.move_on_after(min(reread_s, left)):
+                await heard.wait()
+            heard = anyio.Event() if heard.is_set() else heard
+    finally:
+        stop()
