@@ -577,10 +577,25 @@ class Database:
 
     # Runs
 
-    async def create_run(self, rec: RunRecord) -> None:
-        """Insert a new run; its session must exist and its id must be new (else `StoreError`)."""
+    async def create_run(self, rec: RunRecord, *, max_running: int | None = None) -> bool:
+        """Insert a new run, unless its tenant already has `max_running` runs `running`
+        (of every server on these records: counted and inserted in one transaction, so
+        concurrent servers cannot overshoot); whether it was inserted. Its session must
+        exist and its id must be new (else `StoreError`)."""
         params = _run_params(rec)
-        await self._write(lambda conn: conn.execute(_INSERT_RUN, params))
+
+        def insert(conn: sqlite3.Connection) -> bool:
+            if max_running is not None:
+                (running,) = conn.execute(
+                    "SELECT COUNT(*) FROM runs WHERE tenant = ? AND status = 'running'",
+                    (rec.tenant,),
+                ).fetchone()
+                if running >= max_running:
+                    return False
+            conn.execute(_INSERT_RUN, params)
+            return True
+
+        return await self._write(insert)
 
     async def finish_run(self, rec: RunRecord) -> None:
         """Overwrite the outcome fields of the run `rec.id` (status through error).
@@ -740,9 +755,37 @@ class Database:
         )
         return {str(row[0]): float(row[1]) for row in rows}
 
-    async def record_grant(self, rec: GrantRecord) -> None:
+    async def record_grant(
+        self,
+        rec: GrantRecord,
+        *,
+        max_per_session: int | None = None,
+        max_live_per_tenant: int | None = None,
+    ) -> str | None:
+        """Insert `rec`, unless its session already holds `max_per_session` grants live at
+        `rec.created_at` (unrevoked, unexpired) or its tenant `max_live_per_tenant`, of every
+        server on these records: counted and inserted in one transaction. The quota that
+        refused it ("max_per_session" or "max_live_per_tenant"), or None when inserted."""
         params = _json_fields(rec.model_dump(), "params", "scope")
-        await self._write(lambda conn: conn.execute(_INSERT_GRANT, params))
+        live = (
+            "SELECT COUNT(*) FROM grants WHERE tenant = ? AND revoked_at IS NULL AND expires_at > ?"
+        )
+
+        def insert(conn: sqlite3.Connection) -> str | None:
+            if max_per_session is not None:
+                (mine,) = conn.execute(
+                    live + " AND session_id = ?", (rec.tenant, rec.created_at, rec.session_id)
+                ).fetchone()
+                if mine >= max_per_session:
+                    return "max_per_session"
+            if max_live_per_tenant is not None:
+                (all_sessions,) = conn.execute(live, (rec.tenant, rec.created_at)).fetchone()
+                if all_sessions >= max_live_per_tenant:
+                    return "max_live_per_tenant"
+            conn.execute(_INSERT_GRANT, params)
+            return None
+
+        return await self._write(insert)
 
     async def mark_grants_revoked(self, grant_ids: Sequence[str], *, at: float) -> None:
         rows = [(at, grant_id) for grant_id in grant_ids]

@@ -21,6 +21,7 @@ import anyio
 import anyio.abc
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
+from psycopg.rows import TupleRow
 
 from airlock.errors import StoreError
 
@@ -43,7 +44,7 @@ def where(url: str) -> str:
     return f"{parts.get('host', 'localhost')}:{parts.get('port', 5432)}/{parts.get('dbname', '')}"
 
 
-async def connect(url: str) -> psycopg.AsyncConnection[tuple[object, ...]]:
+async def connect(url: str) -> psycopg.AsyncConnection[TupleRow]:
     """An autocommit connection to `url` with keepalives on; psycopg's errors as they are."""
     # A database that vanished without closing the socket (a cut network) is found by
     # TCP keepalives within about idle + interval * count = 11 seconds.
@@ -64,7 +65,7 @@ class PostgresNotices(Notices):
     def __init__(self, url: str, origin: str) -> None:
         super().__init__(origin)
         self._url = url
-        self._sender: psycopg.AsyncConnection[tuple[object, ...]] | None = None
+        self._sender: psycopg.AsyncConnection[TupleRow] | None = None
         self._send_lock = anyio.Lock()
         self.listener_pid: int | None = None
         """The backend of the LISTENing connection while it is up (tests terminate it)."""
@@ -84,7 +85,7 @@ class PostgresNotices(Notices):
             ) from exc
         try:
             async with anyio.create_task_group() as tg:
-                conn: psycopg.AsyncConnection[tuple[object, ...]] | None = first
+                conn: psycopg.AsyncConnection[TupleRow] | None = first
                 started = False
                 delay = BACKOFF_MIN_S
                 while True:
@@ -121,7 +122,7 @@ class PostgresNotices(Notices):
                 sender, self._sender = self._sender, None
                 await sender.close()
 
-    async def _reconnect(self) -> psycopg.AsyncConnection[tuple[object, ...]] | None:
+    async def _reconnect(self) -> psycopg.AsyncConnection[TupleRow] | None:
         try:
             return await connect(self._url)
         except psycopg.Error as exc:
@@ -129,7 +130,7 @@ class PostgresNotices(Notices):
             return None
 
     async def _listen(
-        self, conn: psycopg.AsyncConnection[tuple[object, ...]], tg: anyio.abc.TaskGroup
+        self, conn: psycopg.AsyncConnection[TupleRow], tg: anyio.abc.TaskGroup
     ) -> None:
         await conn.execute(f"LISTEN {CHANNEL}")
         self.listener_pid = conn.info.backend_pid
@@ -138,9 +139,7 @@ class PostgresNotices(Notices):
         # in a task, so notices keep being read meanwhile.
         tg.start_soon(self._resync)
 
-    async def _read(
-        self, conn: psycopg.AsyncConnection[tuple[object, ...]], tg: anyio.abc.TaskGroup
-    ) -> None:
+    async def _read(self, conn: psycopg.AsyncConnection[TupleRow], tg: anyio.abc.TaskGroup) -> None:
         async for notify in conn.notifies():
             notice = decode(notify.payload)
             if notice is None or notice.origin == self.origin:
