@@ -407,7 +407,8 @@ def build_server(
             str | None,
             Field(
                 description="The approval_id an earlier request was told to wait on: collects "
-                "the capability once the operator approved it (same session only)."
+                "the capability once the operator approved it (same session only); while "
+                "still pending, the call waits up to 10 s for the decision."
             ),
         ] = None,
         session_id: SessionArg = None,
