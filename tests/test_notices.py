@@ -14,7 +14,7 @@ import postgres
 import pytest
 
 from airlock.errors import StoreError
-from airlock.store import ApprovalRecord
+from airlock.store import AnyNotice, ApprovalRecord
 from airlock.store.notices import (
     MAX_IDS,
     ApprovalDecided,
@@ -28,21 +28,19 @@ from airlock.tools.fleet import wait_for_decision
 
 pytestmark = pytest.mark.anyio
 
-Any = GrantRevoked | SessionEnded | ApprovalDecided
-
 
 class Inbox:
     """What one subscriber got, and a way to wait for the next."""
 
     def __init__(self) -> None:
-        self.got: list[Any] = []
+        self.got: list[AnyNotice] = []
         self._arrived = anyio.Event()
 
-    async def __call__(self, notice: Any) -> None:
+    async def __call__(self, notice: AnyNotice) -> None:
         self.got.append(notice)
         self._arrived.set()
 
-    async def next(self, *, within: float = 1.0) -> Any:
+    async def next(self, *, within: float = 1.0) -> AnyNotice:
         with anyio.fail_after(within):
             while not self.got:
                 await self._arrived.wait()
@@ -66,7 +64,7 @@ async def test_in_process_notices_reach_subscribers_before_publish_returns() -> 
     notices.subscribe(every)
     notices.subscribe(ends, "session_ended")
 
-    async def broken(notice: Any) -> None:
+    async def broken(notice: AnyNotice) -> None:
         raise RuntimeError("a subscriber that fails")
 
     notices.subscribe(broken)

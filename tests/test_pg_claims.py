@@ -25,7 +25,7 @@ from test_store import run, session
 
 from airlock.errors import StoreError
 from airlock.store import Database
-from airlock.store.pg_claims import ENDED_BY_DEATH, AdvisoryClaim, lock_key
+from airlock.store.pg_claims import ENDED_BY_DEATH, AdvisoryClaim, EndRuns, lock_key
 
 pytestmark = pytest.mark.anyio
 
@@ -64,7 +64,7 @@ async def holder(url: str, instance_id: str) -> AsyncIterator[Process]:
         await process.aclose()
 
 
-def ender(db: Database) -> object:
+def ender(db: Database) -> EndRuns:
     async def end_runs(instance_ids: Sequence[str], at: float) -> int:
         return await db.mark_unfinished_runs(
             instance_ids=instance_ids, status="killed", error=ENDED_BY_DEATH, finished_at=at
@@ -99,7 +99,7 @@ async def test_a_sigkilled_replicas_runs_are_ended_by_a_live_one_and_a_live_ones
         await db.create_run(run("run-of-alive", instance="inst_alive"))
         await db.create_run(run("run-of-dead", instance="inst_dead"))
         async with holder(postgres_url, "inst_alive"), holder(postgres_url, "inst_dead") as dead:
-            mine = await AdvisoryClaim.take(postgres_url, "inst_me", ender(db))  # type: ignore[arg-type]
+            mine = await AdvisoryClaim.take(postgres_url, "inst_me", ender(db))
             try:
                 assert await mine.end_runs_of_dead(now=time.time()) == 0
                 assert await listed(postgres_url) == ["inst_alive", "inst_dead", "inst_me"]
@@ -126,7 +126,7 @@ async def test_one_instance_cannot_be_claimed_twice(postgres_url: str, tmp_path:
     try:
         async with holder(postgres_url, "inst_a"):
             with pytest.raises(StoreError, match="already claimed"):
-                await AdvisoryClaim.take(postgres_url, "inst_a", ender(db))  # type: ignore[arg-type]
+                await AdvisoryClaim.take(postgres_url, "inst_a", ender(db))
     finally:
         await db.close()
 
@@ -136,7 +136,7 @@ async def test_a_replica_whose_claim_connection_dies_refuses_calls_until_it_hold
 ) -> None:
     db = await Database.open(tmp_path / "airlock.db")
     try:
-        mine = await AdvisoryClaim.take(postgres_url, "inst_me", ender(db))  # type: ignore[arg-type]
+        mine = await AdvisoryClaim.take(postgres_url, "inst_me", ender(db))
         try:
             async with anyio.create_task_group() as tg:
                 await tg.start(mine.serve)
