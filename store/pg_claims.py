@@ -15,7 +15,9 @@ A replica that loses its own claim connection (found by a query every `HEARTBEAT
 bounded by `HEARTBEAT_TIMEOUT_S`) has lost its claim: `check()` then raises `StoreUnavailable`,
 so the server takes no call whose run it could not record or vouch for, and `serve`
 reconnects with backoff and takes the lock again, once no peer holds it (a peer holding it
-is ending this replica's runs: they are gone when it lets go).
+is ending this replica's runs: they are gone when it lets go). Calls already running when
+the claim was lost go on; a peer may have ended their records `killed` meanwhile, and their
+own end, if they finish and the database is back, is written over it (not yet refused).
 
 The table is created here if missing; with the records in PostgreSQL it belongs in the
 store's migrations (store-sql). psycopg's errors leave as `StoreError`, naming the
