@@ -27,6 +27,7 @@ from typing import Any
 import docker
 import postgres
 import pytest
+import registry
 import trustme
 from mcp.server.mcpserver import MCPServer
 from upstream import Upstream, start_upstream
@@ -110,6 +111,27 @@ def postgres_cluster() -> Iterator[postgres.Cluster]:
 def postgres_url(postgres_cluster: postgres.Cluster) -> str:
     """The URL of an empty database of this test's own on the real PostgreSQL."""
     return postgres.fresh_database(postgres_cluster)
+
+
+@pytest.fixture(scope="session")
+def registry_address() -> Iterator[str]:
+    """The real container registry of this test session (`127.0.0.1:PORT`): `.ci/run`'s, or
+    one started here on a temporary directory."""
+    address = os.environ.get(registry.ADDRESS_VARIABLE)
+    if address:
+        yield address
+        return
+    directory = Path(tempfile.mkdtemp(prefix="airlock-registry-"))
+    try:
+        started = registry.start(directory)
+    except registry.RegistryMissing as exc:
+        shutil.rmtree(directory)
+        if REQUIRE_DOCKER:
+            pytest.fail(f"the registry is required (AIRLOCK_REQUIRE_DOCKER=1): {exc}")
+        pytest.skip(str(exc))
+    yield started.address
+    registry.stop(directory)
+    shutil.rmtree(directory)
 
 
 @pytest.fixture(scope="session")

@@ -1020,3 +1020,65 @@ async def test_audit_shows_egress_decisions_and_grants_without_secrets_or_query_
     for text in (egress, grants):
         assert SECRET not in text
         assert QUERY_VALUE not in text
+
+
+# ---- 8. the tenant's own [egress] settings ------------------------------------------------
+
+
+async def test_a_tenants_stricter_egress_settings_hold_not_the_servers(
+    tmp_path: Path,
+    sandbox_image: str,
+    sandbox_runtime: str,
+    upstream: Upstream,
+    upstream_ca_file: Path,
+) -> None:
+    """The server's policy lets every run GET /open/** of the upstream; acme's own policy
+    allows nothing without a capability. Both places that take a run's [egress] settings
+    (whether the run gets a proxy at all, and the rules its proxy decides by) must take
+    acme's, which no server default below the tools can stand in for."""
+    url = f"https://localhost:{upstream.port}"
+    common = {"sandbox": {"runtime": sandbox_runtime}, "pool": {"size": 0}}
+    server_policy = {**egress_policy(upstream.port, upstream_ca_file), **common}
+    open_rule = {
+        "name": "open-api",
+        "hosts": ["localhost"],
+        "ports": [upstream.port],
+        "methods": ["GET"],
+        "paths": ["/open/**"],
+        "allow_private": LOOPBACK,
+    }
+    server_policy["egress"] = {**server_policy["egress"], "allow": [open_rule]}
+    acme_policy = {**egress_policy(upstream.port, upstream_ca_file), **common}
+
+    def serve(tenant: str) -> MCPServer:
+        data = tmp_path / tenant
+        Vault(vault_path(data), load_key(data, {})).set(SECRET_NAME, SECRET, ["localhost"])
+        return build_server(
+            Config(data_dir=data),
+            Policy.model_validate(server_policy),
+            tenant_policies={"acme": Policy.model_validate(acme_policy)},
+            local_tenant=tenant,
+        )
+
+    async with Client(serve("globex")) as globex:  # no policy of its own: the server's
+        served = report(await run(globex, f'report(open=fetch("{url}/open/globex"))'))
+    assert served["open"]["status"] == 200
+    async with Client(serve("acme")) as acme:
+        bare = await run(acme, f'report(open=fetch("{url}/open/bare"))')
+        cap = await grant(acme)
+        result = await run(
+            acme,
+            f'report(open=fetch("{url}/open/granted"), api=fetch("{url}/api/granted"))',
+            [cap["capability_id"]],
+        )
+    # No capability and no allow rule of acme's: the run has no proxy to reach at all,
+    # so nothing refused it and nothing was recorded.
+    unproxied = report(bare)
+    assert unproxied["open"]["status"] is None, unproxied
+    assert "403" not in unproxied["open"]["error"] and bare["egress"] == [], bare
+    granted = report(result)
+    assert granted["open"]["status"] == 403, granted
+    assert granted["api"]["status"] == 200, granted
+    record = only(result["egress"], path="/open/granted")
+    assert record["decision"] == "deny" and "open-api" not in record["reason"]
+    assert upstream.paths() == ["/open/globex", "/api/granted"]

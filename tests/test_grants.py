@@ -41,6 +41,9 @@ def make(
         "reason": "read the issues",
         "ttl_s": 900,
         "now": T0,
+        # The quotas a tenant's policy names; the store has none of its own.
+        "max_per_session": 3,
+        "max_live_per_tenant": 5,
     }
     args.update(overrides)
     return grants.grant(capability, resolve_scope(capability, args["params"]), **args)
@@ -48,7 +51,7 @@ def make(
 
 @pytest.fixture
 def grants() -> Grants:
-    return Grants(max_per_session=3, max_live_per_tenant=5)
+    return Grants()
 
 
 def test_grant_id_is_hierarchical_with_128_random_bits(grants: Grants) -> None:
@@ -59,8 +62,8 @@ def test_grant_id_is_hierarchical_with_128_random_bits(grants: Grants) -> None:
 
 
 def test_grant_ids_are_unique(grants: Grants) -> None:
-    many = Grants(max_per_session=500, max_live_per_tenant=500)
-    ids = {make(many).id for _ in range(500)}
+    many = Grants()
+    ids = {make(many, max_per_session=500, max_live_per_tenant=500).id for _ in range(500)}
     assert len(ids) == 500
 
 
@@ -140,12 +143,16 @@ def test_revoke_of_another_tenants_grant_is_like_an_unknown_id(grants: Grants) -
 
 
 def test_revoke_prefix_ends_every_grant_of_one_session_and_no_other(grants: Grants) -> None:
-    big = Grants(max_per_session=10, max_live_per_tenant=10)
-    ending = [make(big, "t1", "s1") for _ in range(3)]
-    same_tenant = make(big, "t1", "s2")
-    prefix_tenant = make(big, "t1", "s10")  # "s1" is a string prefix of "s10"
-    other_tenant = make(big, "t10", "s1")
-    already = make(big, "t1", "s1")
+    big = Grants()
+
+    def roomy(tenant: str, session_id: str) -> Grant:
+        return make(big, tenant, session_id, max_per_session=10, max_live_per_tenant=10)
+
+    ending = [roomy("t1", "s1") for _ in range(3)]
+    same_tenant = roomy("t1", "s2")
+    prefix_tenant = roomy("t1", "s10")  # "s1" is a string prefix of "s10"
+    other_tenant = roomy("t10", "s1")
+    already = roomy("t1", "s1")
     big.revoke(already.id, tenant="t1", now=T0)
 
     assert big.revoke_prefix(grant_prefix("t1", "s1"), now=T0 + 1) == 3

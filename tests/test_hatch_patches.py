@@ -56,7 +56,7 @@ async def make_services(tmp_path: Path, **hatch: Any) -> Services:
     (tmp_path / "repo").mkdir(exist_ok=True)
     policy = Policy.model_validate({"hatch": {"roots": {"app": str(tmp_path / "repo")}, **hatch}})
     db = await Database.open(tmp_path / "airlock.db")
-    grants, tokens = Grants(max_per_session=3, max_live_per_tenant=5), RunTokens()
+    grants, tokens = Grants(), RunTokens()
     vault = Vault(vault_path(tmp_path), load_key(tmp_path, {}))
     return Services(
         db=db,
@@ -66,7 +66,7 @@ async def make_services(tmp_path: Path, **hatch: Any) -> Services:
         grants=grants,
         tokens=tokens,
         vault=vault,
-        egress=Egress(settings=policy.egress, grants=grants, tokens=tokens, vault=vault),
+        egress=Egress(grants=grants, tokens=tokens, vault=vault),
         instance_id="test",
     )
 

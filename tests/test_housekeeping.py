@@ -42,7 +42,7 @@ async def services(tmp_path: Path) -> AsyncIterator[Services]:
     """The real store, broker and an engine that is never started, on the clock `NOW`."""
     policy = Policy()
     db = await Database.open(tmp_path / "airlock.db")
-    grants = Grants(max_per_session=3, max_live_per_tenant=5)
+    grants = Grants()
     tokens = RunTokens()
     vault = Vault(vault_path(tmp_path), load_key(tmp_path, {}))
     NOW[0] = T0
@@ -54,7 +54,7 @@ async def services(tmp_path: Path) -> AsyncIterator[Services]:
         grants=grants,
         tokens=tokens,
         vault=vault,
-        egress=Egress(settings=policy.egress, grants=grants, tokens=tokens, vault=vault),
+        egress=Egress(grants=grants, tokens=tokens, vault=vault),
         instance_id="test",
         clock=lambda: NOW[0],
     )

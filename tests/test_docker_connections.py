@@ -1,5 +1,6 @@
-"""The adapter over the Docker SDK's connection pools (sandbox/docker_pool.py), on the real
-engine: requests about many containers at once, as parallel runs make them, share one pool.
+"""The adapter over the Docker SDK's connection pools (sandbox/docker_connections.py), on the
+real engine: requests about many containers at once, as parallel runs make them, share one
+pool.
 
 Without it the SDK keeps a pool per request URL in a 25-entry LRU and closes pools still in
 use ("'NoneType' object has no attribute 'qsize'", seen in 1 of 4 runs of sixteen parallel
@@ -18,7 +19,7 @@ import pytest
 import requests
 
 from airlock.sandbox.docker import connect
-from airlock.sandbox.docker_pool import MAX_CONNECTIONS, share_one_pool
+from airlock.sandbox.docker_connections import MAX_CONNECTIONS, share_one_pool
 
 pytestmark = pytest.mark.docker
 
