@@ -2,11 +2,13 @@
 travel through the real PostgreSQL, real Docker and the real image, the egress upstream a
 local HTTPS server (tests/upstream.py).
 
-The other server is played by the test: it writes what that server would have recorded
-into the same records (a second `Database` on the server's file) and announces it on the
-channel as that server would (`PostgresNotices` with another origin), or stays silent, to
-show what holds when a notice is missed: the database check at the next run, and the
-re-read when the listener reconnects.
+In the first tests the other server is played by the test: it writes what that server
+would have recorded into the same records (a second `Database` on the server's file) and
+announces it on the channel as that server would (`PostgresNotices` with another origin),
+or stays silent, to show what holds when a notice is missed: the database check at the
+next run, and the re-read when the listener reconnects. The last ones run two real servers
+on one store and one channel, a revoke or an end on one reaching the other's proxy and
+containers.
 """
 
 from __future__ import annotations
@@ -263,3 +265,51 @@ async def test_a_server_that_loses_its_database_refuses_calls_until_it_is_back(
             await psql(admin, f"ALTER DATABASE {name} ALLOW_CONNECTIONS true")
         await call_until(c, ok=True, within=20)
         assert report(await run(c, "report(up=2)")) == {"up": 2}
+
+
+# ---- two real servers on one store and one channel -----------------------------------------
+
+
+async def test_a_revoke_on_one_server_cuts_a_tunnel_held_open_through_another(
+    fleet_server: Callable[[], Any], upstream: Upstream
+) -> None:
+    async with Client(fleet_server()) as on_a, Client(fleet_server()) as on_b:
+        granted = await grant(on_a, session_id="new")
+        session, cap = granted["session_id"], granted["capability_id"]
+        done: dict[str, Any] = {}
+        code = HOLD.format(url=f"https://localhost:{upstream.port}")
+
+        async def the_run() -> None:
+            done.update(await run(on_b, code, [cap], session_id=session))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(the_run)
+            await wait_until(lambda: "/api/hold" in upstream.paths(), within=WITHIN_S)
+            with anyio.fail_after(WITHIN_S):
+                revoked = await on_a.call_tool(
+                    "revoke_capability", {"capability_id": cap, "session_id": session}
+                )
+            assert not revoked.is_error, text_of(revoked)
+    assert_cut_by_revocation(done, upstream)
+
+
+async def test_end_session_on_one_server_kills_its_calls_containers_on_another(
+    fleet_server: Callable[[], Any], docker_client: docker.DockerClient
+) -> None:
+    async with Client(fleet_server()) as on_a, Client(fleet_server()) as on_b:
+        with anyio.fail_after(WITHIN_S):
+            started = await on_a.call_tool("list_workspace", {"session_id": "new"})
+        assert started.structured_content is not None, text_of(started)
+        session_id = started.structured_content["session_id"]
+        label = f"airlock.session={session_id}"
+        results: list[CallToolResult] = []
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(long_call, on_b, session_id, results)
+            await wait_for_containers(docker_client, label, running(1), within=WITHIN_S)
+            with anyio.fail_after(WITHIN_S):
+                ended = await on_a.call_tool("end_session", {"session_id": session_id})
+            assert not ended.is_error, text_of(ended)
+            # Well before B's own sweep (every 10 s) would find the end in the records.
+            await wait_for_containers(docker_client, label, none_left, within=5)
+        (result,) = results
+        assert result.is_error and "ended while the call was running" in text_of(result)
