@@ -21,6 +21,7 @@
     │   └── RunnerFailed      the in-container runner broke its protocol
     ├── EgressUnavailable     a run's egress could not be set up
     ├── StoreError            the database or the blob store failed
+    │   └── StoreUnavailable  this server lost its database: it takes no calls until back
     └── VaultError            the secret vault or its key cannot be read, written or decrypted
 
 Lower-layer exceptions (docker, sqlite3, OSError) are translated into these at the
@@ -159,6 +160,12 @@ class EgressUnavailable(AirlockError):
 
 class StoreError(AirlockError):
     """The database or the blob store failed."""
+
+
+class StoreUnavailable(StoreError):
+    """This server of a fleet lost its connection to the database (its claim on its runs
+    with it), so it takes no call it could not record; the message says to retry or use
+    another server."""
 
 
 class VaultError(AirlockError):

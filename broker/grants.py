@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -252,6 +253,20 @@ class Grants:
                     self._grants[grant_id] = dataclasses.replace(g, revoked_at=now)
                     count += 1
         return count
+
+    def revoke_ids(self, grant_ids: Sequence[str], *, now: float) -> list[Grant]:
+        """Revoke, at `now`, those of `grant_ids` this process holds live, whoever owns
+        them; the grants it revoked. For a revocation the records already hold (made by
+        another server of a fleet, or found on re-reading them): ownership was checked by
+        the server that made it."""
+        revoked = []
+        with self._lock:
+            for grant_id in grant_ids:
+                g = self._grants.get(grant_id)
+                if g is not None and g.live(now):
+                    g = self._grants[grant_id] = dataclasses.replace(g, revoked_at=now)
+                    revoked.append(g)
+        return revoked
 
     def live_for_session(self, tenant: str, session_id: str, now: float) -> list[Grant]:
         """The live grants of one session, oldest first."""

@@ -21,7 +21,7 @@ from typing import Any
 
 from airlock.broker import approvals
 from airlock.errors import InvalidRequest, NotFound
-from airlock.store import ApprovalRecord, Database
+from airlock.store import ApprovalDecided, ApprovalRecord, Database, Notices
 from airlock.tools.context import iso_time
 from airlock.tools.envelope import sanitize
 
@@ -38,16 +38,31 @@ async def decide(
     approve: bool,
     by: str,
     now: float,
+    notices: Notices | None,
     tenant: str | None = None,
 ) -> ApprovalRecord:
     """Approve or deny a pending approval (of `tenant`, when given); the record after.
-    Whether it may move is `broker.approvals`'; this says why not to the operator."""
+    Whether it may move is `broker.approvals`'; this says why not to the operator.
+
+    The decision is announced on `notices` (the serving server's: every server of its fleet
+    hears it), releasing the request that waits on it wherever it waits. None for the CLI:
+    another process, with no channel of its own; the waiting request re-reads the record
+    (`tools.fleet.REREAD_S`)."""
     record = await db.get_approval(approval_id)
     if record is None or (tenant is not None and record.tenant != tenant):
         raise NotFound(f"no approval {approval_id!r}; `airlock approvals list` shows pending ones")
     decided = await approvals.decide(db, record, approve=approve, by=by, now=now)
     if isinstance(decided, approvals.Refused):
         raise InvalidRequest(_refusal(decided))
+    if notices is not None and decided.status in ("approved", "denied"):
+        await notices.publish(
+            ApprovalDecided(
+                approval_id=approval_id,
+                tenant=record.tenant,
+                session_id=record.session_id,
+                status=decided.status,
+            )
+        )
     log.info(
         "approval decided",
         extra={
@@ -128,6 +143,8 @@ async def approvals_command(config: Config, action: str, args: Namespace) -> int
             approve=action == "approve",
             by=f"cli:{getpass.getuser()}",
             now=now,
+            # Another process than the server's: the waiting request re-reads the record.
+            notices=None,
         )
     finally:
         await db.close()

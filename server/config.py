@@ -41,7 +41,8 @@ class Config:
     policy_path: Path | None = None
     store_url: str | None = None
     """Where the records live when not in the data dir's SQLite file: a `postgresql://`
-    (or `sqlite:///`) URL, from --store or AIRLOCK_STORE_URL. Blobs stay in the data dir."""
+    (or `sqlite:///`) URL, from --store or AIRLOCK_STORE_URL; a PostgreSQL one makes this
+    server one of a fleet (`fleet_url`)."""
 
     @classmethod
     def resolve(
@@ -63,6 +64,16 @@ class Config:
     def store(self) -> Path | str:
         """What `Database.open` is given: the store URL if one was chosen, else the file."""
         return self.store_url or self.db_path
+
+    @property
+    def fleet_url(self) -> str | None:
+        """The PostgreSQL database the servers of a fleet coordinate through: its channel
+        carries their notices (revocations, session ends, approval decisions), its advisory
+        locks their instance claims, and it keeps their blobs and vault. None: one server
+        (in-process notices, `flock` claims, files under the data dir)."""
+        if self.store_url is not None and self.store_url.startswith("postgresql"):
+            return self.store_url
+        return None
 
     @property
     def blobs_dir(self) -> Path:

@@ -2,7 +2,8 @@
 
 `serving` is the composition root. It opens the store and claims this server instance
 (ending the runs of instances that died), builds the broker, the egress proxy and the
-services, starts the engine and the housekeeping loop, and yields `Running`: the MCP SDK
+services, subscribes what fleet notices do here (`tools.fleet`, the leases), starts the
+notices, the engine and the housekeeping loop, and yields `Running`: the MCP SDK
 hands that to every request as its lifespan context. On the way out it ends every session
 (cancelling their runs, removing their containers) before it stops the engine's background
 work, removes what containers remain and closes the store; every step of the way out is
@@ -15,10 +16,9 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
-from pathlib import Path
 
 import anyio
 
@@ -27,9 +27,10 @@ from airlock.egress import Egress
 from airlock.errors import AirlockError
 from airlock.policies import Policy
 from airlock.sandbox.instance import Instance
-from airlock.store import BlobStore, claim_instance, end_runs_of_dead_instances
+from airlock.store import BlobStore, Database, FileClaim, InstanceClaim, Notices
 from airlock.tools import Services
 from airlock.tools.approvals import expire_pending
+from airlock.tools.fleet import subscribe as follow_fleet
 
 from .config import Config, open_store
 from .engine import Engine
@@ -89,9 +90,9 @@ async def serving(
         db = await open_store(config)
         undo.push_async_callback(_shielded(db.close))
         blobs = BlobStore(config.blobs_dir, owner=instance.id)
-        claim = await claim_instance(db, blobs, config.instances_dir, instance.id, now=clock())
+        claim = await _claim(config, db, blobs, instance.id, clock)
         # Runs after every later step's undoing, so after every run of this instance ended.
-        undo.callback(claim.release, forget=True)
+        undo.push_async_callback(_shielded(claim.release))
         engine = Engine(policy, instance)
         undo.callback(engine.close)
         undo.push_async_callback(_shielded(lambda: _remove_remaining(engine)))
@@ -113,17 +114,45 @@ async def serving(
             instance_id=instance.id,
             clock=clock,
             tenant_policies=dict(tenant_policies),
+            notices=_notices(config, instance.id),
         )
-        leases = Leases(services)
+        follow_fleet(services)
+        leases = Leases(services, claim)
         background = await undo.enter_async_context(anyio.create_task_group())
         undo.callback(background.cancel_scope.cancel)
+        await background.start(services.notices.serve)
+        await background.start(claim.serve)
         # Sessions first (their runs are cancelled, their containers removed), then the
         # engine's background work (pool, pending removals).
         undo.push_async_callback(_shielded(lambda: leases.end_all(reason="server shutdown")))
         background.start_soon(engine.serve)
         interval = min(map(_sweep_interval, every_policy))
-        background.start_soon(_housekeeping, leases, engine, interval, config.instances_dir)
+        background.start_soon(_housekeeping, leases, engine, interval, claim)
         yield Running(services, leases, engine)
+
+
+async def _claim(
+    config: Config, db: Database, blobs: BlobStore, instance_id: str, clock: Callable[[], float]
+) -> InstanceClaim:
+    """This server's claim on its runs: a flock on one machine, an advisory lock in a fleet."""
+    if config.fleet_url is None:
+        return await FileClaim.take(db, blobs, config.instances_dir, instance_id, now=clock())
+    from airlock.store.pg_claims import ENDED_BY_DEATH, AdvisoryClaim
+
+    async def end_runs(instance_ids: Sequence[str], at: float) -> int:
+        return await db.mark_unfinished_runs(
+            instance_ids=instance_ids, status="killed", error=ENDED_BY_DEATH, finished_at=at
+        )
+
+    return await AdvisoryClaim.take(config.fleet_url, instance_id, end_runs, clock=clock)
+
+
+def _notices(config: Config, instance_id: str) -> Notices:
+    if config.fleet_url is None:
+        return Notices(instance_id)  # one server: its notices reach only itself
+    from airlock.store.pg_notices import PostgresNotices  # psycopg: for a fleet only
+
+    return PostgresNotices(config.fleet_url, instance_id)
 
 
 def _shielded(step: Callable[[], Awaitable[object]]) -> Callable[[], Awaitable[None]]:
@@ -141,7 +170,7 @@ def _sweep_interval(policy: Policy) -> float:
 
 
 async def _housekeeping(
-    leases: Leases, engine: Engine, interval: float, instances_dir: Path
+    leases: Leases, engine: Engine, interval: float, claim: InstanceClaim
 ) -> None:
     """End expired sessions, forget ended grants and expired run tokens (their records
     are in the store), end the runs of server instances that died, and reap containers
@@ -156,7 +185,7 @@ async def _housekeeping(
             services.grants.forget_ended(now)
             services.tokens.forget_expired(now)
             await expire_pending(services)
-            await end_runs_of_dead_instances(services.db, services.blobs, instances_dir, now=now)
+            await claim.end_runs_of_dead(now=now)
             backend = engine.connected()
             if backend is not None and time.monotonic() - last_reap >= REAP_INTERVAL_S:
                 last_reap = time.monotonic()

@@ -25,8 +25,10 @@ import anyio
 from airlock.errors import LimitExceeded, NotFound, SessionEnded
 from airlock.ids import new_id
 from airlock.policies import SessionSettings
-from airlock.store import SessionRecord
+from airlock.store import AnyNotice, InstanceClaim, SessionRecord
+from airlock.store import SessionEnded as SessionEndNotice
 from airlock.tools import EndSessionResult, Services, Session, teardown_session
+from airlock.tools.fleet import end_here
 
 log = logging.getLogger(__name__)
 
@@ -83,10 +85,14 @@ class _Lease:
 
 
 class Leases:
-    """The live leases of this server process."""
+    """The live leases of this server process.
 
-    def __init__(self, services: Services) -> None:
+    A lease whose session another server of the fleet ended (its notice, or the records
+    on re-reading them) is forgotten here too, its running calls cancelled."""
+
+    def __init__(self, services: Services, claim: InstanceClaim) -> None:
         self._services = services
+        self._claim = claim
         self._runs_by_tenant: dict[str, int] = {}
         self._live: dict[str, _Lease] = {}
         self._defaults: dict[tuple[str, Hashable], str] = {}
@@ -94,6 +100,8 @@ class Leases:
         """Leases let go here whose end is not recorded yet: never adopted back meanwhile."""
         """The default lease of each (tenant, connection)."""
         self._lock = anyio.Lock()
+        services.notices.subscribe(self._ended_elsewhere, "session_ended")
+        services.notices.on_resync(self._reread)
 
     async def resolve(
         self, session_id: str | None, tenant: str, *, connection: Hashable | None
@@ -103,6 +111,8 @@ class Leases:
         The session rule (`SessionRule`): an id continues that session; `NEW_SESSION` starts
         a separate one; no id means the connection's default lease (created on demand), or a
         new lease where there is no connection (`connection` None: stateless HTTP)."""
+        # A server that lost its claim (its database) takes no call it could not record.
+        self._claim.check()
         now = self._services.clock()
         rule = SessionRule(connection is not None)
         async with self._lock:
@@ -239,6 +249,37 @@ class Leases:
                 )
 
         stack.push_async_callback(end)
+
+    async def _ended_elsewhere(self, notice: AnyNotice) -> None:
+        # This server's own end did all of this before it published.
+        mine = notice.origin == self._services.notices.origin
+        if not isinstance(notice, SessionEndNotice) or mine:
+            return
+        await self._end_here(notice.session_id, notice.tenant, "announced")
+
+    async def _reread(self) -> None:
+        """End here every lease whose session the records say ended (its notice may have
+        been missed)."""
+        for lease_id in list(self._live):
+            record = await self._services.db.get_session(lease_id)
+            if record is not None and record.ended_at is not None:
+                await self._end_here(lease_id, record.tenant, "found on re-reading")
+
+    async def _end_here(self, session_id: str, tenant: str, how: str) -> None:
+        """The local half of a session another server ended: its calls here cancelled
+        first (so they answer that the session ended), then what this server holds of it."""
+        async with self._lock:
+            lease = self._live.get(session_id)
+            if lease is not None and lease.tenant == tenant:
+                self._forget(lease)
+        with anyio.CancelScope(shield=True):
+            removed = await end_here(self._services, tenant, session_id)
+        log.info(
+            "session %s ended on another server (%s); %d container(s) removed here",
+            session_id,
+            how,
+            removed,
+        )
 
     @property
     def services(self) -> Services:

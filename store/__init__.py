@@ -1,8 +1,9 @@
 """Airlock's records: a database (SQLite under the data dir by default, or PostgreSQL
 for a fleet: one schema, SQLAlchemy Core and Alembic migrations; `docs/store.md`) for
 sessions, runs, artifacts, versioned session workspaces and the audit, a content-addressed
-blob store on the filesystem for their bytes, which server instance owns the runs still
-going, and the one way a directory of the data dir is made (0700).
+blob store for their bytes (files, or PostgreSQL for a fleet), which server instance owns
+the runs still going, the fleet's notices (`notices`: in-process, or LISTEN/NOTIFY in
+`pg_notices`), and the one way a directory of the data dir is made (0700).
 
 May import only the base modules (`airlock.errors`, `airlock.languages`, ...): no room,
 not even policies (pyproject's `rooms` import contract, checked by `lint-imports`).
@@ -28,7 +29,21 @@ from airlock.lazy import homes, resolve
 if TYPE_CHECKING:
     from .blobs import BlobStore, Draft, DraftWriter, Staging
     from .db import SCHEMA_REVISION, SCHEMA_VERSION, Database
-    from .instances import InstanceLock, claim_instance, end_runs_of_dead_instances
+    from .instances import (
+        FileClaim,
+        InstanceClaim,
+        InstanceLock,
+        claim_instance,
+        end_runs_of_dead_instances,
+    )
+    from .notices import (
+        AnyNotice,
+        ApprovalDecided,
+        GrantRevoked,
+        Notices,
+        SessionEnded,
+        revocations,
+    )
     from .private import create_private_file, private_dir, private_file_problem
     from .records import (
         ApprovalRecord,
@@ -60,7 +75,21 @@ _HOMES = homes(
     {
         "blobs": ("BlobStore", "Draft", "DraftWriter", "Staging"),
         "db": ("SCHEMA_REVISION", "SCHEMA_VERSION", "Database"),
-        "instances": ("InstanceLock", "claim_instance", "end_runs_of_dead_instances"),
+        "instances": (
+            "FileClaim",
+            "InstanceClaim",
+            "InstanceLock",
+            "claim_instance",
+            "end_runs_of_dead_instances",
+        ),
+        "notices": (
+            "AnyNotice",
+            "ApprovalDecided",
+            "GrantRevoked",
+            "Notices",
+            "SessionEnded",
+            "revocations",
+        ),
         "private": ("create_private_file", "private_dir", "private_file_problem"),
         "records": (
             "ApprovalRecord",
@@ -93,6 +122,8 @@ _HOMES = homes(
 __all__ = [
     "SCHEMA_REVISION",
     "SCHEMA_VERSION",
+    "AnyNotice",
+    "ApprovalDecided",
     "ApprovalRecord",
     "ApprovalStatus",
     "ArtifactRecord",
@@ -105,12 +136,17 @@ __all__ = [
     "EgressRecord",
     "EgressSummary",
     "EgressVerdict",
+    "FileClaim",
     "GrantRecord",
+    "GrantRevoked",
     "HatchCopyRecord",
+    "InstanceClaim",
     "InstanceLock",
+    "Notices",
     "PatchRecord",
     "RunRecord",
     "RunStatus",
+    "SessionEnded",
     "SessionRecord",
     "Staging",
     "WorkspaceCommit",
@@ -125,6 +161,7 @@ __all__ = [
     "end_runs_of_dead_instances",
     "private_dir",
     "private_file_problem",
+    "revocations",
 ]
 
 

@@ -226,9 +226,15 @@ class Database:
 
     # Runs
 
-    async def create_run(self, rec: RunRecord) -> None:
-        """Insert a new run; its session must exist and its id must be new (else `StoreError`)."""
-        await self._write(lambda conn: runs.create_run(conn, rec))
+    async def create_run(self, rec: RunRecord, *, max_running: int | None = None) -> bool:
+        """Insert a new run, unless its tenant already has `max_running` runs `running`
+        (of every server on these records: counted and inserted in one serializable
+        transaction, so concurrent servers cannot overshoot); whether it was inserted. Its
+        session must exist and its id must be new (else `StoreError`)."""
+        return await self._write(
+            lambda conn: runs.create_run(conn, rec, max_running=max_running),
+            serializable=max_running is not None,
+        )
 
     async def finish_run(self, rec: RunRecord) -> None:
         """Overwrite the outcome fields of the run `rec.id` (status through error).
@@ -322,12 +328,35 @@ class Database:
             lambda conn: audit.last_egress_use(conn, tenant=tenant, except_tenant=except_tenant)
         )
 
-    async def record_grant(self, rec: GrantRecord) -> None:
-        await self._write(lambda conn: audit.record_grant(conn, rec))
+    async def record_grant(
+        self,
+        rec: GrantRecord,
+        *,
+        max_per_session: int | None = None,
+        max_live_per_tenant: int | None = None,
+    ) -> str | None:
+        """Insert `rec`, unless its session already holds `max_per_session` grants live at
+        `rec.created_at` (unrevoked, unexpired) or its tenant `max_live_per_tenant`, of every
+        server on these records: counted and inserted in one serializable transaction. The
+        quota that refused it ("max_per_session" or "max_live_per_tenant"), or None."""
+        quotas = max_per_session is not None or max_live_per_tenant is not None
+        return await self._write(
+            lambda conn: audit.record_grant(
+                conn, rec, max_per_session=max_per_session, max_live_per_tenant=max_live_per_tenant
+            ),
+            serializable=quotas,
+        )
 
     async def mark_grants_revoked(self, grant_ids: Sequence[str], *, at: float) -> None:
         if grant_ids:
             await self._write(lambda conn: audit.mark_grants_revoked(conn, grant_ids, at=at))
+
+    async def revoked_grants(self, grant_ids: Sequence[str]) -> set[str]:
+        """Which of `grant_ids` the records say are revoked (by any server of a fleet): the
+        check that refuses a revoked grant even before its notice arrives. One lookup by
+        primary key per id."""
+        ids = list(dict.fromkeys(grant_ids))
+        return await self._read(lambda conn: audit.revoked_grants(conn, ids)) if ids else set()
 
     async def get_grant(self, grant_id: str) -> GrantRecord | None:
         return await self._read(lambda conn: audit.get_grant(conn, grant_id))

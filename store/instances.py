@@ -21,6 +21,10 @@ server starts (an image build) cannot keep a dead server's claim alive after it.
 A claim's file is locked before it gets its name (made under `.claiming/`, locked, renamed
 into place), so a server looking for dead instances never finds a live one's file unlocked.
 Only this module touches these files; the runs themselves are `db.py`'s.
+
+`InstanceClaim` is what the server holds, whichever way it claims: `FileClaim` (this
+flock, one machine's servers on one data dir) or `pg_claims.AdvisoryClaim` (a PostgreSQL
+session-level advisory lock, a fleet's replicas on one database).
 """
 
 from __future__ import annotations
@@ -30,7 +34,9 @@ import logging
 import os
 import tempfile
 from pathlib import Path
+from typing import Protocol
 
+import anyio.abc
 import anyio.to_thread
 
 from airlock.errors import StoreError
@@ -44,6 +50,30 @@ log = logging.getLogger(__name__)
 SUFFIX = ".lock"
 CLAIMING = ".claiming"
 ENDED_BY_DEATH = "the server running it stopped before the run ended (found by a later server)"
+
+
+class InstanceClaim(Protocol):
+    """This server's claim on the runs it records, held from start to shutdown."""
+
+    @property
+    def instance_id(self) -> str: ...
+
+    def check(self) -> None:
+        """Raise `StoreUnavailable` while the claim is lost (this server must take no call whose
+        run it could not vouch for); return at once otherwise."""
+        ...
+
+    async def serve(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        """Keep the claim held until cancelled (started once it is)."""
+        ...
+
+    async def end_runs_of_dead(self, *, now: float) -> int:
+        """End `killed` the unfinished runs of every instance found dead; how many."""
+        ...
+
+    async def release(self) -> None:
+        """Let the claim go for good (at shutdown, after this server's runs ended)."""
+        ...
 
 
 class InstanceLock:
@@ -167,3 +197,38 @@ async def _end_runs_of_dead(
     if ended:
         log.warning("ended %d run(s) left running by server(s) that stopped", ended)
     return ended
+
+
+class FileClaim:
+    """The `flock` claim in a data dir's instances directory, as an `InstanceClaim`."""
+
+    def __init__(self, lock: InstanceLock, db: Database, blobs: BlobStore) -> None:
+        self._lock = lock
+        self._db = db
+        self._blobs = blobs
+
+    @classmethod
+    async def take(
+        cls, db: Database, blobs: BlobStore, directory: Path, instance_id: str, *, now: float
+    ) -> FileClaim:
+        """`claim_instance`, kept with what ending dead instances' runs needs."""
+        return cls(await claim_instance(db, blobs, directory, instance_id, now=now), db, blobs)
+
+    @property
+    def instance_id(self) -> str:
+        return self._lock.instance_id
+
+    def check(self) -> None:
+        """Never lost: the kernel holds the lock as long as this process lives."""
+
+    async def serve(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        task_status.started()
+        await anyio.sleep_forever()
+
+    async def end_runs_of_dead(self, *, now: float) -> int:
+        return await end_runs_of_dead_instances(
+            self._db, self._blobs, self._lock.path.parent, now=now
+        )
+
+    async def release(self) -> None:
+        self._lock.release(forget=True)

@@ -108,13 +108,19 @@ async def test_operator_approval_from_another_process_grants_once_to_the_asking_
         code, listed, _ = await approvals(data_dir, "list", store=store)
         assert code == 0 and approval in listed and "read acme" in listed
 
-        still = await ask(c, CAP, approval_id=approval, session_id=session)
-        assert still.is_error and "waits until" in text_of(still)
+        # A call collecting it waits for the decision, which releases it (from another
+        # process: found by re-reading the record).
+        collected: list[CallToolResult] = []
 
-        code, out, err = await approvals(data_dir, "approve", approval, store=store)
-        assert code == 0, err
-        assert f"{approval} approved" in out
-        granted = await ask(c, CAP, approval_id=approval, session_id=session)
+        async def collect() -> None:
+            collected.append(await ask(c, CAP, approval_id=approval, session_id=session))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(collect)
+            code, out, err = await approvals(data_dir, "approve", approval, store=store)
+            assert code == 0, err
+            assert f"{approval} approved" in out
+        (granted,) = collected
         assert not granted.is_error, text_of(granted)
         assert granted.structured_content is not None
         assert granted.structured_content["approved_by"] == "operator"
@@ -188,13 +194,15 @@ async def test_a_pending_approval_expires_closed_at_its_deadline(
         record = PENDING_A
         await db.create_approval(record)
         with pytest.raises(InvalidRequest, match="expired at"):
-            await decide(db, "apr_a", approve=True, by="t", now=200)
+            await decide(db, "apr_a", approve=True, by="t", now=200, notices=None)
         after = await db.get_approval("apr_a")
         assert after is not None and after.status == "expired"
         await db.create_approval(record.model_copy(update={"id": "apr_b"}))
         with pytest.raises(InvalidRequest, match="not pending"):
-            await decide(db, "apr_a", approve=True, by="t", now=150)
-        assert (await decide(db, "apr_b", approve=False, by="t", now=150)).status == "denied"
+            await decide(db, "apr_a", approve=True, by="t", now=150, notices=None)
+        assert (
+            await decide(db, "apr_b", approve=False, by="t", now=150, notices=None)
+        ).status == "denied"
     finally:
         await db.close()
 

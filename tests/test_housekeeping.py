@@ -22,7 +22,7 @@ from airlock.server.engine import Engine
 from airlock.server.running import _housekeeping
 from airlock.server.sessions import Leases
 from airlock.store import Database
-from airlock.store.instances import ENDED_BY_DEATH
+from airlock.store.instances import ENDED_BY_DEATH, FileClaim, claim
 from airlock.tools import Services
 
 pytestmark = pytest.mark.anyio
@@ -42,12 +42,17 @@ async def services(tmp_path: Path) -> AsyncIterator[Services]:
 @asynccontextmanager
 async def housekeeping(services: Services, instances_dir: Path) -> AsyncIterator[None]:
     """The loop, ticking every 10 ms, for the duration of the block."""
+    # This server's own claim, taken without ending anyone's runs: that is the loop's job.
     engine = services.engine
     assert isinstance(engine, Engine)  # the loop takes the server's own engine
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(_housekeeping, Leases(services), engine, 0.01, instances_dir)
-        yield
-        tg.cancel_scope.cancel()
+    mine = FileClaim(claim(instances_dir, services.instance_id), services.db, services.blobs)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(_housekeeping, Leases(services, mine), engine, 0.01, mine)
+            yield
+            tg.cancel_scope.cancel()
+    finally:
+        await mine.release()
 
 
 async def test_housekeeping_forgets_ended_grants_and_expired_run_tokens(

@@ -4,12 +4,13 @@ When a capability needs a human and the client cannot elicit (or its question wa
 dismissed unanswered), the request becomes a pending approval in the database, which the
 server and the `airlock approvals` CLI (another process) share. The agent is told its id
 and how long it waits; it collects the grant by calling request_capability again with
-that id, in the same session. Nothing here grants anything, and nothing here moves an
-approval but through `broker.approvals` (the state machine: a pending approval expires
-refused, an approval counts once); this module checks it is the asking session's and
-says to the agent what the move found. An approval counts only for the session that
-asked; a session has at most `[broker] max_pending_approvals_per_session` waiting at
-once, and all sessions of a tenant at most `max_pending_approvals_per_tenant`.
+that id, in the same session (a collecting call waits up to `COLLECT_WAIT_S` for the
+decision, released as soon as it is made). Nothing here grants anything, and nothing
+here moves an approval but through `broker.approvals` (the state machine: a pending
+approval expires refused, an approval counts once); this module checks it is the asking
+session's and says to the agent what the move found. An approval counts only for the
+session that asked; a session has at most `[broker] max_pending_approvals_per_session`
+waiting at once, and all sessions of a tenant at most `max_pending_approvals_per_tenant`.
 """
 
 from __future__ import annotations
@@ -27,6 +28,12 @@ from airlock.store import ApprovalRecord
 
 from .context import Services, Session, iso_time
 from .events import CapabilityDecided
+from .fleet import wait_for_decision
+
+COLLECT_WAIT_S = 10.0
+"""How long a request collecting a still-pending approval waits for the decision before
+answering that it still waits; a decision made meanwhile, on any server of a fleet or with
+`airlock approvals`, answers it at once."""
 
 
 def _pending_message(record: ApprovalRecord, now: float) -> str:
@@ -107,6 +114,16 @@ async def approved_request(
             f"approval {approval_id} is for capability {record.capability!r}, not {capability!r}"
         )
     now = services.clock()
+    if record.status == "pending" and record.expires_at > now:
+        # The operator may be deciding right now: answer that decision, not a poll later.
+        waited = await wait_for_decision(
+            services.notices,
+            lambda: services.db.get_approval(approval_id),
+            approval_id,
+            wait_s=min(COLLECT_WAIT_S, record.expires_at - now),
+        )
+        record = waited or record
+        now = services.clock()
     claimed = await approvals.claim(services.db, record, now=now)
     if claimed == "expired":
         await expire_pending(services)

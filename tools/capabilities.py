@@ -16,14 +16,21 @@ from airlock.errors import (
     InvalidRequest,
     LimitExceeded,
     NotFound,
+    QuotaExceeded,
 )
 from airlock.policies import Capability, Policy, Scope, resolve_scope
-from airlock.store import GrantRecord
+from airlock.store import GrantRecord, GrantRevoked
 
 from .approvals import approved_request, wait_for_operator
 from .context import Services, Session, iso_time
 from .events import CapabilityDecided
 from .models import CapabilityResult, RevokeResult
+
+# The broker's quota names (QuotaExceeded.quota) and the policy fields that set them.
+_RECORDED_QUOTAS = {
+    "max_per_session": "max_capabilities_per_session",
+    "max_live_per_tenant": "max_live_grants_per_tenant",
+}
 
 # How the human answered, as the server learnt it from elicitation.
 Approval = Literal["approved", "declined", "cancelled", "unsupported", "not_asked"]
@@ -227,7 +234,23 @@ async def _grant(
         max_per_session=broker.max_capabilities_per_session,
         max_live_per_tenant=broker.max_live_grants_per_tenant,
     )
-    await services.db.record_grant(_record(grant))
+    # The records count every server's grants: the broker's quota above counts this one's.
+    refused = await services.db.record_grant(
+        _record(grant),
+        max_per_session=broker.max_capabilities_per_session,
+        max_live_per_tenant=broker.max_live_grants_per_tenant,
+    )
+    if refused is not None:
+        services.grants.revoke_ids([grant.id], now=services.clock())
+        most = getattr(broker, _RECORDED_QUOTAS[refused])
+        raise QuotaExceeded(
+            refused,
+            most,
+            f"this {'session' if refused == 'max_per_session' else 'tenant'} already holds "
+            f"{most} live capabilities across the servers sharing these records, the most "
+            f"allowed ({refused} = {most}); revoke one with revoke_capability or wait until "
+            "one expires",
+        )
     return CapabilityResult(
         capability_id=grant.id,
         capability=capability,
@@ -251,6 +274,8 @@ async def revoke_capability(
     if grant is None:
         raise NotFound(f"unknown capability id {capability_id!r} in this session")
     await services.db.mark_grants_revoked([grant.id], at=now)
+    # Recorded first: the other servers of a fleet cut its tunnels when they hear.
+    await services.notices.publish(GrantRevoked(tenant=session.tenant, grant_ids=(grant.id,)))
     return RevokeResult(
         capability_id=grant.id,
         revoked=True,

@@ -21,7 +21,14 @@ if TYPE_CHECKING:
     from airlock.egress import Egress
     from airlock.policies import ImageSettings, Policy
     from airlock.sandbox import Backend, Ready
-    from airlock.store import BlobStore, Database
+    from airlock.store import BlobStore, Database, Notices
+
+
+def _in_process() -> Notices:
+    """One server's notices (no fleet), made when a `Services` is: not at import."""
+    from airlock.store import Notices
+
+    return Notices("")
 
 
 @dataclass(frozen=True)
@@ -66,6 +73,9 @@ class Services:
     clock: Callable[[], float] = field(default=time.time)
     tenant_policies: Mapping[str, Policy] = field(default_factory=dict)
     events: Events = field(default_factory=Events)
+    notices: Notices = field(default_factory=_in_process)
+    """How this server tells the fleet what it changed and hears what others did
+    (`store.notices`; in-process on one server, subscribed by `tools.fleet`)."""
 
     def policy_for(self, tenant: str) -> Policy:
         """The tenant's own policy, or the server's."""

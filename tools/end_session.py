@@ -2,16 +2,18 @@
 
 In one step: revokes every capability and run token of the session (so its
 proxies refuse the very next request), expires its pending approvals, kills and
-removes every container of the session, and records the end. Artifacts and run
+removes every container of the session, records the end, and tells the fleet, whose
+other servers do the same with what they hold of it (`tools.fleet`). Artifacts and run
 records stay: they outlive the box.
 """
 
 from __future__ import annotations
 
-from airlock.broker import grant_prefix
+from airlock.store import SessionEnded
 
 from .approvals import expire_pending
 from .context import Services
+from .fleet import end_here
 from .models import EndSessionResult
 
 
@@ -20,17 +22,16 @@ async def teardown_session(
 ) -> EndSessionResult:
     now = services.clock()
     revoked = [g.id for g in services.grants.live_for_session(tenant, session_id, now)]
-    services.grants.revoke_prefix(grant_prefix(tenant, session_id), now=now)
-    services.tokens.revoke_session(tenant, session_id)
+    removed = await end_here(services, tenant, session_id)
     await services.db.mark_grants_revoked(revoked, at=now)
     await expire_pending(services, session_id=session_id)
-    backend = services.engine.connected()
-    removed = await backend.remove_session(session_id) if backend is not None else 0
     record = await services.db.get_session(session_id)
     already_ended = record is not None and record.ended_at is not None
     await services.db.end_session(
         session_id, ended_at=services.clock(), reason=reason, containers_removed=removed
     )
+    # Recorded first: a server that hears it may re-read the records at once.
+    await services.notices.publish(SessionEnded(tenant=tenant, session_id=session_id))
     return EndSessionResult(
         session_id=session_id, containers_removed=removed, ended=not already_ended
     )

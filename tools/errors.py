@@ -13,7 +13,7 @@ from types import TracebackType
 
 from mcp.server.mcpserver.exceptions import ToolError
 
-from airlock.errors import AirlockError, RunnerFailed, StoreError, VaultError
+from airlock.errors import AirlockError, RunnerFailed, StoreError, StoreUnavailable, VaultError
 
 from .envelope import new_nonce, wrap
 
@@ -36,6 +36,9 @@ class tool_errors:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        if isinstance(exc, StoreUnavailable):
+            # Not a broken record: the caller can act on it (retry, another server).
+            raise ToolError(str(exc)) from exc
         if isinstance(exc, StoreError | VaultError):
             log.error("storage failure: %s", exc, exc_info=exc)
             raise ToolError(

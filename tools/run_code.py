@@ -58,6 +58,7 @@ from .artifacts import IMAGES_ARE_DATA, artifact_uri, classify, guess_mime_type,
 from .capabilities import live_grants
 from .context import Services, Session
 from .envelope import clean_field, clip, new_nonce, wrap
+from .fleet import refuse_revoked
 from .images import MAX_IMAGE_BYTES, MAX_IMAGES_PER_RESULT, sniff_image
 from .models import (
     STREAM_PATHS,
@@ -114,6 +115,7 @@ async def run_code(
         for path, data in call_data.items()
     }
     grants = await live_grants(services, session, list(capabilities))
+    await refuse_revoked(services, grants)
     backend, image, runtime = await services.engine.ready(policy.image)
     head, inputs, dirs = await _workspace_inputs(services, session, call_files)
     run_id = new_id("run_")

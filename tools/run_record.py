@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import anyio
 
-from airlock.errors import AirlockError, RunnerFailed
+from airlock.errors import AirlockError, LimitExceeded, RunnerFailed
 from airlock.sandbox import JobOutcome
 from airlock.store import EgressRecord, RunRecord
 
@@ -82,8 +82,16 @@ class OpenRun:
 
 @asynccontextmanager
 async def recorded_run(services: Services, record: RunRecord) -> AsyncIterator[OpenRun]:
-    """Create `record` (status `running`) and end it however the block ends."""
-    await services.db.create_run(record)
+    """Create `record` (status `running`) and end it however the block ends; LimitExceeded
+    when its tenant already has as many runs running as its policy allows, counted in the
+    records, so on every server of a fleet (each server's leases count only its own)."""
+    most = services.policy_for(record.tenant).tenants.max_concurrent_runs
+    if not await services.db.create_run(record, max_running=most):
+        raise LimitExceeded(
+            f"{most} runs of this tenant are already running across the servers sharing "
+            "these records; wait for one to finish (the operator sets [tenants] "
+            "max_concurrent_runs)"
+        )
     run = OpenRun(record)
     try:
         yield run

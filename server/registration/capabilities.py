@@ -82,7 +82,8 @@ def register(registry: Registry) -> None:
             str | None,
             Field(
                 description="The approval_id an earlier request was told to wait on: collects "
-                "the capability once the operator approved it (same session only)."
+                "the capability once the operator approved it (same session only); while "
+                "still pending, the call waits up to 10 s for the decision."
             ),
         ] = None,
         session_id: SessionArg = None,

@@ -13,7 +13,7 @@ from starlette.responses import JSONResponse, Response
 
 from airlock.broker import approvals
 from airlock.errors import InvalidRequest, NotFound
-from airlock.store import Database
+from airlock.tools import Services
 
 from ..approvals import decide, describe
 from ..auth import ADMIN_SCOPE
@@ -38,7 +38,7 @@ def register(mcp: MCPServer, routes: ForRoutes, auth: RouteAuth, metrics: Metric
 
     _add_approval_routes(
         mcp,
-        lambda: routes.running.services.db if routes.running is not None else None,
+        lambda: routes.running.services if routes.running is not None else None,
         auth,
         time.time,
     )
@@ -46,7 +46,7 @@ def register(mcp: MCPServer, routes: ForRoutes, auth: RouteAuth, metrics: Metric
 
 def _add_approval_routes(
     mcp: MCPServer,
-    db: Callable[[], Database | None],
+    serving: Callable[[], Services | None],
     auth: RouteAuth,
     clock: Callable[[], float],
 ) -> None:
@@ -54,7 +54,7 @@ def _add_approval_routes(
     is the operator (every tenant's) or a key or JWT with the `airlock:admin` scope (its
     own tenant's); a foreign or unknown id is 404 either way."""
 
-    Handler = Callable[[Request, Database, RouteCaller], Awaitable[Response]]
+    Handler = Callable[[Request, Services, RouteCaller], Awaitable[Response]]
 
     def guarded(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
         async def route(request: Request) -> Response:
@@ -66,28 +66,29 @@ def _add_approval_routes(
                     {"error": "insufficient_scope", "error_description": f"needs {ADMIN_SCOPE}"},
                     status_code=403,
                 )
-            database = db()
-            if database is None:
+            services = serving()
+            if services is None:
                 return JSONResponse({"error": "starting"}, status_code=503)
-            return await handler(request, database, who)
+            return await handler(request, services, who)
 
         return route
 
-    async def listing(_: Request, database: Database, who: RouteCaller) -> Response:
-        await approvals.expire(database, now=clock())
-        records = await database.list_approvals(tenant=who.tenant, status="pending", limit=1000)
+    async def listing(_: Request, services: Services, who: RouteCaller) -> Response:
+        await approvals.expire(services.db, now=clock())
+        records = await services.db.list_approvals(tenant=who.tenant, status="pending", limit=1000)
         return JSONResponse({"approvals": [describe(r) for r in records]})
 
     def deciding(approve: bool) -> Handler:
-        async def handler(request: Request, database: Database, who: RouteCaller) -> Response:
+        async def handler(request: Request, services: Services, who: RouteCaller) -> Response:
             approval_id = str(request.path_params["approval_id"])
             try:
                 record = await decide(
-                    database,
+                    services.db,
                     approval_id,
                     approve=approve,
                     by=who.by,
                     now=clock(),
+                    notices=services.notices,
                     tenant=who.tenant,
                 )
             except NotFound as exc:

@@ -116,8 +116,43 @@ def last_egress_use(
     return {str(rule): float(last) for rule, last in conn.execute(query)}
 
 
-def record_grant(conn: Connection, rec: GrantRecord) -> None:
+def record_grant(
+    conn: Connection,
+    rec: GrantRecord,
+    *,
+    max_per_session: int | None = None,
+    max_live_per_tenant: int | None = None,
+) -> str | None:
+    """Insert `rec` unless a quota of live grants at `rec.created_at` is full (the caller runs
+    this serializable); the quota that refused it, or None."""
+    live = (
+        select(func.count())
+        .select_from(grants)
+        .where(
+            grants.c.tenant == rec.tenant,
+            grants.c.revoked_at.is_(None),
+            grants.c.expires_at > rec.created_at,
+        )
+    )
+    if max_per_session is not None:
+        mine = conn.execute(live.where(grants.c.session_id == rec.session_id)).scalar_one()
+        if mine >= max_per_session:
+            return "max_per_session"
+    if max_live_per_tenant is not None and conn.execute(live).scalar_one() >= max_live_per_tenant:
+        return "max_live_per_tenant"
     conn.execute(_INSERT_GRANT, json_fields(rec.model_dump(), "params", "scope"))
+    return None
+
+
+def revoked_grants(conn: Connection, grant_ids: Sequence[str]) -> set[str]:
+    query = select(grants.c.id).where(
+        grants.c.id.in_(bindparam("ids", expanding=True)), grants.c.revoked_at.is_not(None)
+    )
+    found: set[str] = set()
+    # SQLite takes at most 999 parameters in a statement by default.
+    for start in range(0, len(grant_ids), 500):
+        found.update(conn.execute(query, {"ids": list(grant_ids[start : start + 500])}).scalars())
+    return found
 
 
 def mark_grants_revoked(conn: Connection, grant_ids: Sequence[str], *, at: float) -> None:

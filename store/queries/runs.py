@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import Connection, bindparam, insert, select, update
+from sqlalchemy import Connection, bindparam, func, insert, select, update
 
 from ..records import ArtifactRecord, RunRecord, RunStatus, SessionRecord, WorkspaceFile
 from ..schema import artifacts, run_inputs, runs, sessions
@@ -90,8 +90,19 @@ def end_session(
     conn.execute(_END_SESSION, params)
 
 
-def create_run(conn: Connection, rec: RunRecord) -> None:
+def create_run(conn: Connection, rec: RunRecord, *, max_running: int | None = None) -> bool:
+    """Insert `rec` unless its tenant already has `max_running` runs running (the caller
+    runs this serializable, so the count holds across servers); whether it was inserted."""
+    if max_running is not None:
+        running = conn.execute(
+            select(func.count())
+            .select_from(runs)
+            .where(runs.c.tenant == rec.tenant, runs.c.status == "running")
+        ).scalar_one()
+        if running >= max_running:
+            return False
     conn.execute(_INSERT_RUN, run_params(rec))
+    return True
 
 
 def finish_run(conn: Connection, rec: RunRecord) -> int:

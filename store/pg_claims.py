@@ -1,0 +1,256 @@
+"""Which replica of a fleet owns its unfinished runs, and whether it still lives: the
+PostgreSQL counterpart of `instances.py`'s `flock`.
+
+Each replica holds, for its whole life, a session-level advisory lock on a key derived
+from its instance id (`lock_key`), on a connection of its own, and lists itself in the
+`airlock_instances` table. However a replica dies (SIGKILL, the OOM killer, its machine
+lost) its connection ends and PostgreSQL frees the lock: at once when the socket closes,
+after the TCP keepalives give up when the network is cut. A live replica that can take a
+listed instance's lock (`end_runs_of_dead`) knows that instance is dead: it ends its
+unfinished runs `killed` (through `end_runs`, the records'), removes its row and lets the
+lock go. As with the flock, a lock is never early and never late, where a heartbeat
+threshold would end a slow replica's runs under it.
+
+A replica that loses its own claim connection (found by a query every `HEARTBEAT_S`,
+bounded by `HEARTBEAT_TIMEOUT_S`) has lost its claim: `check()` then raises `StoreUnavailable`,
+so the server takes no call whose run it could not record or vouch for, and `serve`
+reconnects with backoff and takes the lock again, once no peer holds it (a peer holding it
+is ending this replica's runs: they are gone when it lets go). Calls already running when
+the claim was lost go on; a peer may have ended their records `killed` meanwhile, and their
+own end, if they finish and the database is back, is written over it (not yet refused).
+
+The table is created here if missing; with the records in PostgreSQL it belongs in the
+store's migrations (store-sql). psycopg's errors leave as `StoreError`, naming the
+database without its password (`pg_notices.where`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable, Sequence
+
+import anyio
+import anyio.abc
+import psycopg
+from psycopg.rows import TupleRow
+
+from airlock.errors import StoreError, StoreUnavailable
+
+from .pg_notices import BACKOFF_MAX_S, BACKOFF_MIN_S, connect, where
+
+log = logging.getLogger(__name__)
+
+HEARTBEAT_S = 1.0
+HEARTBEAT_TIMEOUT_S = 3.0
+ENDED_BY_DEATH = "the server running it stopped before the run ended (found by a live replica)"
+
+_TABLE = """CREATE TABLE IF NOT EXISTS airlock_instances (
+    id TEXT PRIMARY KEY,
+    lock_key BIGINT NOT NULL,
+    claimed_at DOUBLE PRECISION NOT NULL
+)"""
+
+EndRuns = Callable[[Sequence[str], float], Awaitable[int]]
+"""End `killed` the unfinished runs of these instances at this time; how many."""
+
+Connection = psycopg.AsyncConnection[TupleRow]
+
+
+def lock_key(instance_id: str) -> int:
+    """The advisory lock key of an instance: 64 bits of a hash, in PostgreSQL's signed range."""
+    digest = hashlib.sha256(b"airlock-instance:" + instance_id.encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+class AdvisoryClaim:
+    """This replica's claim on the fleet's database at `url` (an `instances.InstanceClaim`)."""
+
+    def __init__(
+        self,
+        url: str,
+        instance_id: str,
+        end_runs: EndRuns,
+        conn: Connection,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._url = url
+        self._clock = clock
+        self._id = instance_id
+        self._key = lock_key(instance_id)
+        self._end_runs = end_runs
+        self._conn: Connection | None = conn
+        # One query at a time on the claim's connection (heartbeat, scan, release).
+        self._lock = anyio.Lock()
+        self.lost = False
+
+    @classmethod
+    async def take(
+        cls,
+        url: str,
+        instance_id: str,
+        end_runs: EndRuns,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> AdvisoryClaim:
+        """Claim `instance_id` on `url`, then end the runs of every instance that died."""
+        try:
+            conn = await connect(url)
+        except psycopg.Error as exc:
+            raise StoreError(
+                f"cannot claim a server instance on {where(url)}: {type(exc).__name__}; check "
+                "the --store URL and that the database accepts connections"
+            ) from exc
+        claim = cls(url, instance_id, end_runs, conn, clock)
+        now = clock()
+        try:
+            await conn.execute(_TABLE)
+            if not await claim._hold(conn, now):
+                raise StoreError(
+                    f"instance {instance_id} is already claimed on {where(url)} by a live server"
+                )
+            await claim.end_runs_of_dead(now=now)
+        except BaseException:
+            await conn.close()
+            raise
+        return claim
+
+    @property
+    def instance_id(self) -> str:
+        return self._id
+
+    @property
+    def backend_pid(self) -> int | None:
+        """The backend holding the lock, while connected (tests terminate it)."""
+        return self._conn.info.backend_pid if self._conn is not None else None
+
+    def check(self) -> None:
+        if self.lost:
+            raise StoreUnavailable(
+                f"this server lost its connection to the database {where(self._url)}, so it "
+                "takes no calls it could not record; it reconnects by itself: retry in a few "
+                "seconds, or through another server of the fleet"
+            )
+
+    async def serve(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        """Query the claim's connection every `HEARTBEAT_S`; when it fails, mark the claim
+        lost, and reconnect (with backoff) until the lock is held again. The connection
+        stays open when this is cancelled: `release` closes it."""
+        task_status.started()
+        while True:
+            await anyio.sleep(HEARTBEAT_S)
+            if not await self._beat():
+                await self._regain()
+
+    async def end_runs_of_dead(self, *, now: float) -> int:
+        if self.lost or self._conn is None:
+            return 0  # nothing can be known of the others meanwhile
+        async with self._lock:
+            conn = self._conn
+            try:
+                cursor = await conn.execute(
+                    "SELECT id, lock_key FROM airlock_instances WHERE id <> %s", (self._id,)
+                )
+                listed = [(str(i), int(k)) for i, k in await cursor.fetchall()]
+                dead = []
+                for instance_id, key in listed:
+                    taken = await conn.execute("SELECT pg_try_advisory_lock(%s)", (key,))
+                    row = await taken.fetchone()
+                    if row is not None and row[0] is True:
+                        dead.append((instance_id, key))
+                if not dead:
+                    return 0
+                try:
+                    ended = await self._end_runs([i for i, _ in dead], now)
+                    await conn.execute(
+                        "DELETE FROM airlock_instances WHERE id = ANY(%s)", ([i for i, _ in dead],)
+                    )
+                finally:
+                    for _, key in dead:
+                        await conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+            except psycopg.Error as exc:
+                raise StoreError(
+                    f"cannot look for dead server instances on {where(self._url)}: "
+                    f"{type(exc).__name__}"
+                ) from exc
+        if ended:
+            log.warning("ended %d run(s) left running by replica(s) that died", ended)
+        return ended
+
+    async def release(self) -> None:
+        async with self._lock:
+            if self._conn is not None and not self.lost:
+                try:
+                    await self._conn.execute(
+                        "DELETE FROM airlock_instances WHERE id = %s", (self._id,)
+                    )
+                except psycopg.Error as exc:
+                    # The lock goes with the connection anyway; the row is then a dead
+                    # instance's, with no runs left, removed by the next scan.
+                    log.warning("could not unlist this instance: %s", type(exc).__name__)
+        await self._drop()
+
+    async def _hold(self, conn: Connection, now: float) -> bool:
+        taken = await conn.execute("SELECT pg_try_advisory_lock(%s)", (self._key,))
+        row = await taken.fetchone()
+        if row is None or row[0] is not True:
+            return False
+        await conn.execute(
+            "INSERT INTO airlock_instances (id, lock_key, claimed_at) VALUES (%s, %s, %s)"
+            " ON CONFLICT (id) DO UPDATE SET claimed_at = EXCLUDED.claimed_at",
+            (self._id, self._key, now),
+        )
+        return True
+
+    async def _beat(self) -> bool:
+        async with self._lock:
+            if self._conn is None:
+                return False
+            try:
+                with anyio.fail_after(HEARTBEAT_TIMEOUT_S):
+                    await self._conn.execute("SELECT 1")
+            except (psycopg.Error, TimeoutError) as exc:
+                self.lost = True
+                log.error(
+                    "lost the claim connection to %s (%s): taking no calls until it is back",
+                    where(self._url),
+                    type(exc).__name__,
+                )
+                return False
+            return True
+
+    async def _regain(self) -> None:
+        await self._drop()
+        delay = BACKOFF_MIN_S
+        while True:
+            await anyio.sleep(delay * random.uniform(0.5, 1.0))
+            delay = min(delay * 2, BACKOFF_MAX_S)
+            try:
+                conn = await connect(self._url)
+            except psycopg.Error:
+                continue
+            try:
+                await conn.execute(_TABLE)
+                held = await self._hold(conn, self._clock())
+            except BaseException as exc:
+                with anyio.CancelScope(shield=True):
+                    await conn.close()
+                if isinstance(exc, psycopg.Error):
+                    continue
+                raise
+            if not held:
+                await conn.close()  # a peer is ending this instance's runs: try again
+                continue
+            async with self._lock:
+                self._conn = conn
+                self.lost = False
+            log.warning("claim regained on %s: taking calls again", where(self._url))
+            return
+
+    async def _drop(self) -> None:
+        async with self._lock:
+            conn, self._conn = self._conn, None
+        if conn is not None:
+            await conn.close()

@@ -1,0 +1,172 @@
+"""Fleet notices over PostgreSQL: LISTEN/NOTIFY on one channel, with psycopg 3.
+
+`PostgresNotices.serve` keeps one connection LISTENing on `CHANNEL` for the server's life.
+When that connection drops (the database restarted, the backend was terminated, the
+network failed) it reconnects with a growing, jittered backoff, and on every connect,
+after LISTEN is in place, runs the resync hooks: a notice sent while nobody listened is
+then found in the records, so a missed notice is a delay, never a lost effect. `publish`
+delivers to this process at once and NOTIFYs on a second connection of its own (a
+connection blocked reading notices cannot also send one).
+
+Only here is psycopg imported (the SQLite default never loads it); its errors leave as
+`StoreError`, whose text names the database by host, port and name, never its password.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+
+import anyio
+import anyio.abc
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+from psycopg.rows import TupleRow
+
+from airlock.errors import StoreError
+
+from .notices import AnyNotice, Notices, decode, encode
+
+log = logging.getLogger(__name__)
+
+CHANNEL = "airlock_notices"
+BACKOFF_MIN_S = 0.05
+BACKOFF_MAX_S = 5.0
+CONNECT_TIMEOUT_S = 5
+
+
+def where(url: str) -> str:
+    """The database `url` names, as host:port/name: never the user's password."""
+    try:
+        parts = conninfo_to_dict(url)
+    except psycopg.Error:
+        return "the configured PostgreSQL database"
+    return f"{parts.get('host', 'localhost')}:{parts.get('port', 5432)}/{parts.get('dbname', '')}"
+
+
+async def connect(url: str) -> psycopg.AsyncConnection[TupleRow]:
+    """An autocommit connection to `url` with keepalives on; psycopg's errors as they are."""
+    # A database that vanished without closing the socket (a cut network) is found by
+    # TCP keepalives within about idle + interval * count = 11 seconds.
+    return await psycopg.AsyncConnection.connect(
+        url,
+        autocommit=True,
+        connect_timeout=CONNECT_TIMEOUT_S,
+        keepalives=1,
+        keepalives_idle=5,
+        keepalives_interval=2,
+        keepalives_count=3,
+    )
+
+
+class PostgresNotices(Notices):
+    """The notices of one server of a fleet on the PostgreSQL database at `url`."""
+
+    def __init__(self, url: str, origin: str) -> None:
+        super().__init__(origin)
+        self._url = url
+        self._sender: psycopg.AsyncConnection[TupleRow] | None = None
+        self._send_lock = anyio.Lock()
+        self.listener_pid: int | None = None
+        """The backend of the LISTENing connection while it is up (tests terminate it)."""
+        self.connects = 0
+        """How many times the listener connected (1 + reconnects)."""
+
+    async def serve(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        """Listen until cancelled; started once LISTEN first holds. A database unreachable
+        at that first try is a `StoreError` (the server must not start deaf); later losses
+        reconnect forever."""
+        try:
+            first = await connect(self._url)
+        except psycopg.Error as exc:
+            raise StoreError(
+                f"cannot listen for notices on {where(self._url)}: {type(exc).__name__}; "
+                "check the --store URL and that the database accepts connections"
+            ) from exc
+        try:
+            async with anyio.create_task_group() as tg:
+                conn: psycopg.AsyncConnection[TupleRow] | None = first
+                started = False
+                delay = BACKOFF_MIN_S
+                while True:
+                    if conn is None:
+                        await anyio.sleep(delay * random.uniform(0.5, 1.0))
+                        delay = min(delay * 2, BACKOFF_MAX_S)
+                        conn = await self._reconnect()
+                        if conn is None:
+                            continue
+                    delay = BACKOFF_MIN_S
+                    try:
+                        async with conn:
+                            await self._listen(conn, tg)
+                            if not started:
+                                task_status.started()
+                                started = True
+                            await self._read(conn, tg)
+                    except psycopg.Error as exc:
+                        log.warning(
+                            "lost the notice connection to %s (%s); reconnecting",
+                            where(self._url),
+                            type(exc).__name__,
+                        )
+                    self.listener_pid = None
+                    conn = None
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the sending connection (the listener closes with `serve`)."""
+        async with self._send_lock:
+            if self._sender is not None:
+                sender, self._sender = self._sender, None
+                await sender.close()
+
+    async def _reconnect(self) -> psycopg.AsyncConnection[TupleRow] | None:
+        try:
+            return await connect(self._url)
+        except psycopg.Error as exc:
+            log.info("notice connection to %s still down (%s)", where(self._url), type(exc))
+            return None
+
+    async def _listen(
+        self, conn: psycopg.AsyncConnection[TupleRow], tg: anyio.abc.TaskGroup
+    ) -> None:
+        await conn.execute(f"LISTEN {CHANNEL}")
+        self.listener_pid = conn.info.backend_pid
+        self.connects += 1
+        # After LISTEN holds, so a change made from now on is either notified or re-read;
+        # in a task, so notices keep being read meanwhile.
+        tg.start_soon(self._resync)
+
+    async def _read(self, conn: psycopg.AsyncConnection[TupleRow], tg: anyio.abc.TaskGroup) -> None:
+        async for notify in conn.notifies():
+            notice = decode(notify.payload)
+            if notice is None or notice.origin == self.origin:
+                continue  # ours was delivered here when it was published
+            # Each in a task: a slow effect (removing containers) delays no other notice.
+            tg.start_soon(self.receive, notice)
+
+    async def _send(self, notice: AnyNotice) -> None:
+        payload = encode(notice)
+        async with self._send_lock:
+            for attempt in (1, 2):
+                try:
+                    if self._sender is None or self._sender.closed:
+                        self._sender = await connect(self._url)
+                    await self._sender.execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload))
+                    return
+                except psycopg.Error as exc:
+                    # Once more on a new connection: the kept one may have died idle.
+                    if self._sender is not None:
+                        await self._sender.close()
+                        self._sender = None
+                    if attempt == 2:
+                        # The records hold the change already: peers find it when they
+                        # next re-read, and refuse a revoked grant from the records.
+                        log.error(
+                            "could not send a %s notice to %s: %s",
+                            notice.kind,
+                            where(self._url),
+                            type(exc).__name__,
+                        )

@@ -1,0 +1,122 @@
+"""What a fleet notice does on this server, and the check that does not wait for one.
+
+Every server of a fleet takes the local half of a change another server recorded, when its
+notice (`store.notices`) arrives. For `grant_revoked` that is here: the grants are revoked
+in this server's broker, so its proxies' watchers cut what they carry within
+`egress.proxy.WATCH_INTERVAL` and refuse the next request. For `session_ended` it is the
+leases' (`server/sessions.py`): they cancel the calls still running in that session first,
+then `end_here` revokes its grants and run tokens and removes its containers on this
+server's engine (`end_here` is also the local step of every teardown). For
+`approval_decided` it is a request waiting on that approval (`wait_for_decision`), which
+reads it again at once.
+
+A missed notice is a delay, never a lost effect: when the listener (re)connects, `resync`
+re-reads from the records every grant still live here; and a run never starts with a grant
+the records say is revoked (`refuse_revoked`), whether or not its notice came. The server
+that published a notice took the effect itself before it did, so skips its own copy.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+import anyio
+
+from airlock.broker import Grant, grant_prefix
+from airlock.errors import NotFound
+from airlock.store import AnyNotice, ApprovalDecided, ApprovalRecord, GrantRevoked, Notices
+
+from .context import Services
+
+log = logging.getLogger(__name__)
+
+REREAD_S = 1.0
+"""How often a request waiting on an approval re-reads it without a notice: `airlock
+approvals` on one server's SQLite is another process, with no channel to announce on."""
+
+
+async def end_here(services: Services, tenant: str, session_id: str) -> int:
+    """Revoke the session's grants and run tokens in this process and remove its containers
+    on this server's engine; how many containers that removed."""
+    services.grants.revoke_prefix(grant_prefix(tenant, session_id), now=services.clock())
+    services.tokens.revoke_session(tenant, session_id)
+    backend = services.engine.connected()
+    return await backend.remove_session(session_id) if backend is not None else 0
+
+
+def subscribe(services: Services) -> None:
+    """Take the local effect of every revocation the fleet announces, and re-read the
+    grants live here whenever notices may have been missed."""
+
+    async def revoked(notice: AnyNotice) -> None:
+        # This server's own notices are skipped: it revoked before publishing.
+        if isinstance(notice, GrantRevoked) and notice.origin != services.notices.origin:
+            services.grants.revoke_ids(notice.grant_ids, now=services.clock())
+
+    async def reread() -> None:
+        await resync(services)
+
+    services.notices.subscribe(revoked, "grant_revoked")
+    services.notices.on_resync(reread)
+
+
+async def resync(services: Services) -> int:
+    """Revoke here every grant still live here that the records say is revoked (notices may
+    have been missed); how many."""
+    now = services.clock()
+    live = [g.id for g in services.grants.all() if g.live(now)]
+    if not live:
+        return 0
+    revoked = services.grants.revoke_ids(sorted(await services.db.revoked_grants(live)), now=now)
+    if revoked:
+        log.warning("revoked %d grant(s) whose revocation notice was missed", len(revoked))
+    return len(revoked)
+
+
+async def refuse_revoked(services: Services, grants: list[Grant]) -> None:
+    """Refuse a run whose grants the records say are revoked, as an unknown grant is
+    refused, and take that revocation here: its notice may still be on its way."""
+    if not grants:
+        return
+    revoked = await services.db.revoked_grants([g.id for g in grants])
+    if not revoked:
+        return
+    services.grants.revoke_ids(sorted(revoked), now=services.clock())
+    first = min(revoked)
+    raise NotFound(
+        f"capability {first!r} is unknown, expired or revoked in this session; "
+        "request it again with request_capability"
+    )
+
+
+async def wait_for_decision(
+    notices: Notices,
+    read: Callable[[], Awaitable[ApprovalRecord | None]],
+    approval_id: str,
+    *,
+    wait_s: float,
+    reread_s: float = REREAD_S,
+) -> ApprovalRecord | None:
+    """The approval as `read` finds it once it left `pending`, or after `wait_s` seconds:
+    read again as soon as its `approval_decided` notice arrives (from any server of the
+    fleet), and every `reread_s` seconds meanwhile."""
+    heard = anyio.Event()
+
+    async def listen(notice: AnyNotice) -> None:
+        if isinstance(notice, ApprovalDecided) and notice.approval_id == approval_id:
+            heard.set()
+
+    stop = notices.subscribe(listen, "approval_decided")
+    try:
+        end = anyio.current_time() + max(0.0, wait_s)
+        while True:
+            record = await read()
+            left = end - anyio.current_time()
+            if record is None or record.status != "pending" or left <= 0:
+                return record
+            with anyio.move_on_after(min(reread_s, left)):
+                await heard.wait()
+            heard = anyio.Event() if heard.is_set() else heard
+    finally:
+        stop()
