@@ -457,9 +457,9 @@ async def test_code_is_unprivileged_and_writes_only_workspace_and_tmp(
 SYSCALL_PROBE = r"""
 import ctypes, errno, json, os
 libc = ctypes.CDLL(None, use_errno=True)
-
-
-
+def call(nr, *args):
+    result = libc.syscall(nr, *[ctypes.c_long(a) for a in args])
+    return "ok" if result != -1 else errno.errorcode.get(ctypes.get_errno(), "?")
 me = os.getpid()
 print(json.dumps({
     "get_mempolicy": call(239, 0, 0, 0, 0, 0),
