@@ -43,6 +43,7 @@ from airlock.policies.load import (
 )
 from airlock.policies.model import (
     BrokerSettings,
+    BrowserSettings,
     Capability,
     Duration,
     EgressLimits,
@@ -66,6 +67,7 @@ __all__ = [
     "DEFAULT_IGNORED",
     "DEFAULT_PROTECTED",
     "BrokerSettings",
+    "BrowserSettings",
     "Capability",
     "Duration",
     "EgressLimits",

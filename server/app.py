@@ -49,6 +49,7 @@ from airlock.tools import (
     tool_errors,
 )
 from airlock.tools.artifacts import MAX_FETCH_BYTES
+from airlock.tools.browse import BROWSE_ACTIONS_DOC, BROWSE_DOC
 from airlock.tools.capabilities import approval_question, check_request, describe_offer
 from airlock.tools.workspace import MAX_LIST_ENTRIES
 
@@ -250,6 +251,31 @@ def build_server(
                     capabilities=capabilities,
                     progress=lambda elapsed, message: ctx.report_progress(elapsed, None, message),
                 )
+
+    @mcp.tool(
+        title="Open a web page in a sandboxed browser",
+        description=BROWSE_DOC,
+        annotations=_hints(read_only=False, destructive=False, idempotent=False, open_world=True),
+    )
+    async def browse(
+        url: Annotated[str, Field(description="The http(s) URL to open.")],
+        capabilities: Annotated[
+            list[str], Field(description="capability_id values that let the page reach hosts.")
+        ] = [],  # noqa: B006 - pydantic copies defaults; the schema needs a plain []
+        actions: Annotated[list[dict[str, Any]], Field(description=BROWSE_ACTIONS_DOC)] = [],  # noqa: B006
+        timeout_s: Annotated[int | None, Field(description="Wall-clock limit in seconds.")] = None,
+        session_id: SessionArg = None,
+        ctx: AirlockContext = None,  # type: ignore[assignment]  # injected by the SDK
+    ) -> CallToolResult:
+        services, leases = _running(ctx)
+        with tool_errors():
+            session = await _lease(leases, session_id, ctx, http=http, local_tenant=local_tenant)
+            async with leases.running(session):
+                return await tools.browse(
+                    services, session, url=url, actions=actions, capabilities=capabilities,
+                    timeout_s=timeout_s,
+                    progress=lambda elapsed, message: ctx.report_progress(elapsed, None, message),
+                )  # fmt: skip
 
     @mcp.tool(
         title="Fetch a file a run produced",

@@ -19,6 +19,7 @@ import anyio.abc
 from airlock.errors import AirlockError, ImageBuilding, ImageUnavailable
 from airlock.policies import ImageSettings, Policy
 from airlock.sandbox import DockerBackend, Ready, connect, limits_of
+from airlock.sandbox.browser_image import ensure_browser_image
 from airlock.sandbox.docker import registered_runtimes
 from airlock.sandbox.image import (
     ImageInputs,
@@ -78,6 +79,8 @@ class Engine:
         # Why the last background attempt failed, told to the next caller only: the call
         # after that tries again.
         self._failures: dict[ImageSettings, AirlockError] = {}
+        self._browser_lock = anyio.Lock()
+        self._browser_image: str | None = None
 
     async def ready(self, image: ImageSettings | None = None) -> Ready:
         """The backend, the runtime and the image for these [image] settings (missing: the server
@@ -166,6 +169,20 @@ class Engine:
             # The entry in `_builds` stays until the background build ends.
             self._task_group.start_soon(self.warm_up, key)
             raise ImageBuilding(build.message(time.monotonic()))
+
+    async def browser(self) -> Ready:
+        """The backend, the browser image and the runtime. The first browse builds the image
+        when it is missing (progress in the server's log), in seconds when its base exists;
+        concurrent first calls wait for one build."""
+        async with self._browser_lock:
+            backend = await self._connect()
+            if self._browser_image is None:
+                self._browser_image = await anyio.to_thread.run_sync(
+                    lambda: ensure_browser_image(
+                        backend.client, lambda line: log.info("browser image: %s", line)
+                    )
+                )
+        return Ready(backend, self._browser_image, self._runtime)
 
     def connected(self) -> DockerBackend | None:
         return self._backend

@@ -49,6 +49,7 @@ BOTH_RUNTIMES = (
     "test_teardown",
     "test_backend_contract",
     "test_toolbox",
+    "test_browse",
 )
 
 

@@ -9,6 +9,7 @@ it builds MCP results (`mcp.types`) but imports neither docker nor an HTTP serve
 """
 
 from .artifacts import fetch_artifact, read_artifact_resource, resource_label
+from .browse import browse
 from .capabilities import Approval, request_capability, revoke_capability
 from .context import Services, Session, iso_time
 from .end_session import teardown_session
@@ -43,6 +44,7 @@ __all__ = [
     "Session",
     "WorkspaceFileResult",
     "WorkspaceListing",
+    "browse",
     "copy_in",
     "fetch_artifact",
     "get_patch",

@@ -99,7 +99,8 @@ CLOSED_FLAGS = (
     "CertificateTransparencyComponentUpdater,DnsOverHttps,PrivacySandboxSettings4",
     "--dns-prefetch-disable",
     "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
-    "--host-resolver-rules=MAP * ~NOTFOUND",
+    # Nothing is resolved in the box; the proxy is named by its address.
+    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
     "--mute-audio",
     "--hide-scrollbars",
     "--remote-debugging-pipe",
@@ -254,11 +255,15 @@ class Page:
         else:
             answer = {"response": "CancelAuth"}
         self.cdp.send(
-            "Fetch.continueWithAuth", {"requestId": request_id, "authChallengeResponse": answer}, session
+            "Fetch.continueWithAuth",
+            {"requestId": request_id, "authChallengeResponse": answer},
+            session,
         )
 
     def console_called(self, params: dict[str, Any], _session: str) -> None:
-        parts = [str(arg.get("value", arg.get("description", ""))) for arg in params.get("args", [])]
+        parts = [
+            str(arg.get("value", arg.get("description", ""))) for arg in params.get("args", [])
+        ]
         self._note_console(f"[{params.get('type', 'log')}] " + " ".join(parts))
 
     def exception(self, params: dict[str, Any], _session: str) -> None:
@@ -323,7 +328,7 @@ def _trust_ca(ca_pem: str) -> None:
             capture_output=True,
             env=_chromium_env(),
             timeout=30,
-            preexec_fn=_become_sandbox_user,  # noqa: PLW1509
+            preexec_fn=_become_sandbox_user,
         )
 
 
@@ -354,6 +359,8 @@ def _start_chromium(request: dict[str, Any], port: int) -> tuple[int, int, int]:
             devnull = os.open(os.devnull, os.O_RDONLY)
             for source, target in ((devnull, 0), (log, 1), (log, 2), (to_read, 3), (from_write, 4)):
                 os.dup2(source, target)
+                # dup2 onto itself keeps the pipe's close-on-exec flag.
+                os.set_inheritable(target, True)
             os.closerange(5, 1 << 16)
             os.execve(CHROMIUM, argv, _chromium_env())
         finally:
@@ -452,7 +459,11 @@ def _browse(page: Page) -> dict[str, Any]:
         cdp.call("Target.createTarget", {"url": "about:blank"})
         cdp.pump(lambda: bool(page.session))
     metrics = {"width": int(request["width"]), "height": int(request["height"])}
-    cdp.call("Emulation.setDeviceMetricsOverride", {**metrics, "deviceScaleFactor": 1, "mobile": False}, page.session)
+    cdp.call(
+        "Emulation.setDeviceMetricsOverride",
+        {**metrics, "deviceScaleFactor": 1, "mobile": False},
+        page.session,
+    )
     found: dict[str, Any] = {"error": None, "actions_done": 0}
     navigated = cdp.call("Page.navigate", {"url": request["url"]}, page.session)
     if navigated.get("errorText"):
