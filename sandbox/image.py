@@ -4,8 +4,9 @@ wrappers, the module that reads editable installs, the warmed home, the manifest
 
 Belongs here: the image recipe, the tag derived from it, the offline base bootstrapped with
 `debootstrap` and imported into Docker, and turning engine and build failures into
-`EngineUnavailable` / `ImageUnavailable`. Not here: starting or hardening containers (the
-backend's job), the code that runs inside (`sandbox/inside/`, copied in byte for byte), reading
+`EngineUnavailable` / `ImageUnavailable`; the bootstrapping (`ensure_base`) and the
+offline layer build (`build_layer`) serve the browser image too (`browser_image.py`).
+Not here: starting or hardening containers (the backend's job), the code that runs inside (`sandbox/inside/`, copied in byte for byte), reading
 lock files and fetching wheels (`sandbox/pylock.py`), and printing: every step is reported through
 the caller's `progress` callback, never to stdout, which may be an MCP stdio transport.
 
