@@ -6,9 +6,10 @@ Belongs here: the image recipe, the tag derived from it, the offline base bootst
 `debootstrap` and imported into Docker, and turning engine and build failures into
 `EngineUnavailable` / `ImageUnavailable`; the bootstrapping (`ensure_base`) and the
 offline layer build (`build_layer`) serve the browser image too (`browser_image.py`).
-Not here: starting or hardening containers (the backend's job), the code that runs inside (`sandbox/inside/`, copied in byte for byte), reading
-lock files and fetching wheels (`sandbox/pylock.py`), and printing: every step is reported through
-the caller's `progress` callback, never to stdout, which may be an MCP stdio transport.
+Not here: starting or hardening containers (the backend's job), the code that runs inside
+(`sandbox/inside/`, copied in byte for byte), reading lock files and fetching wheels
+(`sandbox/pylock.py`), and printing: every step is reported through the caller's `progress`
+callback, never to stdout, which may be an MCP stdio transport.
 
 Tags are derived from content, so a changed recipe, runner or lock is picked up without a
 version bump, and an unchanged one reuses the image:
