@@ -105,6 +105,13 @@ async def test_a_page_comes_back_as_a_png_and_its_text_in_the_envelope(
     assert "/pixel.png" in upstream.paths()
     allowed = [e for e in data["egress"] if e["decision"] == "allow"]
     assert {e["path"] for e in allowed} >= {"/hello", "/pixel.png"}
+    # The proxy's 407s, which the box answers with the run token, are counted, not listed.
+    assert data["proxy_challenges"] >= 1
+    assert all(e["status"] != 407 for e in data["egress"])
+    # Chromium's own services that still try (a sign-in check) reach nothing: the proxy
+    # denies every host but the granted one.
+    others = [e for e in data["egress"] if e["host"] != "localhost"]
+    assert all(e["decision"] == "deny" and e["bytes_in"] == 0 for e in others), others
 
 
 DENIED_PAGE = """<title>probes</title><body>probing</body><script>

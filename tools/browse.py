@@ -53,6 +53,7 @@ MAX_CONSOLE = 50
 MAX_LISTED_EGRESS = 100
 MAX_OUTPUT_FILES = 24
 PAGE_FILE = "page.json"
+PROXY_CHALLENGE = 407
 SCREENSHOT_FILE = "screenshot.png"
 MIB = 1 << 20
 
@@ -187,6 +188,8 @@ class BrowseResult(BaseModel):
     downloads: list[DownloadInfo]
     screenshot_uri: str | None
     egress: list[dict[str, Any]]
+    proxy_challenges: int
+    """Requests the proxy answered 407 (the box answers with the run's token); not listed."""
 
 
 def check_url(url: str) -> str:
@@ -393,6 +396,10 @@ async def _result(
     egress_log: Sequence[EgressRecord],
 ) -> CallToolResult:
     found = await _findings(services, kept)
+    # Chromium meets each new proxy connection without credentials and answers the 407
+    # with the run's token (the driver does): those challenges are the box's, not the
+    # page's, so the result counts them and the run's records (`airlock audit`) keep them.
+    requests = [r for r in egress_log if r.status != PROXY_CHALLENGE]
     picture = await _screenshot(services, kept, record.id)
     text = clip(found.text.encode(), MAX_TEXT_BYTES)
     downloads = [
@@ -427,7 +434,8 @@ async def _result(
         blocked=[clean_field(u) for u in found.blocked[:MAX_LINKS]],
         downloads=downloads,
         screenshot_uri=artifact_uri(record.id, SCREENSHOT_FILE) if picture else None,
-        egress=[r.summary().model_dump() for r in egress_log[:MAX_LISTED_EGRESS]],
+        egress=[r.summary().model_dump() for r in requests[:MAX_LISTED_EGRESS]],
+        proxy_challenges=len(egress_log) - len(requests),
     )
     content: list[Any] = [TextContent(type="text", text=_summary(result, policy, picture))]
     if picture is not None:

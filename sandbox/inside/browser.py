@@ -94,9 +94,17 @@ CLOSED_FLAGS = (
     "--disable-extensions",
     "--disable-breakpad",
     "--disable-crash-reporter",
+    "--disable-field-trial-config",
+    "--disable-search-engine-choice-screen",
+    "--no-service-autorun",
+    "--no-pings",
+    "--allow-browser-signin=false",
+    "--metrics-recording-only",
     "--disable-features=Translate,OptimizationHints,MediaRouter,DialMediaRouteProvider,"
     "NetworkPrediction,InterestFeedContentSuggestions,AutofillServerCommunication,"
-    "CertificateTransparencyComponentUpdater,DnsOverHttps,PrivacySandboxSettings4",
+    "CertificateTransparencyComponentUpdater,DnsOverHttps,PrivacySandboxSettings4,"
+    "NetworkTimeServiceQuerying,LensOverlay,SafeBrowsing,PreconnectToSearch,"
+    "SearchPrefetchServicePrefetching,OmniboxSearchPrefetch",
     "--dns-prefetch-disable",
     "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
     # Nothing is resolved in the box; the proxy is named by its address.
