@@ -273,3 +273,31 @@ async def test_bad_input_gets_a_one_sentence_error(
         result = await call(c, "browse", args)
     assert result.is_error
     assert expected in text_of(result)
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        "file:///etc/passwd",
+        "chrome://version",
+        "view-source:https://localhost/",
+        "data:text/html,<h1>x</h1>",
+    ],
+)
+async def test_a_page_cannot_navigate_the_top_frame_off_http(
+    site_server: MCPServer, upstream: Upstream, target: str
+) -> None:
+    url = serve(
+        upstream,
+        "/away",
+        "<title>stay</title><body>start</body>"
+        f"<script>setTimeout(() => {{ location.href = {json.dumps(target)}; }}, 10);</script>",
+    )
+    wait = {"kind": "wait", "ms": 1000}
+    async with Client(site_server) as c:
+        cap = await grant(c)
+        result = await call(c, "browse", {"url": url, "capabilities": [cap], "actions": [wait]})
+    data = result.structured_content
+    assert data is not None and data["status"] == "ok", text_of(result)
+    assert data["url"] == url
+    assert data["title"] == "stay"
