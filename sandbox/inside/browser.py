@@ -69,7 +69,7 @@ PROFILE_DIR = "/tmp/profile"
 DOWNLOADS = "downloads"
 CHROMIUM_LOG = "/tmp/chromium.log"
 # How long the page may keep fetching after its load event before it is read anyway.
-SETTLE_S = 1.5
+SETTLE_S = 2.0
 LOG_TAIL = 4096
 MAX_CONSOLE = 200
 MAX_CONSOLE_CHARS = 1000
@@ -204,7 +204,7 @@ class Page:
         self.token = token
         self.session = ""
         self.target = ""
-        self.loaded = False
+        self.lifecycle_seen: set[tuple[str, str]] = set()
         self.crashed = False
         self.pages = 0
         self.console: list[str] = []
@@ -284,8 +284,9 @@ class Page:
             self.console.append(text[:MAX_CONSOLE_CHARS])
 
     def lifecycle(self, params: dict[str, Any], session: str) -> None:
-        if session == self.session and params.get("name") == "load":
-            self.loaded = True
+        # Kept by loader: the blank page the tab started with has its own load and idle.
+        if session == self.session:
+            self.lifecycle_seen.add((params.get("loaderId", ""), params.get("name", "")))
 
     def crash(self, _params: dict[str, Any], session: str) -> None:
         if session == self.session:
@@ -477,8 +478,14 @@ def _browse(page: Page) -> dict[str, Any]:
     if navigated.get("errorText"):
         found["error"] = f"the page did not load: {navigated['errorText']}"
         return found
-    cdp.pump(lambda: page.loaded or page.crashed)
-    cdp.pump(lambda: page.crashed, until=time.monotonic() + SETTLE_S)
+    loader = str(navigated.get("loaderId", ""))
+    seen = page.lifecycle_seen
+    cdp.pump(lambda: (loader, "load") in seen or page.crashed)
+    # What the page fetches on load is let finish (Chromium calls the network idle after
+    # 500 ms without a request), up to SETTLE_S.
+    cdp.pump(
+        lambda: (loader, "networkIdle") in seen or page.crashed, until=time.monotonic() + SETTLE_S
+    )
     for action in request["actions"]:
         if page.crashed:
             break
