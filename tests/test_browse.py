@@ -9,6 +9,7 @@ import base64
 import hashlib
 import json
 import re
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -301,3 +302,26 @@ async def test_a_page_cannot_navigate_the_top_frame_off_http(
     assert data is not None and data["status"] == "ok", text_of(result)
     assert data["url"] == url
     assert data["title"] == "stay"
+
+
+async def test_audit_shows_a_browse_run_with_its_request_and_its_requests(
+    site_server: MCPServer, upstream: Upstream, data_dir: Path
+) -> None:
+    url = serve(upstream, "/audited", "<title>audited</title>seen by the operator")
+    async with Client(site_server) as c:
+        cap = await grant(c)
+        result = await call(c, "browse", {"url": url, "capabilities": [cap]})
+    assert result.structured_content is not None
+    run_id = result.structured_content["run_id"]
+    airlock = Path(sys.executable).with_name("airlock")
+
+    async def audit(*args: str) -> str:
+        done = await anyio.run_process([str(airlock), "audit", *args, "--data-dir", str(data_dir)])
+        return done.stdout.decode()
+
+    listing = await audit("runs")
+    assert run_id in listing and "browse" in listing
+    detail = await audit("run", run_id)
+    assert "code (browse)" in detail and url in detail
+    egress = await audit("egress", "--run", run_id)
+    assert "/audited" in egress and "allow" in egress
