@@ -56,6 +56,7 @@ PAGE_FILE = "page.json"
 PROXY_CHALLENGE = 407
 SCREENSHOT_FILE = "screenshot.png"
 MIB = 1 << 20
+MAX_PAGE_JSON_BYTES = 4 * MIB
 
 BROWSE_DOC = """Open an http(s) page in headless Chromium in a sandboxed box of its own (fresh
 profile every call, no session files, no secrets), optionally act on it, and get a PNG
@@ -363,6 +364,9 @@ async def _findings(services: Services, kept: dict[str, ArtifactRecord]) -> Page
     record = kept.get(PAGE_FILE)
     if record is None:
         return PageFindings()
+    if record.size > MAX_PAGE_JSON_BYTES:
+        # The driver writes at most about 1.5 MB; more is not its report.
+        return PageFindings(error="the browser box's report was too large; nothing of it shown")
     try:
         return PageFindings.model_validate(json.loads(await services.blobs.read(record.sha256)))
     except (ValueError, ValidationError):
