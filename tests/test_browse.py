@@ -123,7 +123,17 @@ const probe = (name, start) => start().then(
 const ws = () => new Promise((ok, no) => {
   const s = new WebSocket('wss://denied.example/socket');
   s.onopen = () => ok({status: 'open'}); s.onerror = no; });
+const stun = () => new Promise(done => {
+  const pc = new RTCPeerConnection({iceServers: [{urls: 'stun:stun.denied.example:3478'}]});
+  const found = [];
+  pc.onicecandidate = e => { if (e.candidate) found.push(e.candidate.type); };
+  pc.createDataChannel('x');
+  pc.createOffer().then(o => pc.setLocalDescription(o));
+  setTimeout(() => { results.stun = found.filter(t => t !== 'host').join(',') || 'none';
+    pc.close(); done(); }, 1500);
+});
 Promise.all([
+  stun().catch(() => { results.stun = 'none'; }),
   probe('denied', () => fetch('https://denied.example/secret')),
   probe('metadata', () => fetch('http://169.254.169.254/latest/meta-data/')),
   probe('file', () => fetch('file:///etc/passwd')),
@@ -147,6 +157,8 @@ async def test_scripts_reaching_a_denied_host_metadata_a_file_and_a_websocket_ge
     assert data is not None and data["status"] == "ok", text_of(result)
     assert data["actions_done"] == 1, data["error"]
     found = json.loads(data["text"])
+    # No STUN answer: no server-reflexive or relay candidate, only what the box itself has.
+    assert found.pop("stun") == "none"
     assert found == dict.fromkeys(("denied", "metadata", "file", "websocket"), "failed")
     denied_hosts = {e["host"] for e in data["egress"] if e["decision"] != "allow"}
     assert {"denied.example", "169.254.169.254"} <= denied_hosts
