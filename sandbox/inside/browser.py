@@ -497,6 +497,12 @@ def _browse(page: Page) -> dict[str, Any]:
         found["actions_done"] += 1
     if page.crashed:
         raise PageGone("the page's renderer died")
+    where = str(_evaluate(page, "location.href") or "")
+    if not where.lower().startswith(ALLOWED_SCHEMES):
+        # Chromium keeps web pages off file:, chrome: and the like itself; should one get
+        # there anyway, nothing of it is read or shown.
+        found["error"] = f"the page left the web (for {where[:100]!r}); nothing of it was read"
+        return found
     found.update(_evaluate(page, READ_PAGE) or {})
     shot = cdp.call("Page.captureScreenshot", {"format": "png"}, page.session)
     with _as_sandbox_user(), open(os.path.join(WORKSPACE, "screenshot.png"), "wb") as f:
