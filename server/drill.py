@@ -34,6 +34,7 @@ from airlock.ids import new_id
 from airlock.policies import Policy, load_policy
 from airlock.policies.review import review
 from airlock.sandbox import connect
+from airlock.sandbox.browser_image import ensure_browser_image
 from airlock.sandbox.docker import session_containers
 from airlock.sandbox.environment import sandbox_environment
 from airlock.store import Database, DrillRecord
@@ -233,9 +234,23 @@ BROWSER_EXPECTED = "every request the page makes denied by the proxy, file: refu
 BROWSER_TARGETS = ("http://169.254.169.254/latest/meta-data/", "https://drill-denied.invalid/")
 
 
+def _browser_image() -> None:
+    def report(line: str) -> None:
+        sys.stderr.write(f"browser image: {line}\n")
+
+    engine = connect()
+    try:
+        ensure_browser_image(engine, report)
+    finally:
+        engine.close()
+
+
 async def _browser(client: Client, sessions: list[str]) -> DrillRow:
     """The browser box under the policy: pages at the metadata address and at a host no
     capability names must load nothing, and a local file must be refused outright."""
+    # The server would build a missing browser image in the background and answer "being
+    # built"; the drill waits for it instead, once.
+    await anyio.to_thread.run_sync(_browser_image)
     observed: list[str] = []
     held = True
     for url in BROWSER_TARGETS:

@@ -34,6 +34,7 @@ from upstream import Upstream, start_upstream
 from airlock.errors import AirlockError
 from airlock.policies import Policy
 from airlock.sandbox import connect
+from airlock.sandbox.browser_image import ensure_browser_image
 from airlock.sandbox.docker import registered_runtimes
 from airlock.sandbox.image import ensure_image
 from airlock.sandbox.runtime import GVISOR, REGISTER_GVISOR, RUNC
@@ -117,6 +118,13 @@ def postgres_url(postgres_cluster: postgres.Cluster) -> str:
 def sandbox_image(docker_client: docker.DockerClient) -> str:
     """The real sandbox image, built once per test session if missing."""
     return ensure_image(docker_client, lambda line: sys.stderr.write(f"image: {line}\n"))
+
+
+@pytest.fixture(scope="session")
+def browser_image(docker_client: docker.DockerClient) -> str:
+    """The real browser image of `browse`, built once per test session if missing (a server
+    would build it in the background and tell the first call to retry)."""
+    return ensure_browser_image(docker_client, lambda line: sys.stderr.write(f"browser: {line}\n"))
 
 
 @pytest.fixture(scope="session")

@@ -24,7 +24,7 @@ from upstream import Upstream
 
 from airlock.tools.images import sniff_image
 
-pytestmark = [pytest.mark.anyio, pytest.mark.docker]
+pytestmark = [pytest.mark.anyio, pytest.mark.docker, pytest.mark.usefixtures("browser_image")]
 
 CALL_TIMEOUT_S = 120
 CAP = "site"
