@@ -379,12 +379,12 @@ def _start_chromium(request: dict[str, Any], port: int) -> tuple[int, int, int]:
     return pid, to_write, from_read
 
 
-def _evaluate(page: Page, expression: str) -> Any:
-    result = page.cdp.call(
-        "Runtime.evaluate",
-        {"expression": expression, "returnByValue": True, "awaitPromise": True},
-        page.session,
-    )
+def _evaluate(page: Page, expression: str, context: int | None = None) -> Any:
+    params: dict[str, Any] = {"expression": expression, "returnByValue": True}
+    params["awaitPromise"] = True
+    if context is not None:
+        params["contextId"] = context
+    result = page.cdp.call("Runtime.evaluate", params, page.session)
     if "exceptionDetails" in result:
         raise ValueError(result["exceptionDetails"].get("text", "the page's script failed"))
     return result.get("result", {}).get("value")
@@ -497,13 +497,21 @@ def _browse(page: Page) -> dict[str, Any]:
         found["actions_done"] += 1
     if page.crashed:
         raise PageGone("the page's renderer died")
-    where = str(_evaluate(page, "location.href") or "")
+    # Read in a world of our own: the page's scripts share its DOM but not its JavaScript,
+    # so a page that replaced Array.from or String.prototype.slice changes nothing here.
+    frame = cdp.call("Page.getFrameTree", {}, page.session)["frameTree"]["frame"]["id"]
+    world = cdp.call(
+        "Page.createIsolatedWorld", {"frameId": frame, "worldName": "airlock"}, page.session
+    )["executionContextId"]
+    where = str(_evaluate(page, "location.href", world) or "")
     if not where.lower().startswith(ALLOWED_SCHEMES):
         # Chromium keeps web pages off file:, chrome: and the like itself; should one get
         # there anyway, nothing of it is read or shown.
         found["error"] = f"the page left the web (for {where[:100]!r}); nothing of it was read"
         return found
-    found.update(_evaluate(page, READ_PAGE) or {})
+    read = _evaluate(page, READ_PAGE, world)
+    if isinstance(read, dict):
+        found.update(read)
     shot = cdp.call("Page.captureScreenshot", {"format": "png"}, page.session)
     with _as_sandbox_user(), open(os.path.join(WORKSPACE, "screenshot.png"), "wb") as f:
         f.write(base64.b64decode(shot["data"]))
