@@ -1,6 +1,6 @@
 """Shared base of every room: the version, and beside it the base modules (the one error
 hierarchy `errors`, `characters`, `ids`, `languages`, `spelling`, `validation`,
-`config_files`, `lazy`).
+`config_files`, `lazy`, and `rooms`, which makes each room answer only to `airlock.<room>`).
 
 The base sits below every room, so every room may import it; no base module imports a
 room, and this file imports nothing of ours (pyproject's `rooms` and `root` import

@@ -112,8 +112,8 @@ import tempfile
 import time
 import traceback
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
-from contextlib import AsyncExitStack
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
@@ -123,7 +123,7 @@ import docker
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-from airlock.broker import Grants, RunTokens, Vault, load_key, vault_path
+from airlock.broker import Grant, Grants, RunTokens, Vault, load_key, vault_path
 from airlock.egress import SOCKET_NAME, Egress
 from airlock.policies import Capability, EgressSettings, Policy, resolve_scope
 from airlock.sandbox import connect
@@ -877,136 +877,78 @@ async def section_patch(b: Bench) -> dict[str, Any]:
     return results
 
 
-async def section_egress(b: Bench) -> dict[str, Any]:
-    import trustme  # a dev extra, like the rest of the test tooling
+@dataclass
+class _EgressRig:
+    """The real proxy of this process, an HTTPS upstream process and two grants to reach it."""
 
-    tmp = Path(tempfile.mkdtemp(prefix="egress-", dir=b.temp))
-    ca = trustme.CA()
-    leaf = ca.issue_cert("localhost", "127.0.0.1")
-    cert, key, ca_file = tmp / "cert.pem", tmp / "key.pem", tmp / "ca.pem"
-    leaf.cert_chain_pems[0].write_to_path(str(cert))
-    leaf.private_key_pem.write_to_path(str(key))
-    ca.cert_pem.write_to_path(str(ca_file))
-    data = tmp / "data"
-    vault = Vault(vault_path(data), load_key(data, {}))
-    vault.set("bench_token", "sk-bench-not-a-secret", ["localhost"])
-    grants = Grants(max_per_session=32, max_live_per_tenant=64)
-    tokens = RunTokens()
-    egress = Egress(
-        root=tmp / "egress",
-        settings=EgressSettings.model_validate({"upstream_ca_file": str(ca_file)}),
-        grants=grants,
-        tokens=tokens,
-        vault=vault,
-    )
-    runs = 0
-    async with await anyio.open_process(
-        [sys.executable, str(WORKER), "upstream", str(cert), str(key)], stderr=None
-    ) as upstream:
-        assert upstream.stdout is not None and upstream.stdin is not None
-        with anyio.fail_after(10):
-            port = int((await upstream.stdout.receive()).decode().split()[0])
-        reach: dict[str, Any] = {
-            "hosts": ["localhost"],
-            "ports": [port],
-            "methods": ["GET"],
-            "paths": ["/**"],
-            "allow_private": ["127.0.0.0/8", "::1/128"],
-        }
-        local = Capability.model_validate(
-            reach
-            | {
-                "secret": "bench_token",
-                "inject": {"header": "Authorization", "format": "Bearer {secret}"},
+    egress: Egress
+    settings: EgressSettings
+    grant: Grant  # with a secret injected (the usual capability)
+    plain: Grant  # the same reach without a secret: nothing injected, nothing to scrub
+    port: int
+    ca_file: Path
+    upstream_pid: int
+    runs: int = 0
+
+    async def client(
+        self,
+        path: str,
+        count: int,
+        warmup: int,
+        *,
+        keepalive: bool = False,
+        secret: bool = True,
+        proxy_first: bool = False,
+    ) -> dict[str, list[float]]:
+        """One run's client process: `count` GETs of `path` each way (direct, proxied)."""
+        self.runs += 1
+        async with self.egress.open(
+            tenant="bench",
+            session_id="ses_bench",
+            run_id=f"run_bench{self.runs}",
+            grants=[self.grant if secret else self.plain],
+            deadline=time.time() + 600,
+            settings=self.settings,
+        ) as run:
+            config = {
+                "port": self.port,
+                "upstream_ca_file": str(self.ca_file),
+                "run_ca_pem": run.plan.ca_pem,
+                "token": run.plan.token.reveal(),
+                "socket": str(run.plan.socket_dir / SOCKET_NAME),
+                "path": path,
+                "count": count,
+                "warmup": warmup,
+                "keepalive": keepalive,
+                "proxy_first": proxy_first,
             }
-        )
-        grant = grants.grant(
-            local,
-            resolve_scope(local, {}),
-            name="bench-local",
-            params={},
-            tenant="bench",
-            session_id="ses_bench",
-            approved_by="policy",
-            reason="benchmark",
-            ttl_s=3600,
-            now=time.time(),
-        )
-        # The same reach without a secret: nothing injected, so nothing to scrub.
-        no_secret = Capability.model_validate(reach)
-        plain = grants.grant(
-            no_secret,
-            resolve_scope(no_secret, {}),
-            name="bench-plain",
-            params={},
-            tenant="bench",
-            session_id="ses_bench",
-            approved_by="policy",
-            reason="benchmark",
-            ttl_s=3600,
-            now=time.time(),
-        )
+            before = _cpu_now(self.upstream_pid)
+            done = await anyio.run_process(
+                [sys.executable, str(WORKER), "client", json.dumps(config)],
+                check=False,
+                stderr=None,
+            )
+            used = [b - a for a, b in zip(before, _cpu_now(self.upstream_pid), strict=True)]
+            if done.returncode != 0:
+                raise RuntimeError(f"egress client failed ({done.returncode})")
+            denied = [r for r in run.records if r.decision != "allow"]
+            if denied:
+                raise RuntimeError(f"proxy refused requests: {denied[0]}")
+            result: dict[str, list[float]] = json.loads(done.stdout)
+            result["cpu_proxy_client_upstream"] = used
+            return result
 
-        async def client(
-            path: str,
-            count: int,
-            warmup: int,
-            *,
-            keepalive: bool = False,
-            secret: bool = True,
-            proxy_first: bool = False,
-        ) -> dict[str, list[float]]:
-            nonlocal runs
-            runs += 1
-            async with egress.open(
-                tenant="bench",
-                session_id="ses_bench",
-                run_id=f"run_bench{runs}",
-                grants=[grant if secret else plain],
-                deadline=time.time() + 600,
-            ) as run:
-                config = {
-                    "port": port,
-                    "upstream_ca_file": str(ca_file),
-                    "run_ca_pem": run.plan.ca_pem,
-                    "token": run.plan.token.reveal(),
-                    "socket": str(run.plan.socket_dir / SOCKET_NAME),
-                    "path": path,
-                    "count": count,
-                    "warmup": warmup,
-                    "keepalive": keepalive,
-                    "proxy_first": proxy_first,
-                }
-                before = _cpu_now(upstream.pid)
-                done = await anyio.run_process(
-                    [sys.executable, str(WORKER), "client", json.dumps(config)],
-                    check=False,
-                    stderr=None,
-                )
-                used = [b - a for a, b in zip(before, _cpu_now(upstream.pid), strict=True)]
-                if done.returncode != 0:
-                    raise RuntimeError(f"egress client failed ({done.returncode})")
-                denied = [r for r in run.records if r.decision != "allow"]
-                if denied:
-                    raise RuntimeError(f"proxy refused requests: {denied[0]}")
-                result: dict[str, list[float]] = json.loads(done.stdout)
-                result["cpu_proxy_client_upstream"] = used
-                return result
-
-        n = b.counts.egress_small
-        progress(f"egress: {n} small GETs each way, new connection each")
-        small = await client("/small", n, warmup=10)
-        progress(f"egress: {n} small GETs each way on one kept-alive connection")
-        kept = await client("/small", n, warmup=10, keepalive=True)
-        progress(f"egress: {n} kept-alive GETs each way while another run floods its proxy")
-        flooding = egress.open(
+    async def while_flooded(self, n: int) -> tuple[dict[str, list[float]], int]:
+        """Kept-alive GETs while another run (limit 50) floods its own proxy with denied
+        CONNECTs from a third process; also how many records the flooding run kept."""
+        flooding = self.egress.open(
             tenant="bench",
             session_id="ses_flood",
             run_id="run_flood",
-            grants=[plain],
+            grants=[self.plain],
             deadline=time.time() + 600,
             settings=EgressSettings.model_validate(
-                {"upstream_ca_file": str(ca_file), "limits": {"max_requests": 50}}
+                {"upstream_ca_file": str(self.ca_file), "limits": {"max_requests": 50}}
             ),
         )
         async with flooding as flood_run:
@@ -1020,31 +962,123 @@ async def section_egress(b: Bench) -> dict[str, Any]:
                 assert flooder.stdout is not None
                 with anyio.fail_after(30):
                     await flooder.stdout.receive()  # 100 connections in: the flood is on
-                during = await client("/small", n, warmup=10, keepalive=True)
+                during = await self.client("/small", n, warmup=10, keepalive=True)
                 flooder.kill()
-        flood_records = len(flood_run.records)
-        size = b.counts.egress_big_bytes
-        big: dict[str, list[float]] = {"direct": [], "proxy": []}
-        # CPU seconds of one run's transfers (one direct, one proxied): this process's is
-        # the proxy's alone (nothing else runs in it meanwhile); the client's and the
-        # upstream's cover both transfers, so half is one transfer's.
+        return during, len(flood_run.records)
+
+    async def big(
+        self, size: int, repeats: int, *, secret: bool
+    ) -> tuple[dict[str, list[float]], list[list[float]]]:
+        """`repeats` runs of one `size`-byte transfer each way, the order flipped from one
+        run to the next (ABBA), and each run's CPU seconds of one transfer: this process's
+        is the proxy's alone (nothing else runs in it meanwhile); the client's and the
+        upstream's cover both transfers, so half is one transfer's."""
+        times: dict[str, list[float]] = {"direct": [], "proxy": []}
         cpu: list[list[float]] = []
-        progress(f"egress: {b.counts.egress_big_repeats} x {size / 1e6:.0f} MB each way")
-        await client(f"/big/{size}", 1, warmup=0)  # warm-up, left out
-        # One transfer each way per run, the order flipped from one run to the next (ABBA).
-        for i in range(b.counts.egress_big_repeats):
-            one = await client(f"/big/{size}", 1, warmup=0, proxy_first=i % 2 == 1)
-            for k in big:
-                big[k].extend(one[k])
+        for i in range(repeats):
+            one = await self.client(
+                f"/big/{size}", 1, warmup=0, secret=secret, proxy_first=i % 2 == 1
+            )
+            for k in times:
+                times[k].extend(one[k])
             proxy_cpu, client_cpu, upstream_cpu = one["cpu_proxy_client_upstream"]
             cpu.append([proxy_cpu, client_cpu / 2, upstream_cpu / 2])
-        progress(f"egress: {b.counts.egress_big_repeats} x {size / 1e6:.0f} MB, no secret")
-        bare: dict[str, list[float]] = {"direct": [], "proxy": []}
-        for i in range(b.counts.egress_big_repeats):
-            one = await client(f"/big/{size}", 1, warmup=0, secret=False, proxy_first=i % 2 == 1)
-            for k in bare:
-                bare[k].extend(one[k])
+        return times, cpu
+
+
+def _bench_grant(grants: Grants, capability: Capability, name: str) -> Grant:
+    return grants.grant(
+        capability,
+        resolve_scope(capability, {}),
+        name=name,
+        params={},
+        tenant="bench",
+        session_id="ses_bench",
+        approved_by="policy",
+        reason="benchmark",
+        ttl_s=3600,
+        now=time.time(),
+        max_per_session=32,
+        max_live_per_tenant=64,
+    )
+
+
+@asynccontextmanager
+async def _egress_rig(b: Bench) -> AsyncIterator[_EgressRig]:
+    import trustme  # a dev extra, like the rest of the test tooling
+
+    tmp = Path(tempfile.mkdtemp(prefix="egress-", dir=b.temp))
+    ca = trustme.CA()
+    leaf = ca.issue_cert("localhost", "127.0.0.1")
+    cert, key, ca_file = tmp / "cert.pem", tmp / "key.pem", tmp / "ca.pem"
+    leaf.cert_chain_pems[0].write_to_path(str(cert))
+    leaf.private_key_pem.write_to_path(str(key))
+    ca.cert_pem.write_to_path(str(ca_file))
+    data = tmp / "data"
+    vault = Vault(vault_path(data), load_key(data, {}))
+    vault.set("bench_token", "sk-bench-not-a-secret", ["localhost"])
+    grants = Grants()
+    settings = EgressSettings.model_validate({"upstream_ca_file": str(ca_file)})
+    egress = Egress(
+        root=tmp / "egress",
+        grants=grants,
+        tokens=RunTokens(),
+        vault=vault,
+    )
+    async with await anyio.open_process(
+        [sys.executable, str(WORKER), "upstream", str(cert), str(key)], stderr=None
+    ) as upstream:
+        assert upstream.stdout is not None and upstream.stdin is not None
+        with anyio.fail_after(10):
+            port = int((await upstream.stdout.receive()).decode().split()[0])
+        reach: dict[str, Any] = {
+            "hosts": ["localhost"],
+            "ports": [port],
+            "methods": ["GET"],
+            "paths": ["/**"],
+            "allow_private": ["127.0.0.0/8", "::1/128"],
+        }
+        inject = {"header": "Authorization", "format": "Bearer {secret}"}
+        local = Capability.model_validate(reach | {"secret": "bench_token", "inject": inject})
+        yield _EgressRig(
+            egress=egress,
+            settings=settings,
+            grant=_bench_grant(grants, local, "bench-local"),
+            plain=_bench_grant(grants, Capability.model_validate(reach), "bench-plain"),
+            port=port,
+            ca_file=ca_file,
+            upstream_pid=upstream.pid,
+        )
         await upstream.stdin.aclose()
+
+
+async def section_egress(b: Bench) -> dict[str, Any]:
+    n, size, repeats = b.counts.egress_small, b.counts.egress_big_bytes, b.counts.egress_big_repeats
+    async with _egress_rig(b) as rig:
+        progress(f"egress: {n} small GETs each way, new connection each")
+        small = await rig.client("/small", n, warmup=10)
+        progress(f"egress: {n} small GETs each way on one kept-alive connection")
+        kept = await rig.client("/small", n, warmup=10, keepalive=True)
+        progress(f"egress: {n} kept-alive GETs each way while another run floods its proxy")
+        during, flood_records = await rig.while_flooded(n)
+        progress(f"egress: {repeats} x {size / 1e6:.0f} MB each way")
+        await rig.client(f"/big/{size}", 1, warmup=0)  # warm-up, left out
+        big, cpu = await rig.big(size, repeats, secret=True)
+        progress(f"egress: {repeats} x {size / 1e6:.0f} MB, no secret")
+        bare, _ = await rig.big(size, repeats, secret=False)
+    result = _egress_latency_rows(b, small, kept, during, flood_records)
+    result |= _egress_throughput_rows(b, size, big, cpu, bare)
+    return result | {"small_s": small, "kept_s": kept, "during_flood_s": during}
+
+
+def _egress_latency_rows(
+    b: Bench,
+    small: dict[str, list[float]],
+    kept: dict[str, list[float]],
+    during: dict[str, list[float]],
+    flood_records: int,
+) -> dict[str, Any]:
+    n = len(small["direct"])
     direct, proxy = summary(small["direct"]), summary(small["proxy"])
     added = proxy["p50"] - direct["p50"]
     paired = statistics.median(p - d for p, d in zip(small["proxy"], small["direct"], strict=True))
@@ -1052,10 +1086,6 @@ async def section_egress(b: Bench) -> dict[str, Any]:
     kept_added = kept_proxy["p50"] - kept_direct["p50"]
     during_direct, during_proxy = summary(during["direct"]), summary(during["proxy"])
     during_added = during_proxy["p50"] - during_direct["p50"]
-    mbps = {k: statistics.median(size / t / 1e6 for t in v) for k, v in big.items()}
-    ratio = mbps["proxy"] / mbps["direct"]
-    bare_mbps = {k: statistics.median(size / t / 1e6 for t in v) for k, v in bare.items()}
-    bare_ratio = bare_mbps["proxy"] / bare_mbps["direct"]
     section = "4 egress"
     b.row(
         section,
@@ -1068,19 +1098,38 @@ async def section_egress(b: Bench) -> dict[str, Any]:
         f"kept-alive GET p50 direct / proxied (n={n})",
         f"{ms(kept_direct['p50'])} / {ms(kept_proxy['p50'])}",
     )
-    b.row(
-        section,
-        "added latency p50, kept-alive",
-        ms(kept_added),
-        "<= 2 ms",
-        kept_added <= 0.002,
-    )
+    b.row(section, "added latency p50, kept-alive", ms(kept_added), "<= 2 ms", kept_added <= 0.002)
     b.row(
         section,
         "same, while another run floods (p50 / max)",
         f"{ms(during_added)} / {ms(during_proxy['max'])}",
     )
     b.row(section, "records of the flooding run (limit 50)", str(flood_records))
+    return {
+        "small_direct": direct,
+        "small_proxy": proxy,
+        "added_p50_s": added,
+        "added_paired_median_s": paired,
+        "kept_direct": kept_direct,
+        "kept_proxy": kept_proxy,
+        "kept_added_p50_s": kept_added,
+        "during_flood_added_p50_s": during_added,
+        "flood_records": flood_records,
+    }
+
+
+def _egress_throughput_rows(
+    b: Bench,
+    size: int,
+    big: dict[str, list[float]],
+    cpu: list[list[float]],
+    bare: dict[str, list[float]],
+) -> dict[str, Any]:
+    mbps = {k: statistics.median(size / t / 1e6 for t in v) for k, v in big.items()}
+    ratio = mbps["proxy"] / mbps["direct"]
+    bare_mbps = {k: statistics.median(size / t / 1e6 for t in v) for k, v in bare.items()}
+    bare_ratio = bare_mbps["proxy"] / bare_mbps["direct"]
+    section = "4 egress"
     b.row(
         section,
         f"{size / 1e6:.0f} MB GET direct / proxied",
@@ -1106,18 +1155,6 @@ async def section_egress(b: Bench) -> dict[str, Any]:
         bare_ratio >= 0.8,
     )
     return {
-        "small_s": small,
-        "small_direct": direct,
-        "small_proxy": proxy,
-        "added_p50_s": added,
-        "added_paired_median_s": paired,
-        "kept_s": kept,
-        "kept_direct": kept_direct,
-        "kept_proxy": kept_proxy,
-        "kept_added_p50_s": kept_added,
-        "during_flood_s": during,
-        "during_flood_added_p50_s": during_added,
-        "flood_records": flood_records,
         "big_bytes": size,
         "big_s": big,
         "big_mb_per_s": mbps,

@@ -21,6 +21,10 @@ do not load the policy model.
 
 from __future__ import annotations
 
+from airlock.rooms import only_as_airlock
+
+only_as_airlock(__name__)
+
 from typing import TYPE_CHECKING
 
 from airlock.lazy import homes, resolve

@@ -81,15 +81,13 @@ class Grant:
 class Grants:
     """The live capability grants of this process, with quotas on how many may be live.
 
-    Thread-safe. Ended (expired or revoked) grants stay visible to `all()` for audit until
-    `forget_ended` drops them.
+    The store holds no quota of its own: every `grant` names the quotas of the tenant's
+    policy (chosen by `tools.Services.policy_for`, their one owner), so no caller can fall
+    back to another policy's by leaving them out. Thread-safe. Ended (expired or revoked)
+    grants stay visible to `all()` for audit until `forget_ended` drops them.
     """
 
-    def __init__(self, *, max_per_session: int, max_live_per_tenant: int) -> None:
-        if max_per_session < 1 or max_live_per_tenant < 1:
-            raise ValueError("grant quotas must be at least 1")
-        self._max_per_session = max_per_session
-        self._max_live_per_tenant = max_live_per_tenant
+    def __init__(self) -> None:
         self._grants: dict[str, Grant] = {}
         self._lock = threading.Lock()
 
@@ -106,8 +104,8 @@ class Grants:
         reason: str,
         ttl_s: int,
         now: float,
-        max_per_session: int | None = None,
-        max_live_per_tenant: int | None = None,
+        max_per_session: int,
+        max_live_per_tenant: int,
     ) -> Grant:
         """Record a new grant of `capability` (called `name` in the policy) reaching `scope`
         (resolved from it with `params`), live for `ttl_s` seconds from `now`.
@@ -115,7 +113,7 @@ class Grants:
         The secret, how it is injected, the TLS mode and the private ranges come from
         `capability`, which the policy model has already checked for consistency.
         `max_per_session` and `max_live_per_tenant` are the quotas of the tenant's own
-        policy; missing means this store's defaults (the server policy's).
+        policy (each at least 1).
         Raises QuotaExceeded (`quota` = "max_per_session" or "max_live_per_tenant") when
         the session or the tenant already holds as many live grants as allowed, and
         InvalidRequest for a ttl below one second.
@@ -126,49 +124,41 @@ class Grants:
             raise InvalidRequest(f"ttl_s must be a whole number of seconds, at least 1: {ttl_s!r}")
         if approved_by not in _APPROVERS:
             raise ValueError(f"approved_by must be one of {_APPROVERS}, not {approved_by!r}")
-        inject = capability.inject
-
-        per_session = self._max_per_session if max_per_session is None else max_per_session
-        per_tenant = (
-            self._max_live_per_tenant if max_live_per_tenant is None else max_live_per_tenant
-        )
+        if max_per_session < 1 or max_live_per_tenant < 1:
+            raise ValueError("grant quotas must be at least 1")
         with self._lock:
             in_session = in_tenant = 0
             for g in self._grants.values():
                 if g.tenant == tenant and g.live(now):
                     in_tenant += 1
                     in_session += g.session_id == session_id
-            if in_session >= per_session:
+            if in_session >= max_per_session:
                 raise QuotaExceeded(
                     "max_per_session",
-                    per_session,
+                    max_per_session,
                     f"this session already holds {in_session} live capabilities, the most "
-                    f"allowed (max_per_session = {per_session}); revoke one with "
+                    f"allowed (max_per_session = {max_per_session}); revoke one with "
                     "revoke_capability or wait until one expires",
                 )
-            if in_tenant >= per_tenant:
+            if in_tenant >= max_live_per_tenant:
                 raise QuotaExceeded(
                     "max_live_per_tenant",
-                    per_tenant,
+                    max_live_per_tenant,
                     f"this tenant already holds {in_tenant} live capabilities across its "
                     f"sessions, the most allowed (max_live_per_tenant = "
-                    f"{per_tenant}); revoke some or end idle sessions",
+                    f"{max_live_per_tenant}); revoke some or end idle sessions",
                 )
             grant_id = _new_grant_id(tenant, session_id)
             while grant_id in self._grants:  # 128 random bits: never in practice
                 grant_id = _new_grant_id(tenant, session_id)
-            new = Grant(
-                id=grant_id,
+            new = _made(
+                capability,
+                scope,
+                grant_id=grant_id,
+                name=name,
+                params=params,
                 tenant=tenant,
                 session_id=session_id,
-                capability=name,
-                params=dict(params),
-                scope=scope,
-                secret=capability.secret,
-                inject_header=inject.header if inject else None,
-                inject_format=inject.format if inject else None,
-                tls=capability.tls,
-                allow_private=capability.allow_private,
                 approved_by=approved_by,
                 reason=reason,
                 created_at=now,
@@ -176,6 +166,46 @@ class Grants:
             )
             self._grants[grant_id] = new
         return new
+
+    def adopt(
+        self,
+        capability: Capability,
+        scope: Scope,
+        *,
+        grant_id: str,
+        name: str,
+        params: dict[str, str],
+        tenant: str,
+        session_id: str,
+        approved_by: ApprovedBy,
+        reason: str,
+        created_at: float,
+        expires_at: float,
+    ) -> Grant:
+        """Hold here a grant another server of the fleet made (as its record tells), so
+        this server's runs and revocations reach it; the one already held if it is. No
+        quota is counted: the server that granted it counted it."""
+        _check_id_part("tenant", tenant)
+        _check_id_part("session_id", session_id)
+        if not grant_id.startswith(grant_prefix(tenant, session_id)):
+            raise ValueError(f"grant {grant_id!r} is not of session {session_id!r}")
+        with self._lock:
+            held = self._grants.get(grant_id)
+            if held is None:
+                held = self._grants[grant_id] = _made(
+                    capability,
+                    scope,
+                    grant_id=grant_id,
+                    name=name,
+                    params=params,
+                    tenant=tenant,
+                    session_id=session_id,
+                    approved_by=approved_by,
+                    reason=reason,
+                    created_at=created_at,
+                    expires_at=expires_at,
+                )
+            return held
 
     def get(self, grant_id: str, *, tenant: str, session_id: str, now: float) -> Grant | None:
         """The grant if it is live and belongs to this tenant and session; None otherwise.
@@ -251,3 +281,39 @@ class Grants:
             for grant_id in ended:
                 del self._grants[grant_id]
         return len(ended)
+
+
+def _made(
+    capability: Capability,
+    scope: Scope,
+    *,
+    grant_id: str,
+    name: str,
+    params: dict[str, str],
+    tenant: str,
+    session_id: str,
+    approved_by: ApprovedBy,
+    reason: str,
+    created_at: float,
+    expires_at: float,
+) -> Grant:
+    """A grant of `capability` as the policy states it: its secret, how it is injected, its
+    TLS mode and private ranges come from there, never from a record."""
+    inject = capability.inject
+    return Grant(
+        id=grant_id,
+        tenant=tenant,
+        session_id=session_id,
+        capability=name,
+        params=dict(params),
+        scope=scope,
+        secret=capability.secret,
+        inject_header=inject.header if inject else None,
+        inject_format=inject.format if inject else None,
+        tls=capability.tls,
+        allow_private=capability.allow_private,
+        approved_by=approved_by,
+        reason=reason,
+        created_at=created_at,
+        expires_at=expires_at,
+    )

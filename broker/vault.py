@@ -1,12 +1,13 @@
 """The secret vault: named secret values encrypted at rest, each bound to the hosts it may reach.
 
-Holds the file format, the key file and AES-GCM; knows nothing of capabilities, runs or
+Holds the vault's format, the key file and AES-GCM; knows nothing of capabilities, runs or
 requests (injection checks the host binding `get` returns). Synchronous: callers on the
 event loop go through `anyio.to_thread`. OSError and decryption failures leave this module
 as `VaultError`; a bad name or host list is `InvalidRequest`. No value ever appears in an
 exception, a repr or a log record.
 
-File format (`data_dir/vault/secrets.json`, 0600, in a 0700 directory, replaced atomically):
+Format of the document, a file on a single server (`data_dir/vault/secrets.json`, 0600, in a
+0700 directory, replaced atomically) or a row of a fleet's database (`store.documents`):
 
     {"version": 1,
      "secrets": {NAME: {"nonce": B64, "ciphertext": B64, "hosts": [HOST, ...],
@@ -22,11 +23,9 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
-import fcntl
 import json
 import os
 import re
-import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -36,8 +35,9 @@ from typing import Any
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from airlock.errors import InvalidRequest, VaultError
-from airlock.store import create_private_file, private_dir, private_file_problem
+from airlock.errors import InvalidRequest, StoreError, VaultError
+from airlock.store import create_private_file, private_file_problem
+from airlock.store.documents import Document, FileDocument
 
 from .secret import Secret
 
@@ -51,6 +51,8 @@ _NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 # One DNS label: letters, digits, inner hyphens. Hosts are stored lowercase, ASCII only.
 _LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
 _AAD_TAG = "airlock-vault-v1"
+_KEY_CHECK = b"airlock vault key check"
+"""What `key_check` seals (with the empty name and no hosts, a name no secret may have)."""
 
 
 def vault_dir(data_dir: Path) -> Path:
@@ -122,14 +124,6 @@ def _create_key(path: Path) -> None:
     create_private_file(path, base64.b64encode(os.urandom(KEY_BYTES)) + b"\n")
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _normalize_name(name: str) -> str:
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise InvalidRequest(
@@ -183,27 +177,32 @@ def _aad(name: str, hosts: tuple[str, ...]) -> bytes:
 
 
 class Vault:
-    """The vault file at `path`, opened with `key`; `set`, `get`, `list`, `remove`.
+    """The vault in the file at `where` (or the fleet's document), opened with `key`; `set`,
+    `get`, `list`, `remove`.
 
-    The file is read on every call (it is small), so a change made by `airlock secrets set`
-    in another process is seen at once. Writes hold an exclusive lock on a sibling lock file
-    (threads and processes alike) and replace the file atomically. Every entry must
+    The document is read on every call (it is small), so a change made by `airlock secrets
+    set` in another process (or on another replica) is seen at once. Writes hold it for one
+    writer at a time (a lock file beside the file, or a row lock) and replace it whole.
+    Every entry must
     decrypt with this key before `list`, `set` or `remove` go ahead, so a vault is never
     half one key and half another.
     """
 
-    def __init__(self, path: Path, key: bytes) -> None:
+    def __init__(self, where: Path | Document, key: bytes) -> None:
         if not isinstance(key, bytes) or len(key) != KEY_BYTES:
             raise VaultError(f"a vault key is {KEY_BYTES} bytes")
-        self._path = path
+        self._document = FileDocument(where) if isinstance(where, Path) else where
         self._aead = AESGCM(key)
 
     @property
     def path(self) -> Path:
-        return self._path
+        """The vault file of a single server (a fleet's vault is no file: VaultError)."""
+        if not isinstance(self._document, FileDocument):
+            raise VaultError(f"the vault is kept in {self._document.where}, not in a file")
+        return self._document.path
 
     def __repr__(self) -> str:
-        return f"Vault({str(self._path)!r})"
+        return f"Vault({self._document.where!r})"
 
     def set(self, name: str, value: str, hosts: Sequence[str]) -> None:
         """Store `value` under `name`, to be sent only to `hosts`; replaces an existing entry."""
@@ -252,6 +251,47 @@ class Vault:
         with self._writing() as entries:
             return entries.pop(name, None) is not None
 
+    def check_key(self) -> None:
+        """Refuse a key that is not the one this vault was written with, before any secret
+        is needed, and mark the vault with this key when it carries no mark yet (a fleet's
+        first replica): every replica after it must bring the same key. VaultError names
+        the fix."""
+        where = self._document.where
+        try:
+            with self._document.updating() as update:
+                secrets, mark = self._parse(update.current) if update.current else ({}, None)
+                if mark is not None:
+                    self._check_mark(mark)
+                    return
+                for name, entry in secrets.items():
+                    self._decrypt(name, entry)
+                update.replace(_serialize(secrets, self._mark()))
+        except (OSError, StoreError) as exc:
+            raise VaultError(f"cannot check the vault {where}: {exc}") from exc
+
+    def _mark(self) -> dict[str, str]:
+        nonce = os.urandom(NONCE_BYTES)
+        sealed = self._aead.encrypt(nonce, _KEY_CHECK, _aad("", ()))
+        return {
+            "nonce": base64.b64encode(nonce).decode("ascii"),
+            "ciphertext": base64.b64encode(sealed).decode("ascii"),
+        }
+
+    def _check_mark(self, mark: dict[str, Any]) -> None:
+        try:
+            nonce = base64.b64decode(mark["nonce"], validate=True)
+            ciphertext = base64.b64decode(mark["ciphertext"], validate=True)
+            if self._aead.decrypt(nonce, ciphertext, _aad("", ())) == _KEY_CHECK:
+                return
+        except (InvalidTag, binascii.Error, ValueError, KeyError, TypeError):
+            pass
+        raise VaultError(
+            f"this server's vault key is not the key the vault {self._document.where} was "
+            f"written with: give every server of the fleet the same key file "
+            f"({KEY_FILE_ENV}=FILE, copied from the first server's {KEY_FILE_ENV} or its "
+            "data_dir/vault/key)"
+        )
+
     def _decrypt(self, name: str, entry: dict[str, Any]) -> bytes:
         try:
             nonce = base64.b64decode(entry["nonce"], validate=True)
@@ -259,23 +299,22 @@ class Vault:
             return self._aead.decrypt(nonce, ciphertext, _aad(name, tuple(entry["hosts"])))
         except (InvalidTag, binascii.Error, ValueError) as exc:
             raise VaultError(
-                f"the vault {self._path} cannot be decrypted with this key (entry {name!r} "
-                f"fails authentication): the key is not the one the vault was written with, "
-                f"or the file was altered; check {KEY_FILE_ENV} or restore the vault"
+                f"the vault {self._document.where} cannot be decrypted with this key (entry "
+                f"{name!r} fails authentication): the key is not the one the vault was written "
+                f"with, or the vault was altered; check {KEY_FILE_ENV} or restore the vault"
             ) from exc
 
     def _read(self) -> dict[str, dict[str, Any]]:
         """The entries of the file (empty if there is none), each shape-checked."""
         try:
-            raw = self._path.read_bytes()
-        except FileNotFoundError:
-            return {}
-        except OSError as exc:
-            raise VaultError(f"cannot read the vault {self._path}: {exc}") from exc
-        return self._parse(raw)
+            raw = self._document.read()
+        except (OSError, StoreError) as exc:
+            raise VaultError(f"cannot read the vault {self._document.where}: {exc}") from exc
+        return {} if raw is None else self._parse(raw)[0]
 
-    def _parse(self, raw: bytes) -> dict[str, dict[str, Any]]:
-        problem = f"the vault {self._path} is not an Airlock vault file"
+    def _parse(self, raw: bytes) -> tuple[dict[str, dict[str, Any]], dict[str, Any] | None]:
+        """The entries of a document, each shape-checked, and its key mark if it has one."""
+        problem = f"the vault {self._document.where} is not an Airlock vault file"
         try:
             document = json.loads(raw)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -297,49 +336,37 @@ class Vault:
                 and isinstance(entry.get("created_at"), int | float)
             ):
                 raise VaultError(f"{problem} (entry {name!r} is malformed)")
-        return secrets
+        mark = document.get("key_check")
+        if mark is not None and not isinstance(mark, dict):
+            raise VaultError(f"{problem} (`key_check` is not an object)")
+        return secrets, mark
 
     @contextlib.contextmanager
     def _writing(self) -> Iterator[dict[str, dict[str, Any]]]:
-        """Yield the entries to change under an exclusive lock, then write them back.
+        """Yield the entries to change with the document held for this writer alone, then
+        write them back.
 
         Every existing entry must decrypt with this key first. Nothing is written if the
         body raises or changes nothing.
         """
+        where = self._document.where
         try:
-            private_dir(self._path.parent)
-            lock_fd = os.open(
-                self._path.parent / f".{self._path.name}.lock", os.O_RDWR | os.O_CREAT, 0o600
-            )
-        except OSError as exc:
-            raise VaultError(f"cannot write the vault {self._path}: {exc}") from exc
-        try:
-            fcntl.flock(lock_fd, fcntl.LOCK_EX)
-            entries = self._read()
-            for name, entry in entries.items():
-                self._decrypt(name, entry)
-            before = dict(entries)
-            yield entries
-            if entries != before:
-                self._write(entries)
-        finally:
-            os.close(lock_fd)  # closing releases the flock
+            with self._document.updating() as update:
+                entries, mark = self._parse(update.current) if update.current else ({}, None)
+                if mark is not None:
+                    self._check_mark(mark)
+                for name, entry in entries.items():
+                    self._decrypt(name, entry)
+                before = dict(entries)
+                yield entries
+                if entries != before:
+                    update.replace(_serialize(entries, mark))
+        except (OSError, StoreError) as exc:
+            raise VaultError(f"cannot write the vault {where}: {exc}") from exc
 
-    def _write(self, entries: dict[str, dict[str, Any]]) -> None:
-        document = {"version": FORMAT_VERSION, "secrets": dict(sorted(entries.items()))}
-        data = json.dumps(document, indent=2).encode("utf-8") + b"\n"
-        try:
-            # Same directory, so os.replace is atomic; mkstemp creates the file 0600.
-            fd, tmp = tempfile.mkstemp(dir=self._path.parent, prefix=f".{self._path.name}.")
-            try:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(data)
-                    f.flush()
-                    os.fsync(f.fileno())
-                os.replace(tmp, self._path)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
-            _fsync_dir(self._path.parent)
-        except OSError as exc:
-            raise VaultError(f"cannot write the vault {self._path}: {exc}") from exc
+
+def _serialize(entries: dict[str, dict[str, Any]], mark: dict[str, Any] | None) -> bytes:
+    document: dict[str, Any] = {"version": FORMAT_VERSION, "secrets": dict(sorted(entries.items()))}
+    if mark is not None:
+        document["key_check"] = mark
+    return json.dumps(document, indent=2).encode("utf-8") + b"\n"

@@ -11,6 +11,12 @@ and neither docker nor the MCP SDK (pyproject's import contracts, checked by
 `lint-imports`).
 """
 
+from __future__ import annotations
+
+from airlock.rooms import only_as_airlock
+
+only_as_airlock(__name__)
+
 from .conversation import Conversation, RunContext
 from .decision import Decision, RequestFacts, Rule, decide
 from .ledger import RunIdentity, RunLedger

@@ -121,12 +121,15 @@ def upstream_context(ca_file: str | None) -> ssl.SSLContext:
 
 
 class Egress:
-    """Everything the proxies of one server share."""
+    """Everything the proxies of one server share.
+
+    No egress settings among them: each run names its tenant's (`tools.Services.policy_for`
+    chooses them, their one owner), so no caller can fall back to another policy's.
+    """
 
     def __init__(
         self,
         *,
-        settings: EgressSettings,
         grants: Grants,
         tokens: RunTokens,
         vault: Vault,
@@ -135,7 +138,6 @@ class Egress:
         root: Path | None = None,
     ) -> None:
         self._root = root
-        self._settings = settings
         self._grants = grants
         self._tokens = tokens
         self._vault = vault
@@ -143,8 +145,9 @@ class Egress:
         self._resolver = resolver
         self._contexts: dict[str | None, ssl.SSLContext] = {}
 
-    def needed(self, grants: Sequence[Grant], settings: EgressSettings | None = None) -> bool:
-        return bool(grants) or bool((settings or self._settings).allow)
+    def needed(self, grants: Sequence[Grant], *, settings: EgressSettings) -> bool:
+        """Whether a run with these grants, under its tenant's `settings`, has egress at all."""
+        return bool(grants) or bool(settings.allow)
 
     @asynccontextmanager
     async def open(
@@ -155,11 +158,11 @@ class Egress:
         run_id: str,
         grants: Sequence[Grant],
         deadline: float,
-        settings: EgressSettings | None = None,
+        settings: EgressSettings,
         capabilities: Mapping[str, Capability] | None = None,
         socket_dir: Path | None = None,
     ) -> AsyncIterator[RunEgress]:
-        """The run's egress under `settings` (the tenant's policy; default: the server's).
+        """The run's egress under `settings`, those of the policy of the run's tenant.
 
         `capabilities` are those of the policy that applies to this run's tenant (never
         another's): a denial names the one that would allow the request.
@@ -167,7 +170,6 @@ class Egress:
         directory, owned by the backend; only the socket is removed from it at the end).
         Missing: a directory of the run's own, removed at the end.
         """
-        settings = settings or self._settings
         policy_rules = _policy_rules(settings)
         now = self._clock()
         expires_at = min([deadline, *(g.expires_at for g in grants)])

@@ -14,6 +14,10 @@ contract, checked by `lint-imports`).
 
 from __future__ import annotations
 
+from airlock.rooms import only_as_airlock
+
+only_as_airlock(__name__)
+
 from airlock.policies.capabilities import (
     Scope,
     format_duration,

@@ -53,6 +53,7 @@ from airlock.policies.globs import (
     validate_glob,
 )
 from airlock.policies.hosts import canonical_host_pattern
+from airlock.policies.references import parse_reference
 from airlock.validation import PYDANTIC_ERROR_TYPES
 
 _MIB = 1024 * 1024
@@ -76,8 +77,15 @@ class SandboxSettings(_Section):
     """Which image sandboxes start from and which container runtime runs them."""
 
     image: str | None = Field(default=None, min_length=1)
-    """Container image for sandboxes. Missing means the image Airlock builds itself;
-    an empty string is rejected."""
+    """Image reference for sandboxes, such as the "registry:5000/airlock-sandbox@sha256:..."
+    that `airlock image push` prints: the server pulls it (by digest when it has one) when
+    the engine lacks it, and refuses an image whose in-container runner is not this
+    Airlock's. Missing means the image Airlock builds itself; an empty string is rejected."""
+
+    @field_validator("image")
+    @classmethod
+    def _image_reference(cls, value: str | None) -> str | None:
+        return _reference(value)
 
     runtime: Literal["auto", "runc", "runsc"] = "auto"
     """OCI runtime. "auto" (missing means this): gVisor ("runsc") when the Docker engine
@@ -272,6 +280,15 @@ _DURATION_TEXT = r"^(?:[0-9]+d)?(?:[0-9]+h)?(?:[0-9]+m)?(?:[0-9]+s)?$"
 def _q(text: str) -> str:
     """`text` in double quotes, as TOML writes strings, for messages."""
     return json.dumps(text, ensure_ascii=False)
+
+
+def _reference(value: str | None) -> str | None:
+    if value is not None:
+        try:
+            parse_reference(value)
+        except ValueError as exc:
+            raise _problem("image_reference", str(exc)) from None
+    return value
 
 
 def _problem(kind: str, reason: str) -> PydanticCustomError:
@@ -991,7 +1008,18 @@ class ImageSettings(_Section):
 
     debian_packages: Annotated[tuple[str, ...], BeforeValidator(_as_tuple)] = ()
     """Debian bookworm packages added to the image, such as ["ffmpeg", "graphviz"]. Missing
-    or empty: only the default tools."""
+    or empty: only the default tools. With `base`, the base must hold them (the build checks)."""
+
+    base: str | None = Field(default=None, min_length=1)
+    """Image reference of the Debian base the image is built on, such as the
+    "registry:5000/airlock-base@sha256:..." that `airlock image push --base` prints: pulled
+    when the engine lacks it, so the build needs neither root nor debootstrap. Missing means
+    a base bootstrapped here with debootstrap (as root, once)."""
+
+    @field_validator("base")
+    @classmethod
+    def _base_reference(cls, value: str | None) -> str | None:
+        return _reference(value)
 
     @field_validator("python_lock")
     @classmethod
@@ -1026,7 +1054,7 @@ class Policy(_Section):
     """Image and runtime of sandboxes."""
 
     image: ImageSettings = ImageSettings()
-    """Python lock file and extra Debian packages of the image Airlock builds."""
+    """Python lock file, extra Debian packages and base of the image Airlock builds."""
 
     tenants: TenantLimits = TenantLimits()
     """Per-tenant caps."""

@@ -13,9 +13,15 @@ is the subpackage `inside`: standard library only, copied into the image byte fo
 The rest of this room imports only its `wire` module (tests/test_inside.py checks both).
 """
 
+from __future__ import annotations
+
+from airlock.rooms import only_as_airlock
+
+only_as_airlock(__name__)
+
 from .backend import Backend, Ready, Sandbox
 from .docker import EXCHANGE_GRACE_S, DockerBackend, connect
-from .hatch import RESERVED_PREFIX, safe_relative_path
+from .file_transfer import RESERVED_PREFIX, safe_relative_path
 from .spec import (
     ArtifactCaps,
     ContainerLimits,

@@ -28,8 +28,8 @@ from .image import (
     PYTHON,
     Progress,
     base_tag_of,
+    bootstrap_base,
     build_layer,
-    ensure_base,
     image_exists,
 )
 from .inside.wire import SANDBOX_HOME, SANDBOX_UID
@@ -120,7 +120,7 @@ def ensure_browser_image(
         return tag
     started = time.monotonic()
     progress("browser image, step 1/2: the Debian base with Chromium")
-    ensure_base(client, progress, browser_base_tag(), BROWSER_PACKAGES, force=force)
+    bootstrap_base(client, progress, browser_base_tag(), BROWSER_PACKAGES, force=force)
     progress("browser image, step 2/2: the browser layer (driver)")
     build_layer(client, progress, tag, browser_base_tag(), _members(), [], nocache=force)
     progress(f"built {tag} in {time.monotonic() - started:.0f} s")

@@ -54,12 +54,13 @@ from airlock.errors import (
 )
 from airlock.store import Staging
 
+from .cgroup_cost import UsageWatch
 from .docker_attach import attach
+from .docker_connections import MAX_CONNECTIONS, share_one_pool
 from .docker_events import EngineWatch
-from .docker_pool import MAX_CONNECTIONS, share_one_pool
 from .environment import CA_BUNDLE, EGRESS_MOUNT, RELAY_PORT, sandbox_environment
 from .exchange import Exchange, RunnerReport
-from .hatch import pack_inputs, read_listing
+from .file_transfer import pack_inputs, read_listing
 from .inside.wire import SANDBOX_HOME, SANDBOX_UID, encode_job
 from .instance import LABEL_INSTANCE, Instance
 from .intake import Intake
@@ -68,7 +69,6 @@ from .pool import Profile, WarmPool
 from .runtime import GVISOR
 from .seccomp import gvisor_security_opt
 from .spec import JobOutcome, JobSpec, OutputFile, Status, StreamCapture, Usage, WorkspaceEntry
-from .usage import UsageWatch
 
 log = logging.getLogger(__name__)
 

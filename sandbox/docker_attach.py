@@ -1,5 +1,5 @@
 """One of the two places Airlock reaches into the Docker SDK's privates (the other:
-docker_pool.py): a container's attach connection as a bare file descriptor.
+docker_connections.py): a container's attach connection as a bare file descriptor.
 
 The SDK's public `attach_socket` leaves the socket shared with an HTTP response object that
 closes it again (or warns) whenever that object is collected. Taking the descriptor out and

@@ -4,7 +4,7 @@ wrappers, the module that reads editable installs, the warmed home, the manifest
 
 Belongs here: the image recipe, the tag derived from it, the offline base bootstrapped with
 `debootstrap` and imported into Docker, and turning engine and build failures into
-`EngineUnavailable` / `ImageUnavailable`; the bootstrapping (`ensure_base`) and the
+`EngineUnavailable` / `ImageUnavailable`; the bootstrapping (`bootstrap_base`) and the
 offline layer build (`build_layer`) serve the browser image too (`browser_image.py`).
 Not here: starting or hardening containers (the backend's job), the code that runs inside
 (`sandbox/inside/`, copied in byte for byte), reading lock files and fetching wheels
@@ -15,9 +15,12 @@ Tags are derived from content, so a changed recipe, runner or lock is picked up 
 version bump, and an unchanged one reuses the image:
 
 - offline base: `airlock-base:<suite>-<hash12>`, hash over the debootstrap recipe (which
-  includes the Debian packages);
-- sandbox: `airlock-sandbox:<airlock version>-<hash12>`, hash over (base tag, Dockerfile,
-  every file of the build context but the wheels, and the lock, which pins the wheels).
+  includes the Debian packages); or, with [image] base, that reference, pulled if absent
+  (`sandbox/registry.py`) and never bootstrapped;
+- sandbox: `airlock-sandbox:<airlock version>-<hash12>`, hash over (base reference,
+  Dockerfile, every file of the build context but the wheels, and the lock, which pins the
+  wheels). Its `airlock.inside` label is the hash of the in-container code alone, which a
+  server checks before running an image it did not build (`sandbox/image_source.py`).
 
 Dependencies resolve here, outside the boundary: pip on the build host downloads exactly the
 wheels the lock pins and checks their hashes; the layer installs them with no network.
@@ -51,10 +54,12 @@ import requests
 import airlock
 from airlock.errors import EngineUnavailable, ImageUnavailable
 from airlock.policies import ImageSettings
+from airlock.policies.references import parse_reference
 
 from .build_stages import StageTracker, remove_stages
 from .inside.wire import HOME_TEMPLATE, SANDBOX_HOME, SANDBOX_UID
 from .pylock import IMAGE_PYTHON_VERSION, PythonLock, default_lock, fetch_wheels, read_lock
+from .registry import pull
 from .streaming import run_streaming
 
 # The code that runs inside (sandbox/inside): named here only as files to copy, never imported.
@@ -108,6 +113,9 @@ PYTHON = "/usr/bin/python3"
 # Where the lock's packages are installed (pip's prefix is /usr/local on Debian).
 SITE_PACKAGES = "/usr/local/lib/python3.11/dist-packages"
 IMAGE_LABEL = "airlock.image"
+# The hash of the in-container code (`inside_digest`): a server runs only an image whose
+# runner is its own, whoever built it (`sandbox/image_source.py` checks).
+INSIDE_LABEL = "airlock.inside"
 
 # Two stages, so the wheels never become a layer of the image: the first installs them into a
 # staging root, the second copies only what was installed. The install runs with no network
@@ -135,9 +143,11 @@ IMAGE_LABEL = "airlock.image"
 # that fails to load is only a warning to ld.so, and the fix would be silently gone).
 # Exec-form ENTRYPOINT does no variable expansion, hence a template filled in here, not ARG.
 # The runner needs no site-packages (-S): under gVisor `site` costs about 17 ms a container.
+# A base named by [image] base was built elsewhere: the first step checks that it holds the
+# Debian packages the recipe relies on, so a wrong base fails at once and by name.
 _DOCKERFILE = Template("""\
 FROM $base AS wheels
-COPY wheels /wheels
+${base_check}COPY wheels /wheels
 RUN $python -m pip install --no-index --find-links=/wheels --require-hashes \\
       --only-binary=:all: --ignore-installed --break-system-packages --root=/staging \\
       --no-cache-dir --no-warn-script-location --disable-pip-version-check \\
@@ -173,7 +183,7 @@ RUN echo $shim > /etc/ld.so.preload \\
       MPLCONFIGDIR=$template/.cache/matplotlib $python -c 'import matplotlib.font_manager'; fi \\
  && $python -m compileall -q /opt/airlock $site/airlock_editable_site.py \\
  && $python -I /opt/airlock/inventory.py > $manifest
-LABEL $label=1
+LABEL $label=1 $inside_label=$inside
 USER $uid:$uid
 WORKDIR /workspace
 ENV PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8
@@ -202,6 +212,8 @@ class ImageInputs:
 
     python_lock: PythonLock = field(default_factory=default_lock)
     debian_packages: tuple[str, ...] = ()
+    base: str | None = None
+    """An image reference to build on ([image] base); None: the debootstrapped base."""
 
     @property
     def all_debian_packages(self) -> tuple[str, ...]:
@@ -217,26 +229,38 @@ class _Recipe:
     files: tuple[tuple[str, bytes], ...]
     """Build context files besides the wheels: (name in the context, bytes)."""
     python_lock: PythonLock
+    fix: str = ""
+    """What to do when the build fails on a base named by [image] base."""
 
     @property
     def tag(self) -> str:
-        digest = hashlib.sha256()
-        parts = [self.base.encode(), self.dockerfile.encode(), self.python_lock.text.encode()]
-        for name, data in self.files:
-            parts += [name.encode(), data]
-        for part in parts:
+        parts = [
+            ("base", self.base.encode()),
+            ("dockerfile", self.dockerfile.encode()),
+            ("lock", self.python_lock.text.encode()),
+            *self.files,
+        ]
+        # Docker tags allow only [A-Za-z0-9_.-]; a local version such as 0.1.0+g1234 has a "+".
+        version = re.sub(r"[^A-Za-z0-9_.-]", "_", airlock.__version__)
+        return f"airlock-sandbox:{version}-{_digest(parts)[:12]}"
+
+
+def _digest(parts: Iterable[tuple[str, bytes]]) -> str:
+    digest = hashlib.sha256()
+    for name, data in parts:
+        for part in (name.encode(), data):
             # Length-prefixed, so moving bytes between parts changes the hash.
             digest.update(len(part).to_bytes(8, "big"))
             digest.update(part)
-        # Docker tags allow only [A-Za-z0-9_.-]; a local version such as 0.1.0+g1234 has a "+".
-        version = re.sub(r"[^A-Za-z0-9_.-]", "_", airlock.__version__)
-        return f"airlock-sandbox:{version}-{digest.hexdigest()[:12]}"
+    return digest.hexdigest()
 
 
 def image_inputs(settings: ImageSettings) -> ImageInputs:
     """What a policy's [image] section puts into the image; reads its lock file."""
     lock = default_lock() if settings.python_lock is None else read_lock(Path(settings.python_lock))
-    return ImageInputs(python_lock=lock, debian_packages=settings.debian_packages)
+    return ImageInputs(
+        python_lock=lock, debian_packages=settings.debian_packages, base=settings.base
+    )
 
 
 def describe_toolbox(inputs: ImageInputs) -> str:
@@ -276,33 +300,39 @@ def base_tag_of(packages: tuple[str, ...], repository: str = "airlock-base") -> 
     return f"{repository}:{DEBIAN_SUITE}-{hashlib.sha256(recipe.encode()).hexdigest()[:12]}"
 
 
+def base_reference(inputs: ImageInputs | None = None) -> str:
+    """What the layer is built on: [image] base (by digest when it has one), else the
+    debootstrapped base."""
+    inputs = inputs or ImageInputs()
+    if inputs.base is None:
+        return offline_base_tag(inputs)
+    return parse_reference(inputs.base).pinned
+
+
+def inside_digest(runner: Path = RUNNER_PATH) -> str:
+    """The sha256 over the in-container code the image carries (the files of sandbox/inside,
+    by name): the value of its `airlock.inside` label, which a server's own must equal."""
+    return _digest(_inside_files(runner))
+
+
 def image_tag(inputs: ImageInputs | None = None, runner: Path = RUNNER_PATH) -> str:
     """The sandbox image tag for these inputs and runner; pure, touches no engine."""
     return _recipe(inputs or ImageInputs(), runner).tag
 
 
 def base_exists(client: docker.DockerClient, inputs: ImageInputs | None = None) -> bool:
-    """Whether the debootstrapped base for these inputs is built already."""
-    return image_exists(client, offline_base_tag(inputs))
+    """Whether the base for these inputs is in the engine already (built or pulled)."""
+    return image_exists(client, base_reference(inputs))
 
 
 def image_exists(client: docker.DockerClient, tag: str) -> bool:
     """Whether the engine has an image with this tag."""
-    with _engine_errors():
+    with engine_errors():
         try:
             client.images.get(tag)
         except docker.errors.ImageNotFound:
             return False
     return True
-
-
-def missing_policy_image(tag: str) -> str:
-    """Why a run cannot start when the image the policy names is absent, and the fixes."""
-    return (
-        f"the sandbox image {tag}, named by [sandbox] image in the policy, is not in the "
-        f"Docker engine: pull it (`docker pull {tag}`), build it under that name, or correct "
-        "the name in the policy (remove it to use the image Airlock builds itself)"
-    )
 
 
 def ensure_image(
@@ -338,7 +368,7 @@ def build_image(
         return recipe.tag
     started = time.monotonic()
     progress("step 1/3: the Debian base")
-    _ensure_offline_base(client, progress, inputs, force=force)
+    ensure_base(client, progress, inputs, force=force)
     progress(f"step 2/3: the Python packages pinned by {inputs.python_lock.source}")
     wheels = fetch_wheels(inputs.python_lock, wheel_cache_dir(), progress)
     progress(f"step 3/3: the sandbox layer ({len(wheels)} wheels, runner, manifest)")
@@ -347,8 +377,10 @@ def build_image(
         *recipe.files,
         ("wheels/python.lock", recipe.python_lock.text.encode()),
     ]
-    build_layer(client, progress, recipe.tag, recipe.base, members, wheels, nocache=force)
-    with _engine_errors():
+    build_layer(
+        client, progress, recipe.tag, recipe.base, members, wheels, nocache=force, fix=recipe.fix
+    )
+    with engine_errors():
         size = client.images.get(recipe.tag).attrs["Size"]
     progress(f"built {recipe.tag}: {size / 1e6:.0f} MB in {time.monotonic() - started:.0f} s")
     return recipe.tag
@@ -361,14 +393,61 @@ def wheel_cache_dir() -> Path:
 
 
 def _recipe(inputs: ImageInputs, runner: Path) -> _Recipe:
-    files: list[tuple[str, bytes]] = []
-    for name, path in (
-        *((f"inside/{name}", INSIDE_DIR / name) for name in INSIDE_MODULES),
-        ("inside/runner.py", runner),
-        ("inventory.py", INVENTORY_PATH),
-        ("editable_site.py", EDITABLE_SITE_PATH),
-        *((f"files/{name}", FILES_DIR / name) for name in _CONTEXT_FILES),
-    ):
+    inside = _inside_files(runner)
+    files = [*inside, *_read_files((f"files/{name}", FILES_DIR / name) for name in _CONTEXT_FILES)]
+    base = base_reference(inputs)
+    base_check = ""
+    if inputs.base is not None:
+        base_check = (
+            f"RUN for p in {' '.join(inputs.all_debian_packages)}; do "
+            """[ "$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null)" = installed ] """
+            '|| { echo "the base lacks the Debian package $p" >&2; exit 1; }; done\n'
+        )
+    dockerfile = _DOCKERFILE.substitute(
+        base=base,
+        base_check=base_check,
+        python=PYTHON,
+        uid=SANDBOX_UID,
+        home=SANDBOX_HOME,
+        template=HOME_TEMPLATE,
+        site=SITE_PACKAGES,
+        label=IMAGE_LABEL,
+        inside_label=INSIDE_LABEL,
+        inside=_digest(inside),
+        manifest=MANIFEST_PATH,
+        shim=STATX_SHIM_PATH,
+    )
+    fix = ""
+    if inputs.base is not None:
+        fix = (
+            f"The base {base} comes from [image] base: name an Airlock base with these Debian "
+            "packages, which `airlock image push --base REGISTRY` publishes (under a policy "
+            "with the same [image] debian_packages), or remove base to bootstrap one here."
+        )
+    return _Recipe(
+        base=base,
+        dockerfile=dockerfile,
+        files=tuple(files),
+        python_lock=inputs.python_lock,
+        fix=fix,
+    )
+
+
+def _inside_files(runner: Path) -> list[tuple[str, bytes]]:
+    """The in-container code, as (name in the build context, bytes)."""
+    return _read_files(
+        (
+            *((f"inside/{name}", INSIDE_DIR / name) for name in INSIDE_MODULES),
+            ("inside/runner.py", runner),
+            ("inventory.py", INVENTORY_PATH),
+            ("editable_site.py", EDITABLE_SITE_PATH),
+        )
+    )
+
+
+def _read_files(named: Iterable[tuple[str, Path]]) -> list[tuple[str, bytes]]:
+    files = []
+    for name, path in named:
         try:
             files.append((name, path.read_bytes()))
         except OSError as exc:
@@ -376,25 +455,11 @@ def _recipe(inputs: ImageInputs, runner: Path) -> _Recipe:
                 f"cannot read {path} ({exc.strerror}): reinstall Airlock so that the "
                 f"sandbox image's {name} is present (the runner and its files ship with it)"
             ) from exc
-    base = offline_base_tag(inputs)
-    dockerfile = _DOCKERFILE.substitute(
-        base=base,
-        python=PYTHON,
-        uid=SANDBOX_UID,
-        home=SANDBOX_HOME,
-        template=HOME_TEMPLATE,
-        site=SITE_PACKAGES,
-        label=IMAGE_LABEL,
-        manifest=MANIFEST_PATH,
-        shim=STATX_SHIM_PATH,
-    )
-    return _Recipe(
-        base=base, dockerfile=dockerfile, files=tuple(files), python_lock=inputs.python_lock
-    )
+    return files
 
 
 @contextmanager
-def _engine_errors() -> Iterator[None]:
+def engine_errors() -> Iterator[None]:
     """Translate "the engine is not there or not answering" into `EngineUnavailable`."""
     try:
         yield
@@ -404,16 +469,39 @@ def _engine_errors() -> Iterator[None]:
         ) from exc
 
 
-# --- the offline base -------------------------------------------------------------------
+# --- the base -----------------------------------------------------------------------------
+
+
+def ensure_base(
+    client: docker.DockerClient,
+    progress: Progress,
+    inputs: ImageInputs | None = None,
+    *,
+    force: bool = False,
+) -> str:
+    """Make sure the base these inputs build on is in the engine: pull [image] base, or
+    bootstrap one; return its reference. `force` pulls or bootstraps it again."""
+    inputs = inputs or ImageInputs()
+    reference = base_reference(inputs)
+    if inputs.base is None:
+        _ensure_offline_base(client, progress, inputs, force=force)
+    elif force or not image_exists(client, reference):
+        with engine_errors():
+            pull(client, parse_reference(reference), progress)
+    else:
+        progress(f"using base {reference} ([image] base)")
+    return reference
 
 
 def _ensure_offline_base(
     client: docker.DockerClient, progress: Progress, inputs: ImageInputs, *, force: bool
 ) -> None:
-    ensure_base(client, progress, offline_base_tag(inputs), inputs.all_debian_packages, force=force)
+    bootstrap_base(
+        client, progress, offline_base_tag(inputs), inputs.all_debian_packages, force=force
+    )
 
 
-def ensure_base(
+def bootstrap_base(
     client: docker.DockerClient,
     progress: Progress,
     tag: str,
@@ -445,7 +533,7 @@ def ensure_base(
         _import_tree(client, root, tag, progress)
     finally:
         _remove_tree(root, progress)
-    with _engine_errors():
+    with engine_errors():
         size = client.images.get(tag).attrs["Size"]
     progress(f"base {tag} ready: {size / 1e6:.0f} MB in {time.monotonic() - started:.0f} s")
 
@@ -566,7 +654,7 @@ def _import_tree(client: docker.DockerClient, root: Path, tag: str, progress: Pr
 
     repository, _, version = tag.partition(":")
     try:
-        with _engine_errors():
+        with engine_errors():
             try:
                 # A generator is sent chunked, so the tree is never held in memory or on disk.
                 reply = client.api.import_image_from_stream(
@@ -625,13 +713,15 @@ def build_layer(
     wheels: list[Path],
     *,
     nocache: bool,
+    fix: str = "",
 ) -> None:
     """Build `tag` on `base` from a context of `members` (a Dockerfile among them) and
-    `wheels` (under wheels/), with no network, reporting each line of the build."""
+    `wheels` (under wheels/), with no network, reporting each line of the build; a failed
+    build's error ends with `fix`."""
     progress(f"building {tag} on {base}")
     tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
     stages = StageTracker()
-    with _engine_errors(), _build_context(members, wheels) as context:
+    with engine_errors(), _build_context(members, wheels) as context:
         try:
             events = client.api.build(
                 fileobj=context,
@@ -657,7 +747,7 @@ def build_layer(
                         tail.append(line)
                         stages.feed(line)
                         progress(f"build: {line}")
-                _raise_on_error(event, f"building {tag} failed", tail)
+                _raise_on_error(event, f"building {tag} on {base} failed", tail, fix)
         except docker.errors.APIError as exc:
             raise ImageUnavailable(f"building {tag} failed: {exc}") from exc
         finally:
@@ -689,10 +779,14 @@ def _build_context(members: list[tuple[str, bytes]], wheels: list[Path]) -> Iter
         yield context
 
 
-def _raise_on_error(event: Mapping[str, Any], what: str, tail: Iterable[str]) -> None:
+def _raise_on_error(
+    event: Mapping[str, Any], what: str, tail: Iterable[str], fix: str = ""
+) -> None:
     if "error" not in event:
         return
     lines = "\n".join(f"  {line}" for line in tail)
     raise ImageUnavailable(
-        f"{what}: {event['error']}" + (f"\nlast output:\n{lines}" if lines else "")
+        f"{what}: {event['error']}"
+        + (f"\nlast output:\n{lines}" if lines else "")
+        + (f"\n{fix}" if fix else "")
     )

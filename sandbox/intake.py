@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from airlock.errors import UnsafePath
 from airlock.store import Draft, DraftWriter, Staging
 
-from .hatch import RESERVED_PREFIX, safe_relative_path
+from .file_transfer import RESERVED_PREFIX, safe_relative_path
 from .spec import ArtifactCaps, OutputFile, WorkspaceEntry
 from .tarstream import Chunk, Member, MemberEnd, TarDamaged, TarReader
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from airlock.errors import InvalidRequest, LimitExceeded, UnsafePath
 from airlock.policies import matching_glob
 
-from .hatch import safe_relative_path
+from .file_transfer import safe_relative_path
 
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 _DIR_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC

@@ -10,6 +10,10 @@ and only the ones that serve or drill need the MCP SDK it brings.
 
 from __future__ import annotations
 
+from airlock.rooms import only_as_airlock
+
+only_as_airlock(__name__)
+
 from typing import TYPE_CHECKING, Any
 
 from .config import Config

@@ -20,10 +20,19 @@ import anyio
 from airlock.errors import AirlockError
 from airlock.ids import new_id
 from airlock.policies import Policy, load_policy
+from airlock.policies.references import parse_reference
 from airlock.sandbox import ArtifactCaps, DockerBackend, JobOutcome, JobSpec, connect, limits_of
 from airlock.sandbox.docker import EngineClient, engine_version, registered_runtimes
 from airlock.sandbox.environment import sandbox_environment
-from airlock.sandbox.image import ImageInputs, base_exists, image_exists, image_inputs, image_tag
+from airlock.sandbox.image import (
+    ImageInputs,
+    base_exists,
+    base_reference,
+    image_exists,
+    image_inputs,
+    image_tag,
+)
+from airlock.sandbox.image_source import check_sandbox_image
 from airlock.sandbox.instance import Instance
 from airlock.sandbox.runtime import AUTO, GVISOR, REGISTER_GVISOR, choose_runtime
 from airlock.store import BlobStore, private_dir
@@ -69,46 +78,84 @@ def run_checks(config: Config) -> Iterator[Check]:
     except AirlockError as exc:
         yield Check("image", False, str(exc), "correct [image] in the policy")
         return
-    tag = configured or image_tag(inputs)
+    if configured is not None:
+        yield from _pulled_image(client, policy, configured)
+    else:
+        yield from _built_image(client, policy, inputs, config)
+
+
+def _pulled_image(client: EngineClient, policy: Policy | None, configured: str) -> Iterator[Check]:
+    """[sandbox] image: pulled from a registry by the server when absent, then checked."""
+    reference = parse_reference(configured)
+    name = reference.pinned
+    source = f"pulled from {reference.registry} by [sandbox] image"
+    if not image_exists(client, name):
+        yield Check(
+            "image",
+            False,
+            f"{name} ({source}) is not in the engine yet (`airlock serve` pulls it on first use)",
+            f"docker pull {name}; or correct [sandbox] image (`airlock image push` prints it)",
+        )
+        return
+    try:
+        check_sandbox_image(client, name)
+    except AirlockError as exc:
+        yield Check("image", False, str(exc), "see the message")
+        return
+    yield Check("image", True, f"{name} ({source}): present, runner matches this Airlock")
+    if policy is not None:
+        yield _everyday_commands(client, policy, name)
+
+
+def _built_image(
+    client: EngineClient, policy: Policy | None, inputs: ImageInputs, config: Config
+) -> Iterator[Check]:
+    """The image Airlock builds, on the debootstrapped base or on [image] base."""
+    tag = image_tag(inputs)
+    base = base_reference(inputs)
+    source = f"built locally on base {base} from [image] base" if inputs.base else "built locally"
     if image_exists(client, tag):
-        yield Check("image", True, tag)
+        yield Check("image", True, f"{tag} ({source}): present")
         if policy is not None:
             yield _everyday_commands(client, policy, tag)
-    elif configured:
+        return
+    # The tag is this policy's (its [image] lock): a build without it makes another.
+    build = "airlock image build" + _policy_option(config)
+    yield Check(
+        "image",
+        False,
+        f"{tag} ({source}) is not built yet (`airlock serve` builds it on first use)",
+        build,
+    )
+    if inputs.base is not None:
+        present = base_exists(client, inputs)
         yield Check(
-            "image",
-            False,
-            f"{tag} (named by [sandbox] image in the policy) is not in the engine",
-            f"docker pull {tag}; or build it under that name, or correct [sandbox] image",
+            "base",
+            present,
+            f"{base} ([image] base): "
+            + ("present" if present else "not in the engine yet (the build pulls it)"),
+            "" if present else f"docker pull {base}; or correct [image] base",
         )
-    else:
-        # The tag is this policy's (its [image] lock): a build without it makes another.
-        build = "airlock image build" + _policy_option(config)
+        return
+    if base_exists(client, inputs):
+        return
+    # Only the Debian base needs these; the layer on top is built by the engine.
+    if shutil.which("debootstrap") is None:
         yield Check(
-            "image",
+            "debootstrap",
             False,
-            f"{tag} is not built yet (`airlock serve` builds it on first use)",
-            build,
+            "needed to build the image offline (or name a published base in [image] base)",
+            "apt-get install debootstrap",
         )
-        if base_exists(client, inputs):
-            return
-        # Only the Debian base needs these; the layer on top is built by the engine.
-        if shutil.which("debootstrap") is None:
-            yield Check(
-                "debootstrap",
-                False,
-                "needed to build the image offline",
-                "apt-get install debootstrap",
-            )
-        if os.geteuid() != 0:
-            yield Check(
-                "root",
-                False,
-                "building the image's Debian base needs root: debootstrap creates device "
-                "nodes and runs package scripts in a chroot",
-                f"sudo .venv/bin/{build}  (once; serving needs no root, only "
-                "access to the Docker socket)",
-            )
+    if os.geteuid() != 0:
+        yield Check(
+            "root",
+            False,
+            "building the image's Debian base needs root: debootstrap creates device "
+            "nodes and runs package scripts in a chroot",
+            f"sudo .venv/bin/{build}  (once; serving needs no root, only "
+            "access to the Docker socket; or name a published base in [image] base)",
+        )
 
 
 def _policy_option(config: Config) -> str:

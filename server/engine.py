@@ -1,8 +1,11 @@
 """The engine side of the server: connect to Docker, make sure the image exists.
 
-Started in the background at server start, so the MCP handshake never waits for an image
-build. While the image is being built, a call is not kept waiting in silence: it gets
-`ImageBuilding` at once, saying about how long is left, and retries. A failure is kept and
+The image is the one Airlock builds for the policy's [image] section, or the one [sandbox]
+image names, pulled from the team's registry when the engine lacks it and refused unless its
+in-container runner is this server's (`sandbox/image_source.py`). Started in the background
+at server start, so the MCP handshake never waits for an image build or pull. Meanwhile a
+call is not kept waiting in silence: it gets `ImageBuilding` at once, saying about how long
+is left, and retries. A failure is kept and
 reported to the next caller (with the fix); the call after that starts the work again in
 the background.
 """
@@ -16,8 +19,9 @@ from dataclasses import dataclass
 import anyio
 import anyio.abc
 
-from airlock.errors import AirlockError, ImageBuilding, ImageUnavailable
+from airlock.errors import AirlockError, ImageBuilding
 from airlock.policies import ImageSettings, Policy
+from airlock.policies.references import parse_reference
 from airlock.sandbox import DockerBackend, Ready, connect, limits_of
 from airlock.sandbox.browser_image import browser_base_tag, browser_image_tag, ensure_browser_image
 from airlock.sandbox.docker import registered_runtimes
@@ -27,9 +31,9 @@ from airlock.sandbox.image import (
     build_image,
     image_exists,
     image_inputs,
-    missing_policy_image,
 )
 from airlock.sandbox.image import image_tag as sandbox_image_tag
+from airlock.sandbox.image_source import check_sandbox_image, policy_image
 from airlock.sandbox.instance import Instance
 from airlock.sandbox.pool import Profile
 from airlock.sandbox.runtime import choose_runtime
@@ -45,12 +49,16 @@ LAYER_BUILD_S = 220.0
 BROWSER_BASE_S = 150.0
 BROWSER_LAYER_S = 15.0
 BROWSER_IMAGE = "browser image"
+# Pulling the 1.1 GB sandbox image (or its base) from a registry on the same network; a
+# push of it to a local registry took 42 s here.
+PULL_S = 60.0
 
 
 @dataclass(frozen=True)
 class _Build:
     started: float
     expected_s: float
+    doing: str = "being built (first use, or its recipe changed)"
 
     def message(self, now: float, what: str = "sandbox image") -> str:
         elapsed = now - self.started
@@ -60,10 +68,7 @@ class _Build:
             if left > 0
             else f"taking longer than the usual {self.expected_s:.0f} s ({elapsed:.0f} s so far)"
         )
-        return (
-            f"the {what} is being built (first use, or its recipe changed), {when}; "
-            "retry this call then. Nothing ran."
-        )
+        return f"the {what} is {self.doing}, {when}; retry this call then. Nothing ran."
 
 
 class Engine:
@@ -110,19 +115,29 @@ class Engine:
             if key in self._images:
                 return Ready(backend, self._images[key], self._runtime)
             # [sandbox] image is the server's alone (tenant policies may not set it).
-            image = self._policy.sandbox.image
+            named = self._policy.sandbox.image
             inputs = image_inputs(key)
-            if image is None:
+            image: str | None = None
+            if named is None:
                 tag = sandbox_image_tag(inputs)
                 if await anyio.to_thread.run_sync(image_exists, backend.client, tag):
                     image = tag
                 else:
                     await self._start_build(backend, key, inputs, wait=wait)
-            elif not await anyio.to_thread.run_sync(image_exists, backend.client, image):
-                raise ImageUnavailable(missing_policy_image(image))
+            else:
+                pinned = parse_reference(named).pinned
+                if await anyio.to_thread.run_sync(image_exists, backend.client, pinned):
+                    await anyio.to_thread.run_sync(check_sandbox_image, backend.client, pinned)
+                    image = pinned
+                else:
+                    pulling = f"being pulled from {parse_reference(named).registry}"
+                    self._start(key, _Build(time.monotonic(), PULL_S, pulling), wait=wait)
         if image is None:
             try:
-                image = await anyio.to_thread.run_sync(self._build_image, backend, inputs)
+                if named is None:
+                    image = await anyio.to_thread.run_sync(self._build_image, backend, inputs)
+                else:
+                    image = await anyio.to_thread.run_sync(self._pull_image, backend, named)
             finally:
                 self._builds.pop(key, None)
         async with self._lock:
@@ -164,13 +179,20 @@ class Engine:
     ) -> None:
         """Mark the build as running; for a caller that must not wait, hand it to the
         background and raise `ImageBuilding`."""
-        build = self._builds.get(key)
-        if build is not None and not wait:
-            raise ImageBuilding(build.message(time.monotonic()))
-        if build is None:
-            has_base = await anyio.to_thread.run_sync(base_exists, backend.client, inputs)
-            build = _Build(time.monotonic(), LAYER_BUILD_S + (0 if has_base else BASE_BUILD_S))
-            self._builds[key] = build
+        expected_s = LAYER_BUILD_S
+        if key not in self._builds and not await anyio.to_thread.run_sync(
+            base_exists, backend.client, inputs
+        ):
+            expected_s += BASE_BUILD_S if inputs.base is None else PULL_S
+        self._start(key, _Build(time.monotonic(), expected_s), wait=wait)
+
+    def _start(self, key: ImageSettings, build: _Build, *, wait: bool) -> None:
+        """Record `build` as running for `key` unless one is; for a caller that must not wait,
+        hand the work to the background and raise `ImageBuilding`."""
+        running = self._builds.get(key)
+        if running is not None and not wait:
+            raise ImageBuilding(running.message(time.monotonic()))
+        build = self._builds.setdefault(key, build)
         if not wait and self._task_group is not None:
             # The entry in `_builds` stays until the background build ends.
             self._task_group.start_soon(self.warm_up, key)
@@ -261,3 +283,6 @@ class Engine:
 
     def _build_image(self, backend: DockerBackend, inputs: ImageInputs) -> str:
         return build_image(backend.client, lambda line: log.info("image: %s", line), inputs)
+
+    def _pull_image(self, backend: DockerBackend, reference: str) -> str:
+        return policy_image(backend.client, reference, lambda line: log.info("image: %s", line))

@@ -95,10 +95,7 @@ async def serving(
         engine = Engine(policy, instance)
         undo.callback(engine.close)
         undo.push_async_callback(_shielded(lambda: _remove_remaining(engine)))
-        grants = Grants(
-            max_per_session=policy.broker.max_capabilities_per_session,
-            max_live_per_tenant=policy.broker.max_live_grants_per_tenant,
-        )
+        grants = Grants()
         tokens = RunTokens()
         vault = Vault(vault_path(config.data_dir), load_key(config.data_dir, os.environ))
         await anyio.to_thread.run_sync(
@@ -112,7 +109,7 @@ async def serving(
             grants=grants,
             tokens=tokens,
             vault=vault,
-            egress=Egress(settings=policy.egress, grants=grants, tokens=tokens, vault=vault),
+            egress=Egress(grants=grants, tokens=tokens, vault=vault),
             instance_id=instance.id,
             clock=clock,
             tenant_policies=dict(tenant_policies),

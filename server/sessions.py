@@ -108,8 +108,8 @@ class Leases:
             if session_id == NEW_SESSION:
                 pass
             elif session_id is not None:
-                found = self._live.get(session_id)
-                if found is None or found.tenant != tenant or self._expired(found, now):
+                found = await self._current(self._live.get(session_id), session_id, tenant, now)
+                if found is None:
                     raise NotFound(
                         f"unknown session {session_id!r} (it may have ended or expired); "
                         + rule.start_hint
@@ -123,9 +123,17 @@ class Leases:
                 if session_id is None and connection is not None:
                     self._defaults[(tenant, connection)] = lease.id
             lease.expires_at = self._idle_end(lease, now)
-        await self._services.db.touch_session(
-            lease.id, last_used_at=now, expires_at=lease.expires_at
-        )
+            live = await self._services.db.touch_session(
+                lease.id, last_used_at=now, expires_at=lease.expires_at
+            )
+            if not live:
+                # Ended on another server of the fleet since this one last heard of it.
+                self._forget(lease)
+        if not live:
+            await self._teardown(lease, "ended elsewhere")
+            raise NotFound(
+                f"unknown session {lease.id!r} (it may have ended or expired); {rule.start_hint}"
+            )
         return lease.view(), created
 
     @asynccontextmanager
@@ -171,8 +179,10 @@ class Leases:
                     "pass the session_id of the session to end: over this transport a call "
                     "without one has no default session"
                 )
-            lease = self._live.get(target)
-            if lease is None or lease.tenant != tenant:
+            lease = await self._current(
+                self._live.get(target), target, tenant, self._services.clock()
+            )
+            if lease is None:
                 raise NotFound(
                     f"unknown session {session_id!r}; it may have ended already"
                     if session_id
@@ -191,20 +201,31 @@ class Leases:
                 tg.start_soon(self._teardown, lease, reason)
 
     async def sweep(self) -> int:
-        """End every lease past its idle TTL or maximum lifetime; returns how many."""
+        """End every lease past its idle TTL or maximum lifetime, and let go of those another
+        server of the fleet ended (its runs here cancelled, its containers here removed);
+        returns how many ended here."""
         now = self._services.clock()
+        ended: list[tuple[_Lease, str]] = []
         async with self._lock:
-            # A call still running is activity: idle expiry waits for it (max lifetime doesn't).
-            expired = [
-                lease
-                for lease in self._live.values()
-                if now >= self._hard_end(lease) or (not lease.running and self._expired(lease, now))
-            ]
-            for lease in expired:
+            for lease in list(self._live.values()):
+                record = await self._services.db.get_session(lease.id)
+                if record is not None and record.ended_at is not None:
+                    ended.append((lease, record.end_reason or "ended"))
+                    continue
+                if record is not None:
+                    # Another server may have used it since: its record has the later expiry.
+                    lease.expires_at = max(lease.expires_at, record.expires_at)
+                # A call still running is activity: idle expiry waits for it (max lifetime
+                # doesn't).
+                if now >= self._hard_end(lease) or (
+                    not lease.running and self._expired(lease, now)
+                ):
+                    ended.append((lease, "expired"))
+            for lease, _ in ended:
                 self._forget(lease)
-        for lease in expired:
-            await self._teardown(lease, "expired")
-        return len(expired)
+        for lease, reason in ended:
+            await self._teardown(lease, reason)
+        return sum(1 for _, reason in ended if reason == "expired")
 
     def end_with(self, stack: AsyncExitStack, session: Session) -> None:
         """End `session` when `stack` closes (a handshake-era connection going away)."""
@@ -248,6 +269,30 @@ class Leases:
                 expires_at=lease.expires_at,
             )
         )
+        self._live[lease.id] = lease
+        return lease
+
+    async def _current(
+        self, lease: _Lease | None, session_id: str, tenant: str, now: float
+    ) -> _Lease | None:
+        """The live lease `session_id` of `tenant`, as its record tells: this server's, or
+        one another server of the fleet started or used since (adopted here); None when it
+        ended, expired or is another tenant's."""
+        if lease is not None and lease.tenant == tenant and not self._expired(lease, now):
+            return lease
+        record = await self._services.db.get_session(session_id)
+        if record is None or record.tenant != tenant or record.ended_at is not None:
+            return None
+        if lease is None:
+            lease = _Lease(
+                id=record.id,
+                tenant=tenant,
+                created_at=record.created_at,
+                expires_at=record.expires_at,
+            )
+        lease.expires_at = max(lease.expires_at, record.expires_at)
+        if self._expired(lease, now) or now >= self._hard_end(lease):
+            return None
         self._live[lease.id] = lease
         return lease
 

@@ -15,6 +15,10 @@ does not load SQLite and pydantic.
 
 from __future__ import annotations
 
+from airlock.rooms import only_as_airlock
+
+only_as_airlock(__name__)
+
 from typing import TYPE_CHECKING
 
 from airlock.lazy import homes, resolve

@@ -1,8 +1,10 @@
 """The content-addressed blob store: bytes in, sha256 hex name out.
 
 Holds contents only; what a blob is (artifact, workspace file, output) and who may read it
-lives in the database. A blob is `root/ab/cdef...`: the first two hex digits of its sha256
-name a directory, the other 62 the file. OSError leaves this module as `StoreError`.
+lives in the database. Where the bytes are kept is a `BlobContents` (blob_contents.py):
+files by default, `root/ab/cdef...` (the first two hex digits of its sha256 name a
+directory, the other 62 the file), or the fleet's PostgreSQL (pg_blobs.py). OSError leaves
+this module as `StoreError`.
 
 Content too large to hold in memory (what a run leaves behind) comes in through a
 `Staging` area: a private directory in the root where each file is written as a draft,
@@ -29,6 +31,7 @@ from pydantic import BaseModel, ConfigDict
 
 from airlock.errors import StoreError
 
+from .blob_contents import BlobContents, FileContents
 from .private import private_dir
 
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
@@ -37,51 +40,34 @@ STAGING_PREFIX = ".staging-"
 
 
 class BlobStore:
-    """Immutable blobs under `root`, named by the sha256 of their content."""
+    """Immutable blobs named by the sha256 of their content, kept by `contents` (files
+    under `root` unless told otherwise); drafts are staged under `root` either way."""
 
-    def __init__(self, root: Path, *, owner: str = "") -> None:
+    def __init__(
+        self, root: Path, *, owner: str = "", contents: BlobContents | None = None
+    ) -> None:
         self._root = root
         # The server instance whose runs stage here: the name of its staging directories,
         # so that those a dead server left can be told from a live one's.
         self._owner = owner
+        self.contents = contents if contents is not None else FileContents(root)
 
     def path(self, sha256: str) -> Path:
-        """Where the blob `sha256` lives; ValueError unless it is 64 lowercase hex digits.
-
-        The check is what keeps a caller-supplied name from reaching any other file.
-        """
-        if not _SHA256_HEX.fullmatch(sha256):
-            raise ValueError(f"not a sha256 hex digest: {sha256!r}")
-        return self._root / sha256[:2] / sha256[2:]
+        """Where the blob `sha256` lives when its contents are files; ValueError unless it
+        is 64 lowercase hex digits (the check that keeps a caller-supplied name from
+        reaching any other file)."""
+        if not isinstance(self.contents, FileContents):
+            raise StoreError(f"blobs are kept in {self.contents.where}, not in files")
+        return self.contents.path(_checked(sha256))
 
     async def put(self, data: bytes) -> str:
         """Store `data` and return its sha256 hex; storing the same bytes again is a no-op."""
-        try:
-            return await anyio.to_thread.run_sync(self._put, data)
-        except OSError as exc:
-            raise StoreError(f"cannot write blob under {self._root}: {exc}") from exc
-
-    def _put(self, data: bytes) -> str:
         sha256 = hashlib.sha256(data).hexdigest()
-        target = self.path(sha256)
-        if target.is_file():
-            return sha256
-        self._make_dirs(target)
-        # The temporary file sits in root (same filesystem, so os.replace is atomic) and is
-        # created 0600 by mkstemp; readers see the whole blob or none of it.
-        fd, tmp = tempfile.mkstemp(dir=self._root, prefix=".tmp-")
         try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+            await anyio.to_thread.run_sync(self.contents.write, sha256, data)
+        except OSError as exc:
+            raise StoreError(f"cannot write blob in {self.contents.where}: {exc}") from exc
         return sha256
-
-    def _make_dirs(self, target: Path) -> None:
-        private_dir(self._root)
-        private_dir(target.parent)
 
     def open_blob(self, sha256: str) -> IO[bytes]:
         """The blob for reading, from its start. Blocking: call it in a worker thread.
@@ -89,7 +75,7 @@ class BlobStore:
         A missing blob is a `StoreError`, as for `read`.
         """
         try:
-            return self.path(sha256).open("rb")
+            return self.contents.open(_checked(sha256))
         except OSError as exc:
             raise StoreError(f"cannot read blob {sha256}: {exc}") from exc
 
@@ -137,13 +123,7 @@ class BlobStore:
         return removed
 
     def _keep(self, draft_path: Path, sha256: str) -> None:
-        target = self.path(sha256)
-        if target.is_file():
-            # The same content is already stored; the draft is not needed.
-            draft_path.unlink(missing_ok=True)
-            return
-        self._make_dirs(target)
-        os.replace(draft_path, target)
+        self.contents.take(_checked(sha256), draft_path)
 
     async def read(self, sha256: str, offset: int = 0, length: int | None = None) -> bytes:
         """Up to `length` bytes of the blob from `offset` (to the end if `length` is None).
@@ -152,10 +132,10 @@ class BlobStore:
         """
         if offset < 0 or (length is not None and length < 0):
             raise ValueError(f"offset and length must be >= 0, not {offset} and {length}")
-        path = self.path(sha256)
+        name = _checked(sha256)
 
         def read() -> bytes:
-            with path.open("rb") as f:
+            with self.contents.open(name) as f:
                 f.seek(offset)
                 return f.read(-1 if length is None else length)
 
@@ -166,11 +146,17 @@ class BlobStore:
 
     async def exists(self, sha256: str) -> bool:
         """Whether the blob is stored; ValueError for a malformed name, as `path` does."""
-        path = self.path(sha256)
+        name = _checked(sha256)
         try:
-            return await anyio.to_thread.run_sync(path.is_file)
+            return await anyio.to_thread.run_sync(self.contents.has, name)
         except OSError as exc:
             raise StoreError(f"cannot check blob {sha256}: {exc}") from exc
+
+
+def _checked(sha256: str) -> str:
+    if not _SHA256_HEX.fullmatch(sha256):
+        raise ValueError(f"not a sha256 hex digest: {sha256!r}")
+    return sha256
 
 
 class Draft(BaseModel):

@@ -553,15 +553,17 @@ class Database:
 
     async def touch_session(
         self, session_id: str, *, last_used_at: float, expires_at: float
-    ) -> None:
-        """Record a use of a live session and its new expiry; an ended session stays as it was."""
-        await self._write(
+    ) -> bool:
+        """Record a use of a live session and its new expiry; an ended session stays as it
+        was. Whether the session was live (False: it ended, maybe on another server)."""
+        cursor = await self._write(
             lambda conn: conn.execute(
                 "UPDATE sessions SET last_used_at = ?, expires_at = ?"
                 " WHERE id = ? AND ended_at IS NULL",
                 (last_used_at, expires_at, session_id),
             )
         )
+        return cursor.rowcount == 1
 
     async def end_session(
         self, session_id: str, *, ended_at: float, reason: str, containers_removed: int
@@ -752,6 +754,12 @@ class Database:
                     "UPDATE grants SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", rows
                 )
             )
+
+    async def get_grant(self, grant_id: str) -> GrantRecord | None:
+        rows = await self._fetch(f"SELECT {_GRANT_COLUMNS} FROM grants WHERE id = ?", (grant_id,))
+        if not rows:
+            return None
+        return GrantRecord.model_validate(_from_json_fields(rows[0], "params", "scope"))
 
     async def list_grants(
         self, *, tenant: str | None = None, session_id: str | None = None, limit: int = 100

@@ -180,15 +180,45 @@ def merge(
     `since` holds the last change per path committed after `delta.base_version`; `writer`
     and `version` are stamped on every entry this commit writes.
     """
-    new = dict(head)
-    conflicts: dict[str, WorkspaceConflict] = {}
-    ours: dict[str, WorkspaceFile | None] = {
-        e.path: e.model_copy(update={"written_by": writer, "version": version})
-        for e in delta.upserts
-    }
+    m = _Merge(head, since, writer=writer, version=version)
+    ours: dict[str, WorkspaceFile | None] = {e.path: m.stamped(e) for e in delta.upserts}
     ours.update({path: None for path in delta.deletes})
+    # Rule 1: the later commit wins each path it changed, unless it only touched it.
+    for path in delta.touched:
+        if path in since:
+            del ours[path]
+    m.lay(ours)
+    m.keep_parents(ours, {e.path: e for e in delta.dirs})
+    m.keep_filled_dirs()
+    m.displace_under_files()
+    touched = set(ours) | set(m.conflicts)
+    touched.update(p for p in m.new.keys() ^ head.keys())
+    return Merged(
+        head=m.new, conflicts=[m.conflicts[p] for p in sorted(m.conflicts)], touched=touched
+    )
+
+
+class _Merge:
+    """One merge in progress: the tree being built and the conflicts found on the way."""
+
+    def __init__(
+        self,
+        head: Mapping[str, WorkspaceFile],
+        since: Mapping[str, Change],
+        *,
+        writer: str | None,
+        version: int,
+    ) -> None:
+        self.head, self.since = head, since
+        self.writer, self.version = writer, version
+        self.new = dict(head)
+        self.conflicts: dict[str, WorkspaceConflict] = {}
+
+    def stamped(self, entry: WorkspaceFile) -> WorkspaceFile:
+        return entry.model_copy(update={"written_by": self.writer, "version": self.version})
 
     def conflict(
+        self,
         path: str,
         mine: WorkspaceFile | None,
         theirs: WorkspaceFile | None,
@@ -196,101 +226,103 @@ def merge(
         kept: Literal["ours", "theirs"],
         reason: str,
     ) -> None:
-        conflicts[path] = WorkspaceConflict(
+        self.conflicts[path] = WorkspaceConflict(
             path=path, ours=mine, theirs=theirs, other=other, kept=kept, reason=reason
         )
 
-    # Rule 1: the later commit wins each path it changed, unless it only touched it.
-    for path in delta.touched:
-        if path in since:
-            del ours[path]
-    for path, mine in sorted(ours.items()):
-        other = since.get(path)
-        if other is not None and not _same(mine, other.after):
-            conflict(
-                path,
-                mine,
-                other.after,
-                other.written_by,
-                "ours",
-                "both runs changed this path; this run committed later, so its version is kept",
-            )
-        if mine is None:
-            new.pop(path, None)
-        else:
-            new[path] = mine
-
-    # Rule 2: what this run wrote keeps its parent directories.
-    dirs = {e.path: e for e in delta.dirs}
-    for path, mine in sorted(ours.items()):
-        if mine is None:
-            continue
-        for parent in ancestors(path):
-            current = new.get(parent)
-            if current is not None and current.kind == "dir":
-                continue
-            made = dirs.get(parent) or WorkspaceFile(
-                path=parent, sha256="", size=0, kind="dir", mode=DEFAULT_DIR_MODE
-            )
-            made = made.model_copy(update={"written_by": writer, "version": version})
-            new[parent] = made
-            gone = since.get(parent)
-            if current is None and gone is None:
-                continue  # a workspace from before directories were kept never had it
-            conflict(
-                parent,
-                made,
-                current,
-                current.written_by if current is not None else gone.written_by if gone else None,
-                "ours",
-                f"another run removed or replaced this directory, but this run wrote {path!r} "
-                "inside it; it is a directory again",
-            )
-
-    # Rule 3: a directory this run deleted stays if another run filled it meanwhile. The
-    # full pass runs only when some entry lacks its parent (one cheap scan finds out).
-    for path in sorted(new, key=_depth) if _orphans(new) else ():
-        for parent in ancestors(path):
-            if parent in new:
-                continue
-            kept_dir = head.get(parent)
-            if kept_dir is None:
-                # A workspace from before directories were kept: add the directory it implies.
-                new[parent] = WorkspaceFile(
-                    path=parent, sha256="", size=0, kind="dir", mode=DEFAULT_DIR_MODE
+    def lay(self, ours: Mapping[str, WorkspaceFile | None]) -> None:
+        """Rule 1, the rest: each path this run changed takes its version."""
+        for path, mine in sorted(ours.items()):
+            other = self.since.get(path)
+            if other is not None and not _same(mine, other.after):
+                self.conflict(
+                    path,
+                    mine,
+                    other.after,
+                    other.written_by,
+                    "ours",
+                    "both runs changed this path; this run committed later, so its version is kept",
                 )
+            if mine is None:
+                self.new.pop(path, None)
+            else:
+                self.new[path] = mine
+
+    def keep_parents(
+        self, ours: Mapping[str, WorkspaceFile | None], dirs: Mapping[str, WorkspaceFile]
+    ) -> None:
+        """Rule 2: what this run wrote keeps its parent directories."""
+        for path, mine in sorted(ours.items()):
+            if mine is None:
                 continue
-            new[parent] = kept_dir
-            conflict(
-                parent,
+            for parent in ancestors(path):
+                current = self.new.get(parent)
+                if current is not None and current.kind == "dir":
+                    continue
+                made = self.stamped(dirs.get(parent) or _implied_dir(parent))
+                self.new[parent] = made
+                gone = self.since.get(parent)
+                if current is None and gone is None:
+                    continue  # a workspace from before directories were kept never had it
+                self.conflict(
+                    parent,
+                    made,
+                    current,
+                    current.written_by
+                    if current is not None
+                    else gone.written_by
+                    if gone
+                    else None,
+                    "ours",
+                    f"another run removed or replaced this directory, but this run wrote {path!r} "
+                    "inside it; it is a directory again",
+                )
+
+    def keep_filled_dirs(self) -> None:
+        """Rule 3: a directory this run deleted stays if another run filled it meanwhile.
+        The full pass runs only when some entry lacks its parent (one cheap scan finds out)."""
+        for path in sorted(self.new, key=_depth) if _orphans(self.new) else ():
+            for parent in ancestors(path):
+                if parent in self.new:
+                    continue
+                kept_dir = self.head.get(parent)
+                if kept_dir is None:
+                    # A workspace from before directories were kept: add the one it implies.
+                    self.new[parent] = _implied_dir(parent)
+                    continue
+                self.new[parent] = kept_dir
+                self.conflict(
+                    parent,
+                    None,
+                    kept_dir,
+                    self.new[path].written_by,
+                    "theirs",
+                    f"this run deleted the directory, but another run wrote {path!r} inside it; "
+                    "the directory stays",
+                )
+
+    def displace_under_files(self) -> None:
+        """Rule 4: nothing can live under a path this run turned into a file."""
+        for path in sorted(self.new, key=_depth) if _orphans(self.new, files_too=True) else ():
+            if path not in self.new:
+                continue
+            blocker = next((p for p in ancestors(path) if self.new[p].kind != "dir"), None)
+            if blocker is None:
+                continue
+            displaced = self.new.pop(path)
+            self.conflict(
+                path,
                 None,
-                kept_dir,
-                new[path].written_by,
-                "theirs",
-                f"this run deleted the directory, but another run wrote {path!r} inside it; "
-                "the directory stays",
+                displaced,
+                displaced.written_by,
+                "ours",
+                f"this run made {blocker!r} a file, so this entry of another run could not "
+                "stay; it is still an artifact of that run",
             )
 
-    # Rule 4: nothing can live under a path this run turned into a file.
-    for path in sorted(new, key=_depth) if _orphans(new, files_too=True) else ():
-        if path not in new:
-            continue
-        blocker = next((p for p in ancestors(path) if new[p].kind != "dir"), None)
-        if blocker is None:
-            continue
-        displaced = new.pop(path)
-        conflict(
-            path,
-            None,
-            displaced,
-            displaced.written_by,
-            "ours",
-            f"this run made {blocker!r} a file, so this entry of another run could not stay; "
-            "it is still an artifact of that run",
-        )
-    touched = set(ours) | set(conflicts)
-    touched.update(p for p in new.keys() ^ head.keys())
-    return Merged(head=new, conflicts=[conflicts[p] for p in sorted(conflicts)], touched=touched)
+
+def _implied_dir(path: str) -> WorkspaceFile:
+    return WorkspaceFile(path=path, sha256="", size=0, kind="dir", mode=DEFAULT_DIR_MODE)
 
 
 def _orphans(entries: Mapping[str, WorkspaceFile], *, files_too: bool = False) -> bool:

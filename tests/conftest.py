@@ -27,6 +27,7 @@ from typing import Any
 import docker
 import postgres
 import pytest
+import registry
 import trustme
 from mcp.server.mcpserver import MCPServer
 from upstream import Upstream, start_upstream
@@ -115,16 +116,45 @@ def postgres_url(postgres_cluster: postgres.Cluster) -> str:
 
 
 @pytest.fixture(scope="session")
+def registry_address() -> Iterator[str]:
+    """The real container registry of this test session (`127.0.0.1:PORT`): `.ci/run`'s, or
+    one started here on a temporary directory."""
+    address = os.environ.get(registry.ADDRESS_VARIABLE)
+    if address:
+        yield address
+        return
+    directory = Path(tempfile.mkdtemp(prefix="airlock-registry-"))
+    try:
+        started = registry.start(directory)
+    except registry.RegistryMissing as exc:
+        shutil.rmtree(directory)
+        if REQUIRE_DOCKER:
+            pytest.fail(f"the registry is required (AIRLOCK_REQUIRE_DOCKER=1): {exc}")
+        pytest.skip(str(exc))
+    yield started.address
+    registry.stop(directory)
+    shutil.rmtree(directory)
+
+
+@pytest.fixture(scope="session")
 def sandbox_image(docker_client: docker.DockerClient) -> str:
     """The real sandbox image, built once per test session if missing."""
-    return ensure_image(docker_client, lambda line: sys.stderr.write(f"image: {line}\n"))
+
+    def progress(line: str) -> None:
+        sys.stderr.write(f"image: {line}\n")
+
+    return ensure_image(docker_client, progress)
 
 
 @pytest.fixture(scope="session")
 def browser_image(docker_client: docker.DockerClient) -> str:
     """The real browser image of `browse`, built once per test session if missing (a server
     would build it in the background and tell the first call to retry)."""
-    return ensure_browser_image(docker_client, lambda line: sys.stderr.write(f"browser: {line}\n"))
+
+    def progress(line: str) -> None:
+        sys.stderr.write(f"browser image: {line}\n")
+
+    return ensure_browser_image(docker_client, progress)
 
 
 @pytest.fixture(scope="session")

@@ -3,23 +3,51 @@
 from __future__ import annotations
 
 import contextlib
+import functools
+import io
+import logging
+import os
 import signal
 import socket
+import subprocess
 import sys
 import zipfile
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
+import anyio.to_thread
 import docker
 import httpx
+import httpx2
 import pytest
 from anyio.abc import Process
+from anyio.streams.buffered import BufferedByteReceiveStream
 from docker.models.containers import Container
-from mcp.types import CallToolResult, TextContent
+from mcp.client import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.types import (
+    BlobResourceContents,
+    CallToolResult,
+    EmbeddedResource,
+    ReadResourceResult,
+    ResourceLink,
+    TextContent,
+    TextResourceContents,
+)
+
+from airlock.broker import Grant, Grants, RunTokens, Vault, load_key, vault_path
+from airlock.egress import Egress
+from airlock.policies import Capability, Policy, resolve_scope
+from airlock.sandbox.instance import Instance
+from airlock.server.auth import generate_api_key
+from airlock.server.cli import main
+from airlock.server.engine import Engine
+from airlock.store import BlobStore, Database, RunRecord, SessionRecord
+from airlock.tools import Services
 
 T = TypeVar("T")
 
@@ -30,9 +58,18 @@ NO_POOL: dict[str, Any] = {"pool": {"size": 0}}
 NO_POOL_TOML = "[pool]\nsize = 0\n"
 
 AIRLOCK = str(Path(sys.executable).with_name("airlock"))
+TESTS = Path(__file__).resolve().parent
+"""The tests' top folder: conftest.py and the shared modules stay here, the tests sit in
+a folder for their room."""
+ROOT = TESTS.parent
+"""The repository: README.md, pyproject.toml and the rooms."""
+CALL_TIMEOUT_S = 120
+"""How long one tool call may take: a cold gVisor start on a loaded two-core machine."""
 
 
-async def wait_until(check: Callable[[], T], *, within: float = 30, interval: float = 0.05) -> T:
+async def wait_until(
+    check: Callable[[], T | None], *, within: float = 30, interval: float = 0.05
+) -> T:
     """Poll `check` until it returns something truthy; fail after `within` seconds.
 
     For conditions with no event to wait on, such as a container appearing in the engine.
@@ -71,6 +108,35 @@ def make_wheel(
 def text_of(result: CallToolResult) -> str:
     """The text of a tool result: its text blocks joined (pictures are not text)."""
     return "".join(block.text for block in result.content if isinstance(block, TextContent))
+
+
+def block_text(result: CallToolResult, index: int = 0) -> str:
+    """The text of a result's block `index`, which must be a text block."""
+    block = result.content[index]
+    assert isinstance(block, TextContent), block
+    return block.text
+
+
+def resource_links(result: CallToolResult) -> list[ResourceLink]:
+    """A result's blocks after the first, which must all be resource links."""
+    links = result.content[1:]
+    assert all(isinstance(link, ResourceLink) for link in links), links
+    return [link for link in links if isinstance(link, ResourceLink)]
+
+
+def embedded_blob(result: CallToolResult, index: int = 0) -> str:
+    """The base64 of a result's block `index`, which must embed a binary resource."""
+    block = result.content[index]
+    assert isinstance(block, EmbeddedResource), block
+    assert isinstance(block.resource, BlobResourceContents), block.resource
+    return block.resource.blob
+
+
+def contents_text(read: ReadResourceResult, index: int = 0) -> str:
+    """The text of a read resource's contents `index`, which must be text."""
+    contents = read.contents[index]
+    assert isinstance(contents, TextResourceContents), contents
+    return contents.text
 
 
 def free_port() -> int:
@@ -173,3 +239,430 @@ def running(count: int) -> Callable[[list[Container]], bool]:
 
 def none_left(found: list[Container]) -> bool:
     return not found
+
+
+# ---- the `airlock` command -------------------------------------------------------------
+
+
+def airlock(
+    *args: str, stdin: str = "", env: Mapping[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """`airlock ARGS` through the installed entry point, its output as text; `env`, if
+    given, is the child's whole environment."""
+    return subprocess.run(
+        [AIRLOCK, *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env=dict(env) if env is not None else None,
+    )
+
+
+async def airlock_async(
+    *args: str, env: Mapping[str, str] | None = None, within: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """`airlock` in a worker thread: an in-memory server on this event loop keeps serving
+    while the command runs (killed after `within` seconds)."""
+    return await anyio.to_thread.run_sync(
+        functools.partial(airlock, *args, env=env, timeout=within)
+    )
+
+
+def airlock_main(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    """`airlock ARGS` run by the CLI's `main` in this process, answered as `airlock` would
+    be: for what a command says and returns, in milliseconds where a child process takes
+    about a second (`airlock` keeps a few end to end). Only for commands that neither
+    serve nor run an event loop. The root logger is set back afterwards: the CLI's
+    logging setup replaces its handlers, pytest's own among them."""
+    out, err = io.StringIO(), io.StringIO()
+    loggers = [logging.getLogger(), *(logging.getLogger(name) for name in CLI_LOGGERS)]
+    saved = [(logger, logger.handlers[:], logger.level) for logger in loggers]
+    try:
+        with (
+            contextlib.redirect_stdout(out),
+            contextlib.redirect_stderr(err),
+            _stdin(io.StringIO(stdin)),
+        ):
+            code = _exit_code(main, list(args))
+    finally:
+        for logger, handlers, level in saved:
+            logger.handlers[:] = handlers
+            logger.setLevel(level)
+    return subprocess.CompletedProcess([AIRLOCK, *args], code, out.getvalue(), err.getvalue())
+
+
+CLI_LOGGERS = ("mcp", "httpx", "docker", "urllib3")
+"""The loggers whose level the CLI's logging setup changes (server/logs.py)."""
+
+
+def _exit_code(entry: Callable[[list[str]], None], argv: list[str]) -> int:
+    """The exit status a process would have after `entry(argv)`, as sys.exit decides it."""
+    try:
+        entry(argv)
+    except SystemExit as exited:
+        if exited.code is None or isinstance(exited.code, int):
+            return exited.code or 0
+        sys.stderr.write(f"{exited.code}\n")
+        return 1
+    return 0
+
+
+@contextlib.contextmanager
+def _stdin(stream: io.StringIO) -> Iterator[None]:
+    saved, sys.stdin = sys.stdin, stream
+    try:
+        yield
+    finally:
+        sys.stdin = saved
+
+
+def without_airlock_settings() -> dict[str, str]:
+    """This process's environment without the AIRLOCK_* variables a developer may have
+    set, so that a command sees only the options the test gives it."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("AIRLOCK_")}
+
+
+# ---- driving a server's tools ----------------------------------------------------------
+
+
+async def call(
+    c: Client, tool: str, args: dict[str, Any], *, within: float = CALL_TIMEOUT_S
+) -> CallToolResult:
+    """One tool call, failing the test after `within` seconds."""
+    with anyio.fail_after(within):
+        return await c.call_tool(tool, args)
+
+
+def structured(result: CallToolResult) -> dict[str, Any]:
+    """A result's structured content; it must be a result, not a tool error."""
+    assert not result.is_error, result.content
+    assert result.structured_content is not None
+    content: dict[str, Any] = result.structured_content
+    return content
+
+
+def error_text(result: CallToolResult) -> str:
+    """A tool error's text; the result must be a tool error."""
+    assert result.is_error, f"expected a tool error, got {result.structured_content}"
+    return text_of(result)
+
+
+async def ok(
+    c: Client, tool: str, args: dict[str, Any], *, within: float = CALL_TIMEOUT_S
+) -> dict[str, Any]:
+    """A tool call that must succeed; its structured content."""
+    return structured(await call(c, tool, args, within=within))
+
+
+async def run_result(
+    c: Client, code: str, *, within: float = CALL_TIMEOUT_S, **args: Any
+) -> CallToolResult:
+    """run_code that must come back as a result (not a tool error) with structured content."""
+    result = await call(c, "run_code", {"code": code, **args}, within=within)
+    assert not result.is_error, result.content
+    assert result.structured_content is not None
+    return result
+
+
+async def run(
+    c: Client, code: str, *, within: float = CALL_TIMEOUT_S, **args: Any
+) -> dict[str, Any]:
+    """run_code that must come back as a result; its structured content."""
+    content: dict[str, Any] = (await run_result(c, code, within=within, **args)).structured_content
+    return content
+
+
+async def ask(c: Client, capability: str, **args: Any) -> CallToolResult:
+    """request_capability for `capability` with the parameter org=acme."""
+    return await call(
+        c,
+        "request_capability",
+        {"capability": capability, "reason": "read acme", "params": {"org": "acme"}, **args},
+        within=30,
+    )
+
+
+# ---- `airlock serve --http` with API keys ----------------------------------------------
+
+
+@dataclass
+class HttpServer:
+    url: str
+    base: str
+    keys: dict[str, str]
+    process: Process
+    data_dir: Path
+
+
+@asynccontextmanager
+async def http_server(
+    tmp_path: Path,
+    *extra: str,
+    tenant_policies: dict[str, str] | None = None,
+    pool: bool = True,
+) -> AsyncIterator[HttpServer]:
+    """A server with a key for each of the tenants acme and globex; `pool=False`: the
+    server runs without the warm pool (see NO_POOL)."""
+    keys: dict[str, str] = {}
+    lines = []
+    for tenant in ("acme", "globex"):
+        key, digest = generate_api_key()
+        keys[tenant] = key
+        entry = f'[[keys]]\nid = "{tenant}-ci"\ntenant = "{tenant}"\nhash = "{digest}"\n'
+        if tenant_policies and tenant in tenant_policies:
+            policy_file = tmp_path / f"{tenant}.toml"
+            policy_file.write_text(tenant_policies[tenant])
+            entry += f'policy = "{policy_file}"\n'
+        lines.append(entry)
+    auth = tmp_path / "auth.toml"
+    auth.write_text("\n".join(lines))
+    data_dir = tmp_path / "data"
+    args = ["--auth", str(auth), "--data-dir", str(data_dir), *extra]
+    if not pool:
+        policy = tmp_path / "no-pool.toml"
+        policy.write_text(NO_POOL_TOML)
+        args += ["--policy", str(policy)]
+    async with serving_http(*args) as serving:
+        yield HttpServer(f"{serving.base}/mcp", serving.base, keys, serving.process, data_dir)
+
+
+@asynccontextmanager
+async def client(server: HttpServer, tenant: str, mode: str) -> AsyncIterator[Client]:
+    """An MCP client of `server` with `tenant`'s key."""
+    headers = {"Authorization": f"Bearer {server.keys[tenant]}"}
+    # A first call may wait for the engine and a cold gVisor start on a loaded machine:
+    # more than httpx's default 5 s.
+    async with httpx2.AsyncClient(headers=headers, timeout=60) as http:
+        transport = streamable_http_client(server.url, http_client=http)
+        async with Client(transport, mode=mode) as connected:
+            yield connected
+
+
+# ---- the room's own objects, built without a server --------------------------------------
+
+
+def services_on(
+    directory: Path, policy: Policy, db: Database, *, clock: Callable[[], float] | None = None
+) -> Services:
+    """The real store, broker and vault in `directory` and an engine that is never
+    started; the clock is `clock` if given."""
+    grants, tokens = Grants(), RunTokens()
+    vault = Vault(vault_path(directory), load_key(directory, {}))
+    timing: dict[str, Any] = {"clock": clock} if clock is not None else {}
+    return Services(
+        db=db,
+        blobs=BlobStore(directory / "blobs"),
+        engine=Engine(policy, Instance.current()),
+        policy=policy,
+        grants=grants,
+        tokens=tokens,
+        vault=vault,
+        egress=Egress(grants=grants, tokens=tokens, vault=vault),
+        instance_id="test",
+        **timing,
+    )
+
+
+T0 = 1_000_000.0
+"""The broker tests' "now"."""
+GITHUB = Capability.model_validate(
+    {
+        "hosts": ["api.github.com"],
+        "params": {"org": "[a-z]+"},
+        "methods": ["GET", "HEAD"],
+        "paths": ["/repos/{org}/**"],
+        "secret": "github_token",
+        "inject": {"header": "Authorization", "format": "Bearer {secret}"},
+    }
+)
+
+
+def make_grant(
+    grants: Grants,
+    tenant: str = "t1",
+    session_id: str = "s1",
+    capability: Capability = GITHUB,
+    **overrides: Any,
+) -> Grant:
+    """A policy-approved grant of `capability` (github-read for org acme, 900 s at T0, under
+    the quotas of a tenant allowing 3 per session and 5 live, unless `overrides` say
+    otherwise)."""
+    args: dict[str, Any] = {
+        "name": "github-read",
+        "params": {"org": "acme"},
+        "tenant": tenant,
+        "session_id": session_id,
+        "approved_by": "policy",
+        "reason": "read the issues",
+        "ttl_s": 900,
+        "now": T0,
+        # The quotas a tenant's policy names; the store has none of its own.
+        "max_per_session": 3,
+        "max_live_per_tenant": 5,
+    }
+    args.update(overrides)
+    return grants.grant(capability, resolve_scope(capability, args["params"]), **args)
+
+
+def session_record(
+    id: str = "s1", *, tenant: str = "t1", created_at: float = 100.0
+) -> SessionRecord:
+    return SessionRecord(
+        id=id,
+        tenant=tenant,
+        created_at=created_at,
+        last_used_at=created_at,
+        expires_at=created_at + 600,
+    )
+
+
+def run_record(
+    id: str = "r1",
+    *,
+    session_id: str = "s1",
+    tenant: str = "t1",
+    created_at: float = 200.0,
+    instance: str = "i1",
+) -> RunRecord:
+    """A running run's record."""
+    return RunRecord(
+        id=id,
+        session_id=session_id,
+        tenant=tenant,
+        language="python",
+        status="running",
+        created_at=created_at,
+        timeout_s=30,
+        limits={"memory_bytes": 256 << 20, "pids": 64, "egress": ["api.example.com"]},
+        code_sha256="c" * 64,
+        instance_id=instance,
+    )
+
+
+# Claims the instance named by argv[2] in the directory argv[1], says so, then waits.
+HOLDER = """
+import sys
+from pathlib import Path
+from airlock.store.instances import claim
+claim(Path(sys.argv[1]), sys.argv[2])
+print("claimed", flush=True)
+sys.stdin.read()
+"""
+
+
+@asynccontextmanager
+async def holder(directory: Path, instance_id: str) -> AsyncIterator[Process]:
+    """A process holding `instance_id`'s claim until it is killed or the block ends."""
+    process = await anyio.open_process([sys.executable, "-c", HOLDER, str(directory), instance_id])
+    try:
+        assert process.stdout is not None
+        with anyio.fail_after(60):
+            said = await BufferedByteReceiveStream(process.stdout).receive_until(b"\n", 100)
+        assert said == b"claimed"
+        yield process
+    finally:
+        if process.returncode is None:
+            process.kill()
+        with anyio.fail_after(60):
+            await process.wait()
+        await process.aclose()
+
+
+# ---- trees, patches and path spellings ------------------------------------------------
+
+
+Tree = dict[str, tuple[bytes, int]]
+"""Files by relative path: their bytes and mode (0o644 or 0o755)."""
+
+
+def write_tree(root: Path, tree: Tree) -> None:
+    for path, (data, mode) in tree.items():
+        target = root / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+        target.chmod(mode)
+
+
+def read_tree(root: Path) -> Tree:
+    found: Tree = {}
+    for dirpath, _, names in os.walk(root):
+        for name in names:
+            full = Path(dirpath) / name
+            mode = 0o755 if full.stat().st_mode & 0o111 else 0o644
+            found[str(full.relative_to(root))] = (full.read_bytes(), mode)
+    return found
+
+
+def git_apply(root: Path, patch: bytes) -> subprocess.CompletedProcess[bytes]:
+    env = {"PATH": os.environ["PATH"], "GIT_CONFIG_NOSYSTEM": "1", "HOME": str(root.parent)}
+    env["GIT_CEILING_DIRECTORIES"] = str(root.parent)
+    return subprocess.run(
+        ["git", "apply", "--whitespace=nowarn", "-"],
+        input=patch,
+        cwd=root,
+        env=env,
+        capture_output=True,
+        check=False,
+        timeout=60,
+    )
+
+
+LOCK_BLOCK = (
+    b'[[package]]\nname = "dep"\nversion = "1.0.0"\n'
+    b'source = "registry+https://github.com/rust-lang/crates.io-index"\n\n'
+)
+
+
+def lock_files() -> tuple[bytes, bytes]:
+    """A 125 KB lock-style file of one repeated block, and it with 25 KB of blocks edited
+    (every fifth version bumped): difflib.SequenceMatcher(autojunk=False) spent 49 s of
+    CPU on it."""
+    count = 125_000 // len(LOCK_BLOCK)
+    blocks = [LOCK_BLOCK] * count
+    bumped = LOCK_BLOCK.replace(b"1.0.0", b"1.0.1")
+    for i in range(0, 230 * 5, 5):  # 230 bumps: 229 cost difflib 0.8 s, 230 cost it 49 s
+        blocks[i] = bumped
+    return LOCK_BLOCK * count, b"".join(blocks)
+
+
+def sample_paths(glob: str) -> list[str]:
+    """Paths under `glob`: each `**` as no segment and as one more (a trailing one as a
+    file), `*` and `?` as letters."""
+    found = []
+    for deep in (False, True):
+        segments: list[str] = []
+        parts = glob.split("/")
+        for i, part in enumerate(parts):
+            if part == "**":
+                last = i == len(parts) - 1
+                segments += (["d", "ci.yml"] if deep else ["ci.yml"]) if last else (["d"] * deep)
+            else:
+                segments.append(part.replace("*", "x").replace("?", "q"))
+        found.append("/".join(segments))
+    return found
+
+
+def short_name(segment: str) -> str:
+    """The 8.3 short name Windows gives `segment` first (`.github` -> `GITHUB~1`)."""
+    base, dot, ext = segment.lstrip(".").rpartition(".")
+    if not dot:
+        base, ext = ext, ""
+    letters = "".join(ch for ch in base.upper() if ch.isalnum())
+    return f"{letters[:6]}~1" + (f".{ext.upper()[:3]}" if ext else "")
+
+
+def windows_spellings(path: str) -> list[str]:
+    """`path` as Windows (and macOS, for case) would also write it."""
+    segments = path.split("/")
+    return [
+        path.upper(),
+        "/".join(s + "." for s in segments),
+        "/".join(s + " " for s in segments),
+        "/".join(s + ". ." for s in segments),
+        path + "::$DATA",
+        path + ":hidden:$DATA",
+        "/".join([short_name(segments[0]), *segments[1:]]),
+        "/".join([*segments[:-1], short_name(segments[-1])]),
+    ]

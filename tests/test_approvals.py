@@ -20,7 +20,7 @@ import pytest
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult, ElicitRequestParams, ElicitResult
-from support import AIRLOCK, serving_http, text_of
+from support import airlock_async, ask, serving_http, text_of
 
 from airlock.errors import InvalidRequest
 from airlock.policies import Policy
@@ -56,17 +56,9 @@ approval = "ask"
 APPROVAL_ID = re.compile(r'approval_id="(apr_[a-z0-9]+)"')
 
 
-async def ask(c: Client, **args: Any) -> CallToolResult:
-    with anyio.fail_after(30):
-        return await c.call_tool(
-            "request_capability",
-            {"capability": CAP, "reason": "read acme", "params": {"org": "acme"}, **args},
-        )
-
-
 async def pending_id(c: Client) -> tuple[str, str]:
     """Ask from a client without elicitation; the approval id and the session it binds."""
-    waiting = await ask(c)
+    waiting = await ask(c, CAP)
     assert waiting.is_error
     message = text_of(waiting)
     assert "cannot ask its user" in message and "waits until" in message
@@ -77,11 +69,10 @@ async def pending_id(c: Client) -> tuple[str, str]:
     return match.group(1), session.group(1)
 
 
-async def airlock(data_dir: Path, *args: str) -> tuple[int, str, str]:
-    done = await anyio.run_process(
-        [AIRLOCK, "approvals", *args, "--data-dir", str(data_dir)], check=False
-    )
-    return done.returncode, done.stdout.decode(), done.stderr.decode()
+async def approvals(data_dir: Path, *args: str) -> tuple[int, str, str]:
+    """`airlock approvals ARGS` on `data_dir`: its exit code, stdout and stderr."""
+    done = await airlock_async("approvals", *args, "--data-dir", str(data_dir))
+    return done.returncode, done.stdout, done.stderr
 
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
@@ -92,31 +83,31 @@ async def test_operator_approval_from_another_process_grants_once_to_the_asking_
     server = build_server(Config(data_dir=data_dir), Policy.model_validate(POLICY))
     async with Client(server, mode=mode) as c:
         approval, session = await pending_id(c)
-        code, listed, _ = await airlock(data_dir, "list")
+        code, listed, _ = await approvals(data_dir, "list")
         assert code == 0 and approval in listed and "read acme" in listed
 
-        still = await ask(c, approval_id=approval, session_id=session)
+        still = await ask(c, CAP, approval_id=approval, session_id=session)
         assert still.is_error and "waits until" in text_of(still)
 
-        code, out, err = await airlock(data_dir, "approve", approval)
+        code, out, err = await approvals(data_dir, "approve", approval)
         assert code == 0, err
         assert f"{approval} approved" in out
-        granted = await ask(c, approval_id=approval, session_id=session)
+        granted = await ask(c, CAP, approval_id=approval, session_id=session)
         assert not granted.is_error, text_of(granted)
         assert granted.structured_content is not None
         assert granted.structured_content["approved_by"] == "operator"
         assert granted.structured_content["scope"]["paths"] == ["/orgs/acme/**"]
         assert granted.structured_content["session_id"] == session
 
-        again = await ask(c, approval_id=approval, session_id=session)
+        again = await ask(c, CAP, approval_id=approval, session_id=session)
         assert again.is_error and "already used" in text_of(again)
-        twice, _, err = await airlock(data_dir, "approve", approval)
+        twice, _, err = await approvals(data_dir, "approve", approval)
         assert twice == 1 and "is used, not pending" in err
 
         # Another session cannot use it (nor learn that it exists).
         with anyio.fail_after(30):
             await c.call_tool("end_session", {"session_id": session})
-        foreign = await ask(c, approval_id=approval)
+        foreign = await ask(c, CAP, approval_id=approval)
         assert foreign.is_error and "unknown approval" in text_of(foreign)
 
     db = await Database.open(data_dir / "airlock.db")
@@ -137,17 +128,17 @@ async def test_operator_denial_is_a_denial_and_session_end_expires_what_waits(
     server = build_server(Config(data_dir=data_dir), Policy.model_validate(POLICY))
     async with Client(server) as c:
         denied, session = await pending_id(c)
-        code, out, _ = await airlock(data_dir, "deny", denied)
+        code, out, _ = await approvals(data_dir, "deny", denied)
         assert code == 0 and f"{denied} denied" in out
-        refused = await ask(c, approval_id=denied, session_id=session)
+        refused = await ask(c, CAP, approval_id=denied, session_id=session)
         assert refused.is_error and "the operator denied" in text_of(refused)
 
         left, _ = await pending_id(c)
         with anyio.fail_after(30):
             await c.call_tool("end_session", {"session_id": session})
-        code, _, err = await airlock(data_dir, "approve", left)
+        code, _, err = await approvals(data_dir, "approve", left)
         assert code == 1 and "is expired, not pending" in err
-        code, listed, _ = await airlock(data_dir, "list", "--all")
+        code, listed, _ = await approvals(data_dir, "list", "--all")
         assert f"{left}  expired" in listed and f"{denied}  denied" in listed
 
 
@@ -158,9 +149,9 @@ async def test_an_explicit_no_from_the_human_stays_a_denial(tmp_path: Path) -> N
     data_dir = tmp_path / "data"
     server = build_server(Config(data_dir=data_dir), Policy.model_validate(POLICY))
     async with Client(server, elicitation_callback=decline) as c:
-        refused = await ask(c)
+        refused = await ask(c, CAP)
     assert refused.is_error and "did not approve" in text_of(refused)
-    code, listed, _ = await airlock(data_dir, "list", "--all")
+    code, listed, _ = await approvals(data_dir, "list", "--all")
     assert code == 0 and listed.strip() == "no approvals recorded"
 
 
@@ -234,7 +225,7 @@ async def test_admin_keys_decide_their_own_tenants_approvals_over_http(tmp_path:
             headers = {"Authorization": f"Bearer {keys[name]}"}
             async with httpx2.AsyncClient(headers=headers) as http:
                 transport = streamable_http_client(f"{base}/mcp", http_client=http)
-                async with Client(transport) as connected:  # type: ignore[arg-type]
+                async with Client(transport) as connected:
                     yield connected
 
         def auth(name: str) -> dict[str, str]:
@@ -252,7 +243,7 @@ async def test_admin_keys_decide_their_own_tenants_approvals_over_http(tmp_path:
                 )
                 approved = await http.post(f"/approvals/{mine}/approve", headers=auth("acme-admin"))
                 again = await http.post(f"/approvals/{mine}/deny", headers=auth("acme-admin"))
-            granted = await ask(acme, approval_id=mine, session_id=session)
+            granted = await ask(acme, CAP, approval_id=mine, session_id=session)
         assert anonymous.status_code == 401
         assert not_admin.status_code == 403
         assert listed.status_code == 200
@@ -276,7 +267,7 @@ async def test_one_session_cannot_bury_the_operator_in_pending_approvals(tmp_pat
         results: list[CallToolResult] = []
 
         async def one() -> None:
-            results.append(await ask(c, session_id=session))
+            results.append(await ask(c, CAP, session_id=session))
 
         async with anyio.create_task_group() as tg:
             for _ in range(12):
@@ -292,15 +283,15 @@ async def test_one_session_cannot_bury_the_operator_in_pending_approvals(tmp_pat
             and "Wait until the operator decides one" in t
             for t in refused
         ), refused[0]
-        code, listed, _ = await airlock(data_dir, "list")
+        code, listed, _ = await approvals(data_dir, "list")
         assert code == 0 and listed.count(session) == 5
 
         # A decision frees one.
-        code, _, err = await airlock(data_dir, "deny", first)
+        code, _, err = await approvals(data_dir, "deny", first)
         assert code == 0, err
-        again = await ask(c, session_id=session)
+        again = await ask(c, CAP, session_id=session)
         assert "waits until" in text_of(again), text_of(again)
-        full = await ask(c, session_id=session)
+        full = await ask(c, CAP, session_id=session)
         assert "already has 5 capability requests waiting" in text_of(full)
 
 
@@ -312,11 +303,12 @@ async def test_new_sessions_cannot_bury_the_operator_either(tmp_path: Path) -> N
     async with Client(server) as c:
         texts = []
         for _ in range(3):
-            first = await ask(c, session_id="new")
+            first = await ask(c, CAP, session_id="new")
             texts.append(text_of(first))
             match = re.search(r'session_id="(ses_[a-z0-9]+)"', texts[-1])
-            for _ in range(4 if match is not None else 0):
-                texts.append(text_of(await ask(c, session_id=match.group(1))))
+            if match is not None:
+                for _ in range(4):
+                    texts.append(text_of(await ask(c, CAP, session_id=match.group(1))))
         # 5 in the first session, 2 in the second, then the tenant is full: 3 refused
         # in the second, and the third session's first request.
         waiting = [t for t in texts if "waits until" in t]

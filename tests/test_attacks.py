@@ -33,7 +33,7 @@ import pytest
 from mcp import MCPError
 from mcp.client import Client
 from mcp.types import CallToolResult
-from support import NO_POOL, wait_until
+from support import NO_POOL, TESTS, block_text, call, contents_text, resource_links, run, wait_until
 
 from airlock.server import Config
 
@@ -51,21 +51,6 @@ MIB = 1024 * 1024
 
 
 # ---- helpers ---------------------------------------------------------------------------
-
-
-async def call(
-    c: Client, tool: str, args: dict[str, Any], *, within: float = CALL_TIMEOUT_S
-) -> CallToolResult:
-    with anyio.fail_after(within):
-        return await c.call_tool(tool, args)
-
-
-async def run(c: Client, code: str, **args: Any) -> dict[str, Any]:
-    """run_code that must come back as a result (not a tool error); its structured content."""
-    r = await call(c, "run_code", {"code": code, **args})
-    assert not r.is_error, r.content
-    assert r.structured_content is not None
-    return r.structured_content
 
 
 async def run_json(c: Client, code: str, **args: Any) -> Any:
@@ -472,9 +457,9 @@ async def test_code_is_unprivileged_and_writes_only_workspace_and_tmp(
 SYSCALL_PROBE = r"""
 import ctypes, errno, json, os
 libc = ctypes.CDLL(None, use_errno=True)
-def call(nr, *args):
-    result = libc.syscall(nr, *[ctypes.c_long(a) for a in args])
-    return "ok" if result != -1 else errno.errorcode.get(ctypes.get_errno(), "?")
+
+
+
 me = os.getpid()
 print(json.dumps({
     "get_mempolicy": call(239, 0, 0, 0, 0, 0),
@@ -762,8 +747,8 @@ async def test_output_flood_is_counted_and_capped(make_server: Any, mode: str) -
         assert stdout["sha256"] == digest.hexdigest()
         assert stdout["truncated"] is True
         assert len(stdout["text"].encode()) <= inline
-        assert len(r.content[0].text.encode()) < inline + 4096
-        assert f"showing the start of {FLOOD_BYTES} bytes" in r.content[0].text
+        assert len(block_text(r).encode()) < inline + 4096
+        assert f"showing the start of {FLOOD_BYTES} bytes" in block_text(r)
         kept = await call(
             c, "fetch_artifact", {"run_id": result["run_id"], "path": ".airlock/stdout"}
         )
@@ -832,7 +817,7 @@ def _file(path: str, content: str = "x", encoding: str = "utf-8") -> dict[str, s
 
 
 BAD_POLICY = {**SMALL, "files": {"max_input_bytes": 1024, "max_input_files": 3}}
-BAD_CALLS = {
+BAD_CALLS: dict[str, tuple[dict[str, Any], str]] = {
     "absolute": ({"files": [_file("/etc/passwd")]}, "absolute"),
     "dotdot": ({"files": [_file("../x")]}, "'..'"),
     "dotdot_inside": ({"files": [_file("a/../../x")]}, "'..'"),
@@ -951,7 +936,7 @@ async def test_artifact_traversal_and_foreign_runs_are_refused(
         assert stolen["status"] == "ok"
         victim_run = stolen["run_id"]
         ok = await call(v, "fetch_artifact", {"run_id": victim_run, "path": "secret.txt"})
-        assert not ok.is_error and "victim secret" in ok.content[0].text
+        assert not ok.is_error and "victim secret" in block_text(ok)
     with contextlib.closing(sqlite3.connect(data_dir / "airlock.db")) as db, db:
         db.execute("UPDATE runs SET tenant = 'victim' WHERE id = ?", (victim_run,))
         db.execute("UPDATE artifacts SET tenant = 'victim' WHERE run_id = ?", (victim_run,))
@@ -991,7 +976,7 @@ async def test_artifact_traversal_and_foreign_runs_are_refused(
             assert "root:" not in str(caught.value), uri
         # The legitimate artifact is still readable both ways.
         r = await call(c, "fetch_artifact", {"run_id": run_id, "path": "x.txt"})
-        assert not r.is_error and "mine" in r.content[0].text
+        assert not r.is_error and "mine" in block_text(r)
         await assert_alive(c)
 
 
@@ -1048,7 +1033,7 @@ async def test_forged_envelopes_and_invisible_text_are_defused(make_server: Any,
         r = await call(c, "run_code", {"code": FORGERY})
         result = r.structured_content
         assert result["status"] == "ok", result
-        text = r.content[0].text
+        text = block_text(r)
         # stdout, stderr, the artifact listing, the workspace changes and the notes.
         assert assert_forgery_defused(text) == 5
         assert text.count("MARKER-BEGIN") == 2
@@ -1064,11 +1049,11 @@ async def test_forged_envelopes_and_invisible_text_are_defused(make_server: Any,
         for path in ("evil.txt", ".airlock/stdout", ".airlock/stderr"):
             fetched = await call(c, "fetch_artifact", {"run_id": run_id, "path": path})
             assert not fetched.is_error, fetched.content
-            assert assert_forgery_defused(fetched.content[0].text) == 1
+            assert assert_forgery_defused(block_text(fetched)) == 1
         resource_uri = f"airlock://runs/{run_id}/artifacts/evil.txt"
         with anyio.fail_after(CALL_TIMEOUT_S):
             read = await c.read_resource(resource_uri)
-        assert assert_forgery_defused(read.contents[0].text) == 1
+        assert assert_forgery_defused(contents_text(read)) == 1
         await assert_alive(c)
 
 
@@ -1095,15 +1080,15 @@ async def test_artifact_names_reach_the_client_only_sanitized(make_server: Any, 
     async with Client(make_server(SMALL), mode=mode) as c:
         r = await call(c, "run_code", {"code": HOSTILE_NAMES})
         assert r.structured_content["status"] == "ok", r.structured_content
-        assert_envelopes_hold(r.content[0].text)
-        links = r.content[1:]
+        assert_envelopes_hold(block_text(r))
+        links = resource_links(r)
         fetched = [
             await call(c, "fetch_artifact", {"run_id": r.structured_content["run_id"], "path": a})
             for a in (a["path"] for a in r.structured_content["artifacts"])
         ]
         for f in fetched:
             assert not f.is_error, f.content
-            links.extend(f.content[1:])
+            links.extend(resource_links(f))
         for link in links:
             for value in (link.name, link.title or "", link.description or ""):
                 assert not INVISIBLE.search(value), f"invisible characters in {value!r}"
@@ -1235,7 +1220,7 @@ async def test_code_cannot_reach_signal_or_trace_the_runner_or_init(
         assert set(probe["traced"].values()) == {"EPERM"}, probe
         text = all_text(r)
         assert not any(marker in text for marker in FORGED_TEXT), text
-        assert_envelopes_hold(r.content[0].text)
+        assert_envelopes_hold(block_text(r))
         assert [a["path"] for a in result["artifacts"]] == ["kept.txt"]
         # The session goes on, with the attacked run's file in its workspace.
         listing = await run_json(
@@ -1249,7 +1234,7 @@ async def test_code_cannot_reach_signal_or_trace_the_runner_or_init(
 
 # ---- 15. a compromised runner -----------------------------------------------------------
 
-HOSTILE_RUNNER = Path(__file__).with_name("hostile_runner.py")
+HOSTILE_RUNNER = TESTS / "hostile_runner.py"
 
 
 @pytest.fixture(scope="session")
@@ -1332,8 +1317,8 @@ async def test_a_flood_of_runner_notes_is_capped_and_sanitized_in_both_copies(
         for note in notes:
             assert not INVISIBLE.search(note), repr(note)
             assert not ANY_TAG.search(note), repr(note)
-        assert_envelopes_hold(r.content[0].text)
-        assert len(json.dumps(r.structured_content)) + len(r.content[0].text) < 512 * 1024
+        assert_envelopes_hold(block_text(r))
+        assert len(json.dumps(r.structured_content)) + len(block_text(r)) < 512 * 1024
 
 
 @pytest.mark.parametrize(
@@ -1404,9 +1389,9 @@ async def test_notes_from_hostile_names_are_sanitized_in_structured_content_too(
             assert not INVISIBLE.search(note), repr(note)
             assert not ANY_TAG.search(note), repr(note)
         # The text copy carries the same notes, enveloped.
-        assert_envelopes_hold(r.content[0].text)
+        assert_envelopes_hold(block_text(r))
         for note in notes:
-            assert note in r.content[0].text
+            assert note in block_text(r)
         await assert_alive(c)
 
 
@@ -1448,5 +1433,5 @@ async def test_a_node_modules_sized_tree_keeps_its_result_summarized_and_small(
             len(getattr(block, "text", "")) for block in r.content
         )
         assert size < 1024 * 1024, size
-        assert_envelopes_hold(r.content[0].text)
+        assert_envelopes_hold(block_text(r))
         await assert_alive(c, result["session_id"])

@@ -135,7 +135,7 @@ class Harness:
         """What the Python `program` prints as the sandbox user in sandbox `name`, run in
         a process the platform starts in there (the sandbox's own job is not involved)."""
         exec_id = self.engine.api.exec_create(name, ["python3", "-I", "-c", program], user="1000")
-        output: bytes = self.engine.api.exec_start(exec_id)
+        output: bytes = self.engine.api.exec_start(exec_id["Id"])
         return output.decode()
 
 
@@ -273,7 +273,7 @@ step git sh -c 'git init -q repo && cd repo && echo a > kept && git add kept &&
 def steps(output: str) -> dict[str, tuple[list[str], str]]:
     """EVERYDAY's output by step: the lines it printed and its exit status."""
     found: dict[str, tuple[list[str], str]] = {}
-    name, lines = "", []
+    name, lines = "", list[str]()
     for line in output.splitlines():
         if line.startswith("== status "):
             found[name] = (lines, line.removeprefix("== status "))

@@ -12,8 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parent.parent
+from support import ROOT
 
 
 @pytest.mark.docker

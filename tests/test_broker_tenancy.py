@@ -7,11 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 from mcp.client import Client
 from mcp.types import CallToolResult
-from support import text_of
+from support import call, text_of
 
 from airlock.policies import Policy
 from airlock.server import Config, build_server
@@ -52,11 +51,6 @@ def server(tmp_path: Path, *, http: bool = True) -> Any:
         tenant_policies={TENANT: Policy.model_validate(TENANT_POLICY)},
         local_tenant=TENANT,
     )
-
-
-async def call(c: Client, tool: str, args: dict[str, Any]) -> CallToolResult:
-    with anyio.fail_after(30):
-        return await c.call_tool(tool, args)
 
 
 async def grant(c: Client, session_id: str | None = None) -> CallToolResult:

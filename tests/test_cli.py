@@ -1,4 +1,8 @@
-"""The `airlock` command line as an operator uses it, in real subprocesses."""
+"""The `airlock` command line as an operator uses it.
+
+What a command says and returns is checked by calling the CLI's `main` in this process;
+start-up imports, the doctor and a key written through a redirected stdout run the real
+`airlock` as a subprocess."""
 
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ from pathlib import Path
 import docker
 import docker.errors
 import pytest
-from support import AIRLOCK
+from support import AIRLOCK, ROOT, airlock, airlock_main
 
 from airlock.server.cli import main
 from airlock.server.config import Config
@@ -23,12 +27,6 @@ from airlock.server.doctor import run_checks
 HEAVY = ("mcp", "docker", "uvicorn", "starlette", "httpx", "airlock.server.app", "airlock.egress")
 """What only serving, drilling and the Docker commands need: a command that does neither
 must start without them (they made `airlock --help` take seconds)."""
-
-
-def airlock(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [AIRLOCK, *args], input=stdin, capture_output=True, text=True, timeout=60, check=False
-    )
 
 
 def test_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
@@ -49,14 +47,7 @@ def test_version_is_the_installed_one_on_stdout(capsys: pytest.CaptureFixture[st
 
 def _imported(*args: str) -> set[str]:
     """Every module `airlock ARGS` imports, from the interpreter's own import report."""
-    result = subprocess.run(
-        [AIRLOCK, *args],
-        env={**os.environ, "PYTHONPROFILEIMPORTTIME": "1"},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = airlock(*args, env={**os.environ, "PYTHONPROFILEIMPORTTIME": "1"})
     assert result.returncode == 0, result.stderr
     found = set(re.findall(r"^import time: +\d+ \| +\d+ \| +(\S+)$", result.stderr, re.M))
     assert "airlock.server.cli" in found, result.stderr  # the report was read
@@ -77,7 +68,7 @@ def test_secret_value_comes_from_stdin_and_is_never_shown_or_stored_in_clear(
     tmp_path: Path,
 ) -> None:
     value = "sk-live-7d1f3a9c0b"
-    stored = airlock(
+    stored = airlock_main(
         "secrets",
         "set",
         "github_token",
@@ -87,7 +78,7 @@ def test_secret_value_comes_from_stdin_and_is_never_shown_or_stored_in_clear(
         str(tmp_path),
         stdin=value + "\n",
     )
-    listed = airlock("secrets", "list", "--data-dir", str(tmp_path))
+    listed = airlock_main("secrets", "list", "--data-dir", str(tmp_path))
     assert stored.returncode == 0, stored.stderr
     assert listed.stdout.strip() == "github_token  api.github.com"
     for output in (stored.stdout, stored.stderr, listed.stdout, listed.stderr):
@@ -95,12 +86,14 @@ def test_secret_value_comes_from_stdin_and_is_never_shown_or_stored_in_clear(
     for path in tmp_path.rglob("*"):
         if path.is_file():
             assert value.encode() not in path.read_bytes(), path
-    removed = airlock("secrets", "rm", "github_token", "--data-dir", str(tmp_path))
+    removed = airlock_main("secrets", "rm", "github_token", "--data-dir", str(tmp_path))
     assert removed.returncode == 0
-    assert airlock("secrets", "list", "--data-dir", str(tmp_path)).stdout.strip() == (
+    assert airlock_main("secrets", "list", "--data-dir", str(tmp_path)).stdout.strip() == (
         "no secrets stored"
     )
-    assert airlock("secrets", "rm", "github_token", "--data-dir", str(tmp_path)).returncode == 1
+    assert (
+        airlock_main("secrets", "rm", "github_token", "--data-dir", str(tmp_path)).returncode == 1
+    )
 
 
 def test_secret_needs_hosts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -113,7 +106,7 @@ def test_secret_needs_hosts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
 def test_policy_check_lists_every_problem_and_fails(tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text('[limits]\ntimeout_s = 0\nbogus = 1\n[capabilities.x]\nhosts = ["*"]\n')
-    result = airlock("policy", "check", str(bad))
+    result = airlock_main("policy", "check", str(bad))
     assert result.returncode == 1
     assert result.stdout.splitlines()[0] == f"{bad}: 5 problem(s)"
     assert "limits.timeout_s: must be at least 1" in result.stdout
@@ -122,14 +115,14 @@ def test_policy_check_lists_every_problem_and_fails(tmp_path: Path) -> None:
 
 
 def test_policy_check_accepts_the_shipped_default() -> None:
-    default = Path(__file__).resolve().parent.parent / "policies" / "default.toml"
-    result = airlock("policy", "check", str(default))
+    default = ROOT / "policies" / "default.toml"
+    result = airlock_main("policy", "check", str(default))
     assert result.returncode == 0
     assert "valid" in result.stdout
 
 
 def test_policy_schema_is_json_schema_of_the_policy() -> None:
-    schema = json.loads(airlock("policy", "schema").stdout)
+    schema = json.loads(airlock_main("policy", "schema").stdout)
     assert {"limits", "capabilities", "egress"} <= set(schema["properties"])
 
 
@@ -202,13 +195,11 @@ def test_doctor_says_when_the_runtime_breaks_ls_and_names_the_fix(
 
 
 def test_doctor_names_the_fix_for_an_unreachable_engine(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [AIRLOCK, "doctor", "--data-dir", str(tmp_path)],
+    result = airlock(
+        "doctor",
+        "--data-dir",
+        str(tmp_path),
         env={"PATH": "/usr/bin:/bin", "DOCKER_HOST": "tcp://127.0.0.1:1"},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
     )
     assert result.returncode == 1
     assert "MISSING] docker" in result.stdout

@@ -11,12 +11,12 @@ import os
 import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
 from mcp.client import Client
 from mcp.server.mcpserver import MCPServer
+from support import ok
 from test_approvals import CAP, POLICY
 
 from airlock.broker import Vault, load_key, vault_path
@@ -48,14 +48,6 @@ def _open_to_others(data_dir: Path) -> list[str]:
     return found
 
 
-async def _ok(c: Client, tool: str, args: dict[str, Any]) -> dict[str, Any]:
-    with anyio.fail_after(CALL_TIMEOUT_S):
-        result = await c.call_tool(tool, args)
-    assert not result.is_error, result.content
-    assert result.structured_content is not None
-    return result.structured_content
-
-
 @pytest.mark.docker
 async def test_every_level_is_private_after_a_server_start_and_a_run(
     umask_022: None, make_server: Callable[..., MCPServer], tmp_path: Path, data_dir: Path
@@ -66,9 +58,9 @@ async def test_every_level_is_private_after_a_server_start_and_a_run(
     Vault(vault_path(data_dir), load_key(data_dir, {})).set("token", "s3cret", ["example.com"])
     policy = {**POLICY, "hatch": {"roots": {"app": str(repo)}}}
     async with Client(make_server(policy), mode="auto") as c:
-        copied = await _ok(c, "copy_in", {"root": "app", "to": "app"})
+        copied = await ok(c, "copy_in", {"root": "app", "to": "app"})
         sid = copied["session_id"]
-        ran = await _ok(
+        ran = await ok(
             c,
             "run_code",
             {
@@ -78,7 +70,7 @@ async def test_every_level_is_private_after_a_server_start_and_a_run(
             },
         )
         assert ran["status"] == "ok", ran
-        await _ok(c, "get_patch", {"copy_id": copied["copy_id"], "session_id": sid})
+        await ok(c, "get_patch", {"copy_id": copied["copy_id"], "session_id": sid})
         with anyio.fail_after(CALL_TIMEOUT_S):
             asked = await c.call_tool(
                 "request_capability",

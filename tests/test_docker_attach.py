@@ -48,6 +48,7 @@ def test_attach_hands_out_a_socket_the_caller_owns_that_reaches_the_container(
         network_mode="none",
         labels={"airlock.test": "docker-attach"},
     ).id
+    assert container is not None
     try:
         fd = attach(docker_client, container)
         assert stat.S_ISSOCK(os.fstat(fd).st_mode)

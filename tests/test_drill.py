@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import anyio
 import docker
 import pytest
-from support import AIRLOCK
+from docker.models.containers import Container
+from support import airlock
 from upstream import Upstream
 
 from airlock.ids import new_id
@@ -43,6 +43,9 @@ from airlock.server.drill_probes import (
 )
 from airlock.store import Database, DrillRecord, EgressRecord
 
+DRILL_TIMEOUT_S = 280
+"""A drill starts many boxes, some under gVisor."""
+
 WEAK_POLICY = """
 [[egress.allow]]
 name = "internal"
@@ -54,13 +57,7 @@ allow_private = ["127.0.0.0/8"]
 """
 
 
-def airlock(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [AIRLOCK, *args], capture_output=True, text=True, timeout=280, check=False
-    )
-
-
-def _containers_of_the_drill(client: docker.DockerClient) -> list[object]:
+def _containers_of_the_drill(client: docker.DockerClient) -> list[Container]:
     return client.containers.list(
         all=True, filters={"label": f"airlock.tenant={DRILL_TENANT}"}, ignore_removed=True
     )
@@ -70,7 +67,7 @@ def _containers_of_the_drill(client: docker.DockerClient) -> list[object]:
 def test_drill_holds_against_the_default_policy_and_is_audited(
     data_dir: Path, docker_client: docker.DockerClient
 ) -> None:
-    done = airlock("drill", "--data-dir", str(data_dir), "--json")
+    done = airlock("drill", "--data-dir", str(data_dir), "--json", timeout=DRILL_TIMEOUT_S)
     assert done.returncode == 0, (done.stdout, done.stderr[-3000:])
     report = json.loads(done.stdout)
     assert report["held"] is True
@@ -99,10 +96,10 @@ def test_drill_holds_against_the_default_policy_and_is_audited(
     openings = rows[OPENINGS_ATTACK]
     assert openings["held"] is None and "no allow rules" in openings["observed"]
 
-    audited = airlock("audit", "drills", "--data-dir", str(data_dir))
+    audited = airlock("audit", "drills", "--data-dir", str(data_dir), timeout=DRILL_TIMEOUT_S)
     assert audited.returncode == 0
     assert report["drill"] in audited.stdout and "all held" in audited.stdout
-    runs = airlock("audit", "runs", "--data-dir", str(data_dir))
+    runs = airlock("audit", "runs", "--data-dir", str(data_dir), timeout=DRILL_TIMEOUT_S)
     # Every probe went through run_code, and two pages through browse.
     assert runs.stdout.count("run_") == 12
     assert _containers_of_the_drill(docker_client) == []
@@ -139,7 +136,15 @@ def test_drill_fails_against_a_policy_that_opens_loopback(
     (repo / "README.md").write_text("a repository the drill copies in\n")
     weak = tmp_path / "weak.toml"
     weak.write_text(WEAK_POLICY + f'\n[hatch.roots]\nrepo = "{repo.resolve()}"\n')
-    done = airlock("drill", "--data-dir", str(data_dir), "--policy", str(weak), "--json")
+    done = airlock(
+        "drill",
+        "--data-dir",
+        str(data_dir),
+        "--policy",
+        str(weak),
+        "--json",
+        timeout=DRILL_TIMEOUT_S,
+    )
     assert done.returncode == 1, (done.stdout, done.stderr[-3000:])
     rows = {r["attack"]: r for r in json.loads(done.stdout)["rows"]}
     private = rows["private and loopback ranges"]
@@ -195,7 +200,9 @@ def test_drill_reports_the_loopback_port_the_policy_opens_to_a_real_server(
     assert plain_upstream.port not in (80, 2375, 22, 443)  # no fixed probe tries it
     policy = tmp_path / "loopback.toml"
     policy.write_text(LOOPBACK_POLICY.format(port=plain_upstream.port))
-    done = airlock("drill", "--data-dir", str(data_dir), "--policy", str(policy))
+    done = airlock(
+        "drill", "--data-dir", str(data_dir), "--policy", str(policy), timeout=DRILL_TIMEOUT_S
+    )
     assert done.returncode == 1, (done.stdout, done.stderr[-3000:])
     # The table fits a terminal of about 100 columns.
     assert max(len(line) for line in done.stdout.splitlines()) <= 100, done.stdout
@@ -423,7 +430,9 @@ def test_drill_for_a_tenant_without_an_auth_file_says_what_to_pass(
     data_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("AIRLOCK_AUTH", raising=False)
-    done = airlock("drill", "--data-dir", str(data_dir), "--tenant", "acme")
+    done = airlock(
+        "drill", "--data-dir", str(data_dir), "--tenant", "acme", timeout=DRILL_TIMEOUT_S
+    )
     assert done.returncode == 1
     assert "--tenant acme needs the auth file" in done.stderr
     assert "--auth FILE" in done.stderr

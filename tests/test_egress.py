@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import secrets
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -23,10 +21,19 @@ from typing import Any
 
 import anyio
 import pytest
+import support
 from mcp.client import Client
 from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult, ElicitRequestParams, ElicitResult
-from support import text_of, wait_until
+from support import (
+    airlock_async,
+    call,
+    error_text,
+    ok,
+    text_of,
+    wait_until,
+    without_airlock_settings,
+)
 from upstream import Upstream
 
 from airlock.broker import Vault, load_key, vault_path
@@ -36,7 +43,6 @@ from airlock.server import Config, build_server
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
 
 MODES = pytest.mark.parametrize("mode", ["auto", "legacy"])
-CALL_TIMEOUT_S = 90
 SECRET_NAME = "test_token"
 SECRET = "sk-e2e-" + secrets.token_urlsafe(24)
 QUERY_VALUE = "qv-" + secrets.token_hex(8)
@@ -157,35 +163,15 @@ def egress_server(
     return make
 
 
-async def call(c: Client, tool: str, args: dict[str, Any]) -> CallToolResult:
-    with anyio.fail_after(CALL_TIMEOUT_S):
-        return await c.call_tool(tool, args)
-
-
-def tool_error(result: CallToolResult) -> str:
-    assert result.is_error, result.structured_content
-    return text_of(result)
-
-
 async def grant(c: Client, capability: str = CAP, **args: Any) -> dict[str, Any]:
-    result = await call(
-        c, "request_capability", {"capability": capability, "reason": "test", **args}
-    )
-    assert not result.is_error, result.content
-    assert result.structured_content is not None
-    return result.structured_content
+    return await ok(c, "request_capability", {"capability": capability, "reason": "test", **args})
 
 
 async def run(
     c: Client, code: str, capabilities: list[str] | None = None, **args: Any
 ) -> dict[str, Any]:
     """run_code with the prelude; the structured result (it must not be a tool error)."""
-    result = await call(
-        c, "run_code", {"code": PRELUDE + code, "capabilities": capabilities or [], **args}
-    )
-    assert not result.is_error, result.content
-    assert result.structured_content is not None
-    return result.structured_content
+    return await support.run(c, PRELUDE + code, capabilities=capabilities or [], **args)
 
 
 def report(result: dict[str, Any]) -> Any:
@@ -759,7 +745,7 @@ async def test_run_token_after_its_run_ended_is_refused_407(
     assert_replay_refused(second, upstream)
 
 
-async def test_revoked_capability_is_refused_for_a_new_run_as_a_tool_error(
+async def test_revoked_capability_is_refused_for_a_new_run_as_a_error_text(
     egress_server: MakeEgressServer,
 ) -> None:
     async with Client(egress_server()) as c:
@@ -768,7 +754,7 @@ async def test_revoked_capability_is_refused_for_a_new_run_as_a_tool_error(
         assert revoked.structured_content is not None
         assert revoked.structured_content["revoked"] is True
         refused = await call(c, "run_code", {"code": "print(1)", "capabilities": [cap]})
-        assert "unknown, expired or revoked" in tool_error(refused)
+        assert "unknown, expired or revoked" in error_text(refused)
         await assert_alive(c)
 
 
@@ -812,7 +798,7 @@ async def test_end_session_forgets_the_capability_and_its_run_tokens(
         ended = await call(c, "end_session", {"session_id": first["session_id"]})
         assert not ended.is_error, ended.content
         refused = await call(c, "run_code", {"code": "print(1)", "capabilities": [cap]})
-        assert "unknown, expired or revoked" in tool_error(refused)
+        assert "unknown, expired or revoked" in error_text(refused)
         fresh = (await grant(c))["capability_id"]
         assert fresh != cap
         second = await run(c, replay_code(token, upstream.port), [fresh])
@@ -820,7 +806,7 @@ async def test_end_session_forgets_the_capability_and_its_run_tokens(
     assert_replay_refused(second, upstream)
 
 
-async def test_expired_capability_is_refused_as_a_tool_error(
+async def test_expired_capability_is_refused_as_a_error_text(
     egress_server: MakeEgressServer,
 ) -> None:
     now = [time.time()]
@@ -828,7 +814,7 @@ async def test_expired_capability_is_refused_as_a_tool_error(
         cap = (await grant(c, ttl_s=1))["capability_id"]
         now[0] += 1  # a grant is dead at exactly its expiry
         refused = await call(c, "run_code", {"code": "print(1)", "capabilities": [cap]})
-        assert "unknown, expired or revoked" in tool_error(refused)
+        assert "unknown, expired or revoked" in error_text(refused)
 
 
 # ---- 6. elicitation -----------------------------------------------------------------------
@@ -903,7 +889,7 @@ async def test_ask_capability_approved_by_the_user_is_granted_and_scoped_to_its_
         pytest.param(ElicitResult(action="accept", content={"approve": False}), id="approve-false"),
     ],
 )
-async def test_ask_capability_not_approved_is_a_tool_error(
+async def test_ask_capability_not_approved_is_a_error_text(
     ask_server: Callable[[], MCPServer], mode: str, answer: ElicitResult
 ) -> None:
     human = Human(answer)
@@ -913,7 +899,7 @@ async def test_ask_capability_not_approved_is_a_tool_error(
             "request_capability",
             {"capability": ASK, "reason": "r", "params": {"org": "acme"}},
         )
-    assert f"did not approve capability '{ASK}'" in tool_error(refused)
+    assert f"did not approve capability '{ASK}'" in error_text(refused)
     assert len(human.asked) == 1
 
 
@@ -926,7 +912,7 @@ async def test_ask_capability_from_a_client_without_elicitation_waits_for_the_op
         refused = await call(
             c, "request_capability", {"capability": ASK, "reason": "r", "params": {"org": "acme"}}
         )
-    text = tool_error(refused)
+    text = error_text(refused)
     assert "cannot ask its user" in text and "airlock approvals approve apr_" in text
 
 
@@ -957,7 +943,7 @@ async def test_capability_request_outside_the_policy_is_a_tool_error_without_ask
     human = Human(APPROVE)
     async with Client(ask_server(), elicitation_callback=human) as c:
         refused = await call(c, "request_capability", {"reason": "r", **args})
-        assert fragment in tool_error(refused)
+        assert fragment in error_text(refused)
         assert human.asked == []
         # Nothing was granted: the session holds no capability a run could use.
         await assert_alive(c)
@@ -973,7 +959,7 @@ async def test_ask_capability_with_ttl_above_max_is_refused_before_asking(
             "request_capability",
             {"capability": ASK, "reason": "r", "params": {"org": "acme"}, "ttl_s": 121},
         )
-    assert "above the maximum of 120 s" in tool_error(refused)
+    assert "above the maximum of 120 s" in error_text(refused)
     assert human.asked == [], "the human was asked to approve a request the policy refuses"
 
 
@@ -981,12 +967,9 @@ async def test_ask_capability_with_ttl_above_max_is_refused_before_asking(
 
 
 async def airlock_cli(*args: str) -> str:
-    airlock = Path(sys.executable).with_name("airlock")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRLOCK_")}
-    with anyio.fail_after(60):
-        done = await anyio.run_process([str(airlock), *args], env=env, check=False)
-    assert done.returncode == 0, done.stderr.decode()
-    return done.stdout.decode()
+    done = await airlock_async(*args, env=without_airlock_settings())
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 async def test_audit_shows_egress_decisions_and_grants_without_secrets_or_query_values(
@@ -1020,3 +1003,65 @@ async def test_audit_shows_egress_decisions_and_grants_without_secrets_or_query_
     for text in (egress, grants):
         assert SECRET not in text
         assert QUERY_VALUE not in text
+
+
+# ---- 8. the tenant's own [egress] settings ------------------------------------------------
+
+
+async def test_a_tenants_stricter_egress_settings_hold_not_the_servers(
+    tmp_path: Path,
+    sandbox_image: str,
+    sandbox_runtime: str,
+    upstream: Upstream,
+    upstream_ca_file: Path,
+) -> None:
+    """The server's policy lets every run GET /open/** of the upstream; acme's own policy
+    allows nothing without a capability. Both places that take a run's [egress] settings
+    (whether the run gets a proxy at all, and the rules its proxy decides by) must take
+    acme's, which no server default below the tools can stand in for."""
+    url = f"https://localhost:{upstream.port}"
+    common = {"sandbox": {"runtime": sandbox_runtime}, "pool": {"size": 0}}
+    server_policy = {**egress_policy(upstream.port, upstream_ca_file), **common}
+    open_rule = {
+        "name": "open-api",
+        "hosts": ["localhost"],
+        "ports": [upstream.port],
+        "methods": ["GET"],
+        "paths": ["/open/**"],
+        "allow_private": LOOPBACK,
+    }
+    server_policy["egress"] = {**server_policy["egress"], "allow": [open_rule]}
+    acme_policy = {**egress_policy(upstream.port, upstream_ca_file), **common}
+
+    def serve(tenant: str) -> MCPServer:
+        data = tmp_path / tenant
+        Vault(vault_path(data), load_key(data, {})).set(SECRET_NAME, SECRET, ["localhost"])
+        return build_server(
+            Config(data_dir=data),
+            Policy.model_validate(server_policy),
+            tenant_policies={"acme": Policy.model_validate(acme_policy)},
+            local_tenant=tenant,
+        )
+
+    async with Client(serve("globex")) as globex:  # no policy of its own: the server's
+        served = report(await run(globex, f'report(open=fetch("{url}/open/globex"))'))
+    assert served["open"]["status"] == 200
+    async with Client(serve("acme")) as acme:
+        bare = await run(acme, f'report(open=fetch("{url}/open/bare"))')
+        cap = await grant(acme)
+        result = await run(
+            acme,
+            f'report(open=fetch("{url}/open/granted"), api=fetch("{url}/api/granted"))',
+            [cap["capability_id"]],
+        )
+    # No capability and no allow rule of acme's: the run has no proxy to reach at all,
+    # so nothing refused it and nothing was recorded.
+    unproxied = report(bare)
+    assert unproxied["open"]["status"] is None, unproxied
+    assert "403" not in unproxied["open"]["error"] and bare["egress"] == [], bare
+    granted = report(result)
+    assert granted["open"]["status"] == 403, granted
+    assert granted["api"]["status"] == 200, granted
+    record = only(result["egress"], path="/open/granted")
+    assert record["decision"] == "deny" and "open-api" not in record["reason"]
+    assert upstream.paths() == ["/open/globex", "/api/granted"]

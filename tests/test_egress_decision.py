@@ -457,7 +457,7 @@ ROWS: list[Row] = [
     (
         "denies_on_internal_error",
         REQUEST,
-        (replace(API, ports=None),),
+        (replace(API, ports=None),),  # type: ignore[arg-type]  # broken on purpose
         False,
         "internal error, so no capability would allow the request",
     ),

@@ -229,6 +229,8 @@ class Harness:
     tokens: RunTokens
     clock: Clock
     upstream: Upstream
+    settings: EgressSettings
+    """The [egress] settings of the tenant's policy, which every run names."""
     capabilities: dict[str, Capability] = field(default_factory=dict)
     """The capabilities of the tenant's policy: what denials may suggest asking for."""
     _runs: int = 0
@@ -272,6 +274,8 @@ class Harness:
             reason="proxy test",
             ttl_s=ttl_s,
             now=self.clock(),
+            max_per_session=32,
+            max_live_per_tenant=64,
         )
 
     @asynccontextmanager
@@ -283,6 +287,7 @@ class Harness:
             run_id=f"run_p{self._runs}",
             grants=list(grants) or [self.grant()],
             deadline=self.clock() + 600,
+            settings=self.settings,
             capabilities=self.capabilities,
         ) as run:
             yield run
@@ -297,21 +302,21 @@ def make_harness(tmp_path: Path, upstream: Upstream, upstream_ca_file: Path) -> 
         data = tmp_path / "d"
         vault = Vault(vault_path(data), load_key(data, {}))
         vault.set(SECRET_NAME, SECRET, ["localhost", "127.0.0.1"])
-        grants = Grants(max_per_session=32, max_live_per_tenant=64)
+        grants = Grants()
         tokens = RunTokens()
         clock = Clock()
         egress = Egress(
             root=tmp_path / "e",
-            settings=EgressSettings.model_validate(
-                {"upstream_ca_file": str(upstream_ca_file), **settings}
-            ),
             grants=grants,
             tokens=tokens,
             vault=vault,
             clock=clock,
             resolver=resolver,
         )
-        return Harness(egress, grants, tokens, clock, upstream)
+        egress_settings = EgressSettings.model_validate(
+            {"upstream_ca_file": str(upstream_ca_file), **settings}
+        )
+        return Harness(egress, grants, tokens, clock, upstream, egress_settings)
 
     return make
 
@@ -994,8 +999,8 @@ async def test_a_flood_of_denials_is_counted_capped_and_does_not_stall_another_r
                 with anyio.fail_after(60):
                     while counts[0] < 20 + RECORDS_PAST_LIMIT + 10 or len(latencies) < 30:
                         started = time.perf_counter()
-                        path = f"/api/{len(latencies)}"
-                        await wire.send(request_head("GET", path, f"localhost:{port}"))
+                        target = f"/api/{len(latencies)}"
+                        await wire.send(request_head("GET", target, f"localhost:{port}"))
                         assert (await wire.reply()).status == 200
                         latencies.append(time.perf_counter() - started)
         finally:

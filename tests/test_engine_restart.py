@@ -144,7 +144,8 @@ def private_engine(
         client = engine.client()
         try:
             chunks = docker_client.api.get_image(sandbox_image)
-            for line in client.api.load_image(chunks):
+            # types-docker leaves load_image untyped.
+            for line in client.api.load_image(chunks):  # type: ignore[no-untyped-call]
                 if "error" in line:
                     raise RuntimeError(f"loading {sandbox_image}: {line['error']}")
         finally:
@@ -191,7 +192,8 @@ class Served:
             result = await self.client.call_tool("run_code", {"code": code, **args})
         assert not result.is_error, text_of(result)
         assert result.structured_content is not None
-        return result.structured_content
+        content: dict[str, Any] = result.structured_content
+        return content
 
 
 @asynccontextmanager

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
 import random
 import subprocess
 import time
@@ -12,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from support import Tree, git_apply, lock_files, read_tree, write_tree
 
 from airlock.policies import DEFAULT_PROTECTED, protecting_glob
 from airlock.sandbox.gitdiff import (
@@ -23,8 +23,6 @@ from airlock.sandbox.gitdiff import (
     unsafe_name,
 )
 from airlock.sandbox.linediff import budget
-
-Tree = dict[str, tuple[bytes, int]]
 
 
 def _states(tree: Tree) -> tuple[dict[str, FileState], dict[str, bytes]]:
@@ -60,64 +58,14 @@ def written_patch(
     return Written(text=out.getvalue(), patch=patch)
 
 
-LOCK_BLOCK = (
-    b'[[package]]\nname = "dep"\nversion = "1.0.0"\n'
-    b'source = "registry+https://github.com/rust-lang/crates.io-index"\n\n'
-)
-
-
-def lock_files() -> tuple[bytes, bytes]:
-    """A 125 KB lock-style file of one repeated block, and it with 25 KB of blocks edited
-    (every fifth version bumped): difflib.SequenceMatcher(autojunk=False) spent 49 s of
-    CPU on it."""
-    count = 125_000 // len(LOCK_BLOCK)
-    blocks = [LOCK_BLOCK] * count
-    bumped = LOCK_BLOCK.replace(b"1.0.0", b"1.0.1")
-    for i in range(0, 230 * 5, 5):  # 230 bumps: 229 cost difflib 0.8 s, 230 cost it 49 s
-        blocks[i] = bumped
-    return LOCK_BLOCK * count, b"".join(blocks)
-
-
-def _write(root: Path, tree: Tree) -> None:
-    for path, (data, mode) in tree.items():
-        target = root / path
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
-        target.chmod(mode)
-
-
-def _read(root: Path) -> Tree:
-    found: Tree = {}
-    for dirpath, _, names in os.walk(root):
-        for name in names:
-            full = Path(dirpath) / name
-            mode = 0o755 if full.stat().st_mode & 0o111 else 0o644
-            found[str(full.relative_to(root))] = (full.read_bytes(), mode)
-    return found
-
-
-def git_apply(root: Path, patch: bytes) -> subprocess.CompletedProcess[bytes]:
-    env = {"PATH": os.environ["PATH"], "GIT_CONFIG_NOSYSTEM": "1", "HOME": str(root.parent)}
-    env["GIT_CEILING_DIRECTORIES"] = str(root.parent)
-    return subprocess.run(
-        ["git", "apply", "--whitespace=nowarn", "-"],
-        input=patch,
-        cwd=root,
-        env=env,
-        capture_output=True,
-        check=False,
-        timeout=60,
-    )
-
-
 def _round_trip(tmp_path: Path, before: Tree, after: Tree) -> bytes:
     root = tmp_path / "work"
     root.mkdir()
-    _write(root, before)
+    write_tree(root, before)
     patch = written_patch(before, after)
     applied = git_apply(root, patch.text)
     assert applied.returncode == 0, (applied.stderr.decode(), patch.text.decode("latin-1"))
-    assert _read(root) == after
+    assert read_tree(root) == after
     return patch.text
 
 

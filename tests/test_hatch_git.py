@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 from mcp.client import Client
-from test_hatch_repos import MakeServer, airlock, ok, policy_with, run
+from support import ok
+from test_hatch_repos import MakeServer, patch_cli, policy_with, run
 
 from airlock.sandbox.gitbase import CONFIG
 from airlock.sandbox.runtime import GVISOR, RUNC
@@ -58,7 +59,7 @@ async def raw_patch(
     data_dir: Path, c: Client, copy_id: str, sid: str
 ) -> tuple[dict[str, Any], str]:
     got = await ok(c, "get_patch", {"copy_id": copy_id, "session_id": sid})
-    shown = airlock(data_dir, "patch", "show", got["patch_id"], "--raw")
+    shown = patch_cli(data_dir, "show", got["patch_id"], "--raw")
     assert shown.returncode == 0, shown.stderr
     return got, shown.stdout
 

@@ -22,20 +22,15 @@ from typing import Any
 
 import anyio
 import pytest
-from test_gitdiff import git_apply, lock_files
+from support import TESTS, git_apply, lock_files, services_on
 
 import airlock.tools.hatch as hatch_tool
-from airlock.broker import Grants, RunTokens, Vault, load_key, vault_path
-from airlock.egress import Egress
 from airlock.errors import LimitExceeded
 from airlock.policies import Policy
-from airlock.sandbox.gitdiff import git_blob_id
-from airlock.sandbox.instance import Instance
-from airlock.server.engine import Engine
+from airlock.sandbox.gitdiff import build_patch, git_blob_id
 from airlock.server.patches import apply, describe, load_patch, write_patch
 from airlock.server.terminal import safe_block
 from airlock.store import (
-    BlobStore,
     Database,
     PatchRecord,
     SessionRecord,
@@ -55,20 +50,7 @@ async def make_services(tmp_path: Path, **hatch: Any) -> Services:
     never started."""
     (tmp_path / "repo").mkdir(exist_ok=True)
     policy = Policy.model_validate({"hatch": {"roots": {"app": str(tmp_path / "repo")}, **hatch}})
-    db = await Database.open(tmp_path / "airlock.db")
-    grants, tokens = Grants(max_per_session=3, max_live_per_tenant=5), RunTokens()
-    vault = Vault(vault_path(tmp_path), load_key(tmp_path, {}))
-    return Services(
-        db=db,
-        blobs=BlobStore(tmp_path / "blobs"),
-        engine=Engine(policy, Instance.current()),
-        policy=policy,
-        grants=grants,
-        tokens=tokens,
-        vault=vault,
-        egress=Egress(settings=policy.egress, grants=grants, tokens=tokens, vault=vault),
-        instance_id="test",
-    )
+    return services_on(tmp_path, policy, await Database.open(tmp_path / "airlock.db"))
 
 
 @pytest.fixture
@@ -117,13 +99,14 @@ async def sandbox_writes(services: Services, session: Session, files: dict[str, 
 async def whole_patch(services: Services, session: Session, copy_id: str) -> dict[str, Any]:
     page = await get_patch(services, session, copy_id=copy_id, offset=0, max_bytes=1)
     assert page.structured_content is not None
-    return page.structured_content
+    content: dict[str, Any] = page.structured_content
+    return content
 
 
 def count_builds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """How many times get_patch computes a patch (calls into gitdiff.build_patch)."""
     calls: list[int] = []
-    real = hatch_tool.build_patch
+    real = build_patch  # the one tools/hatch.py imported
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         calls.append(1)
@@ -253,7 +236,10 @@ async def test_ninety_mib_of_new_binary_files_are_patched_in_bounded_memory(
             copy_id,
         ],
         cwd=Path(__file__).parent,
-        env={"PATH": os.environ["PATH"], "PYTHONPATH": str(Path(__file__).parent)},
+        env={
+            "PATH": os.environ["PATH"],
+            "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), str(TESTS)]),
+        },
     )
     measured = json.loads(child.stdout)
     result = measured["result"]

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
-from support import AIRLOCK
+from support import airlock_main, sample_paths, short_name, windows_spellings
 
 from airlock.errors import PolicyInvalid
 from airlock.policies import (
@@ -129,19 +127,15 @@ def test_defaults_hold_back_ci_and_deploy_configuration() -> None:
         assert protecting_glob(DEFAULT_PROTECTED, path) is None, path
 
 
-def test_policy_check_catches_a_relative_root_and_a_missing_one(tmp_path: Path) -> None:
+def test_policy_check_catches_a_relative_root_and_a_missing_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     path = tmp_path / "policy.toml"
     path.write_text(
         f'[hatch.roots]\nrel = "repos/app"\ngone = "{tmp_path}/gone"\n', encoding="utf-8"
     )
-    result = subprocess.run(
-        [AIRLOCK, "policy", "check", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env={**os.environ, "AIRLOCK_DATA_DIR": str(tmp_path / "data")},
-    )
+    monkeypatch.setenv("AIRLOCK_DATA_DIR", str(tmp_path / "data"))
+    result = airlock_main("policy", "check", str(path))
     report = result.stdout + result.stderr
     assert result.returncode == 1
     assert "hatch.roots.rel: " in report
@@ -151,47 +145,6 @@ def test_policy_check_catches_a_relative_root_and_a_missing_one(tmp_path: Path) 
 
 
 # ---- the default lists, entry by entry, in every spelling a filesystem may read ----------
-
-
-def sample_paths(glob: str) -> list[str]:
-    """Paths under `glob`: each `**` as no segment and as one more (a trailing one as a
-    file), `*` and `?` as letters."""
-    found = []
-    for deep in (False, True):
-        segments: list[str] = []
-        parts = glob.split("/")
-        for i, part in enumerate(parts):
-            if part == "**":
-                last = i == len(parts) - 1
-                segments += (["d", "ci.yml"] if deep else ["ci.yml"]) if last else (["d"] * deep)
-            else:
-                segments.append(part.replace("*", "x").replace("?", "q"))
-        found.append("/".join(segments))
-    return found
-
-
-def _short(segment: str) -> str:
-    """The 8.3 short name Windows gives `segment` first (`.github` -> `GITHUB~1`)."""
-    base, dot, ext = segment.lstrip(".").rpartition(".")
-    if not dot:
-        base, ext = ext, ""
-    letters = "".join(ch for ch in base.upper() if ch.isalnum())
-    return f"{letters[:6]}~1" + (f".{ext.upper()[:3]}" if ext else "")
-
-
-def windows_spellings(path: str) -> list[str]:
-    """`path` as Windows (and macOS, for case) would also write it."""
-    segments = path.split("/")
-    return [
-        path.upper(),
-        "/".join(s + "." for s in segments),
-        "/".join(s + " " for s in segments),
-        "/".join(s + ". ." for s in segments),
-        path + "::$DATA",
-        path + ":hidden:$DATA",
-        "/".join([_short(segments[0]), *segments[1:]]),
-        "/".join([*segments[:-1], _short(segments[-1])]),
-    ]
 
 
 def _held_back_in_a_patch(path: str) -> bool:
@@ -332,7 +285,7 @@ def test_sample_paths_cover_both_depths_of_a_glob() -> None:
         ".github/workflows/ci.yml",
         ".github/workflows/d/ci.yml",
     ]
-    assert _short(".github") == "GITHUB~1" and _short(".gitlab-ci.yml") == "GITLAB~1.YML"
+    assert short_name(".github") == "GITHUB~1" and short_name(".gitlab-ci.yml") == "GITLAB~1.YML"
 
 
 def test_a_protected_name_is_matched_in_either_unicode_normal_form() -> None:

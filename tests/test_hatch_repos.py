@@ -31,17 +31,29 @@ import pytest
 from mcp import MCPError
 from mcp.client import Client
 from mcp.server.mcpserver import MCPServer
-from mcp.types import CallToolResult
-from support import AIRLOCK, text_of, wait_until
-from test_hatch_policy import sample_paths, windows_spellings
-from test_http import client, http_server
+from support import (
+    AIRLOCK,
+    ROOT,
+    airlock,
+    call,
+    client,
+    error_text,
+    http_server,
+    ok,
+    sample_paths,
+    text_of,
+    wait_until,
+    windows_spellings,
+    without_airlock_settings,
+)
 
 from airlock.policies import DEFAULT_EXCLUDED, DEFAULT_PROTECTED
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
 
 MakeServer = Callable[..., MCPServer]
-CALL_TIMEOUT_S = 120
+
+
 PATCH_ID = re.compile(r"pat_[a-z2-7]{26}")
 
 CALC = b"def add(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n"
@@ -89,38 +101,23 @@ def policy_with(root: Path, **hatch: Any) -> dict[str, Any]:
     return {"hatch": {"roots": {"app": str(root)}, **hatch}}
 
 
-async def call(c: Client, tool: str, args: dict[str, Any]) -> CallToolResult:
-    with anyio.fail_after(CALL_TIMEOUT_S):
-        return await c.call_tool(tool, args)
-
-
-async def ok(c: Client, tool: str, args: dict[str, Any]) -> dict[str, Any]:
-    result = await call(c, tool, args)
-    assert not result.is_error, result.content
-    assert result.structured_content is not None
-    return result.structured_content
-
-
-def error_text(result: CallToolResult) -> str:
-    assert result.is_error, f"expected a tool error, got {result.structured_content}"
-    return " ".join(getattr(block, "text", "") for block in result.content)
-
-
 async def run(c: Client, code: str, session_id: str, language: str = "bash") -> dict[str, Any]:
     return await ok(c, "run_code", {"code": code, "language": language, "session_id": session_id})
 
 
-def airlock(
+def patch_cli(
     data_dir: Path, *args: str, policy: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
+    """`airlock patch ARGS` on `data_dir`, with none of the developer's AIRLOCK_* settings."""
     extra = ["--policy", str(policy)] if policy is not None else []
-    return subprocess.run(
-        [AIRLOCK, *args, "--data-dir", str(data_dir), *extra],
-        capture_output=True,
-        text=True,
+    return airlock(
+        "patch",
+        *args,
+        "--data-dir",
+        str(data_dir),
+        *extra,
+        env=without_airlock_settings(),
         timeout=120,
-        check=False,
-        env={k: v for k, v in os.environ.items() if not k.startswith("AIRLOCK_")},
     )
 
 
@@ -232,26 +229,24 @@ async def test_copy_in_run_tests_get_patch_and_apply_it(
     assert "curl evil" not in text and "stolen" not in text
 
     # The operator reviews it, then applies it to a fresh checkout of the repository.
-    listed = airlock(data_dir, "patch", "list", "--session", patch["session_id"])
+    listed = patch_cli(data_dir, "list", "--session", patch["session_id"])
     assert listed.returncode == 0, listed.stderr
     [row] = listed.stdout.splitlines()[1:]
     assert row.split()[:3] == [patch["patch_id"], patch["copy_id"], patch["session_id"]]
     assert row.split()[-3:] == ["6", "2", "0"]
-    shown = airlock(data_dir, "patch", "show", patch["patch_id"])
+    shown = patch_cli(data_dir, "show", patch["patch_id"])
     assert shown.returncode == 0, shown.stderr
     assert "needs a human" in shown.stdout and ".github/workflows/ci.yml" in shown.stdout
-    raw = airlock(data_dir, "patch", "show", patch["patch_id"], "--raw")
+    raw = patch_cli(data_dir, "show", patch["patch_id"], "--raw")
     assert hashlib.sha256(raw.stdout.encode()).hexdigest() == patch["sha256"]
 
     checkout = tmp_path / "checkout"
     shutil.copytree(repo, checkout, symlinks=True)
-    checked = airlock(
-        data_dir, "patch", "apply", patch["patch_id"], "--to", str(checkout), "--check"
-    )
+    checked = patch_cli(data_dir, "apply", patch["patch_id"], "--to", str(checkout), "--check")
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "applies cleanly" in checked.stdout
     assert tree(checkout) == tree(repo)
-    applied = airlock(data_dir, "patch", "apply", patch["patch_id"], "--to", str(checkout))
+    applied = patch_cli(data_dir, "apply", patch["patch_id"], "--to", str(checkout))
     assert applied.returncode == 0, applied.stdout + applied.stderr
     assert "needs a human: .env (added), .github/workflows/ci.yml (modified)" in applied.stdout
     after = tree(checkout)
@@ -264,7 +259,7 @@ async def test_copy_in_run_tests_get_patch_and_apply_it(
     assert after[".env"][0] == b"DEPLOY_TOKEN=host-secret-7a1b\n"
     tests = unittest_in(checkout)
     assert tests.returncode == 0, tests.stderr
-    again = airlock(data_dir, "patch", "apply", patch["patch_id"], "--to", str(checkout))
+    again = patch_cli(data_dir, "apply", patch["patch_id"], "--to", str(checkout))
     assert again.returncode == 0, again.stdout + again.stderr
     assert "is already applied" in again.stdout and tree(checkout) == after
 
@@ -310,7 +305,7 @@ async def test_unknown_roots_and_traversal_in_every_argument_are_refused(
         alive = await run(c, "echo alive", sid)
         assert alive["stdout"]["text"] == "alive\n"
     for patch_id in ("../../etc/passwd", "pat_" + "a" * 26, "pat_../x"):
-        shown = airlock(data_dir, "patch", "show", patch_id)
+        shown = patch_cli(data_dir, "show", patch_id)
         assert shown.returncode == 1 and "no patch" in shown.stderr, patch_id
 
 
@@ -361,14 +356,14 @@ put("calc.py", "diff --git a/run_tests.sh b/run_tests.sh\n+++ b/run_tests.sh\n"
         "calc.py",
     }
     assert not any(c in p for p in paths for c in ("escape", "\n", "\u202e", "\\"))
-    raw = airlock(data_dir, "patch", "show", patch["patch_id"], "--raw").stdout
+    raw = patch_cli(data_dir, "show", patch["patch_id"], "--raw").stdout
     assert 'diff --git "a/diff --git a/calc.py b/calc.py" "b/diff --git a/calc.py b/calc.py"' in raw
     assert "\n+pwned\n" not in raw and "\n++pwned\n" in raw
 
     checkout = tmp_path / "checkout"
     shutil.copytree(repo, checkout, symlinks=True)
     before = tree(checkout)
-    applied = airlock(data_dir, "patch", "apply", patch["patch_id"], "--to", str(checkout))
+    applied = patch_cli(data_dir, "apply", patch["patch_id"], "--to", str(checkout))
     assert applied.returncode == 0, applied.stdout + applied.stderr
     after = tree(checkout)
     assert after[".github/workflows/ci.yml"] == before[".github/workflows/ci.yml"]
@@ -393,9 +388,7 @@ async def test_apply_refuses_what_the_operators_policy_protects(
     strict.write_text('[hatch]\nprotected = ["calc.py"]\n')
     checkout = tmp_path / "checkout"
     shutil.copytree(repo, checkout, symlinks=True)
-    refused = airlock(
-        data_dir, "patch", "apply", patch["patch_id"], "--to", str(checkout), policy=strict
-    )
+    refused = patch_cli(data_dir, "apply", patch["patch_id"], "--to", str(checkout), policy=strict)
     assert refused.returncode == 1
     assert "'calc.py', which the policy protects (calc.py)" in refused.stderr
     assert (checkout / "calc.py").read_bytes() == CALC
@@ -482,14 +475,14 @@ async def test_a_target_that_moved_on_is_patched_only_where_hunks_still_apply(
     shutil.copytree(repo, moved, symlinks=True)
     (moved / "calc.py").write_bytes(CALC + b"# appended upstream\n")
     (moved / "NOTES.txt").write_bytes(b"rewritten upstream\n")
-    refused = airlock(data_dir, "patch", "apply", patch["patch_id"], "--to", str(moved))
+    refused = patch_cli(data_dir, "apply", patch["patch_id"], "--to", str(moved))
     assert refused.returncode == 1
     assert "do not apply cleanly" in refused.stdout
     assert "NOTES.txt: patch failed" in refused.stdout
     assert "calc.py:" not in refused.stdout
     assert (moved / "calc.py").read_bytes() == CALC + b"# appended upstream\n"
     (moved / "NOTES.txt").write_bytes(b"old notes\n")
-    applied = airlock(data_dir, "patch", "apply", patch["patch_id"], "--to", str(moved))
+    applied = patch_cli(data_dir, "apply", patch["patch_id"], "--to", str(moved))
     assert applied.returncode == 0, applied.stdout + applied.stderr
     assert "differed from the copy's baseline, and their hunks still apply: calc.py" in (
         applied.stdout
@@ -598,7 +591,7 @@ def shell(line: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 
 
 def readme_hatch_blocks() -> dict[str, str]:
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
     section = readme.split("\n## A first real task", 1)[1].split("\n## ", 1)[0]
     # The last block of each language wins: the section's last sh block is the review and
     # apply, run below (its first, the setup, registers the server with a client).

@@ -15,20 +15,13 @@ from pathlib import Path
 
 import anyio
 import pytest
-from support import wait_until
-from test_grants import T0
-from test_grants import make as make_grant
-from test_instances import holder
-from test_store import run, session
+from support import T0, holder, make_grant, run_record, services_on, session_record, wait_until
 
-from airlock.broker import Grants, RunTokens, Vault, load_key, vault_path
-from airlock.egress import Egress
 from airlock.policies import Policy
-from airlock.sandbox.instance import Instance
 from airlock.server.engine import Engine
 from airlock.server.running import _housekeeping
 from airlock.server.sessions import Leases
-from airlock.store import BlobStore, Database
+from airlock.store import Database
 from airlock.store.instances import ENDED_BY_DEATH
 from airlock.tools import Services
 
@@ -40,32 +33,19 @@ NOW = [T0]
 @pytest.fixture
 async def services(tmp_path: Path) -> AsyncIterator[Services]:
     """The real store, broker and an engine that is never started, on the clock `NOW`."""
-    policy = Policy()
     db = await Database.open(tmp_path / "airlock.db")
-    grants = Grants(max_per_session=3, max_live_per_tenant=5)
-    tokens = RunTokens()
-    vault = Vault(vault_path(tmp_path), load_key(tmp_path, {}))
     NOW[0] = T0
-    yield Services(
-        db=db,
-        blobs=BlobStore(tmp_path / "blobs"),
-        engine=Engine(policy, Instance.current()),
-        policy=policy,
-        grants=grants,
-        tokens=tokens,
-        vault=vault,
-        egress=Egress(settings=policy.egress, grants=grants, tokens=tokens, vault=vault),
-        instance_id="test",
-        clock=lambda: NOW[0],
-    )
+    yield services_on(tmp_path, Policy(), db, clock=lambda: NOW[0])
     await db.close()
 
 
 @asynccontextmanager
 async def housekeeping(services: Services, instances_dir: Path) -> AsyncIterator[None]:
     """The loop, ticking every 10 ms, for the duration of the block."""
+    engine = services.engine
+    assert isinstance(engine, Engine)  # the loop takes the server's own engine
     async with anyio.create_task_group() as tg:
-        tg.start_soon(_housekeeping, Leases(services), services.engine, 0.01, instances_dir)
+        tg.start_soon(_housekeeping, Leases(services), engine, 0.01, instances_dir)
         yield
         tg.cancel_scope.cancel()
 
@@ -96,9 +76,9 @@ async def test_housekeeping_ends_the_runs_of_a_server_that_died_and_not_a_live_o
 ) -> None:
     directory = tmp_path / "instances"
     db = services.db
-    await db.create_session(session())
-    await db.create_run(run("run-of-alive", instance="alive"))
-    await db.create_run(run("run-of-dead", instance="dead"))
+    await db.create_session(session_record())
+    await db.create_run(run_record("run-of-alive", instance="alive"))
+    await db.create_run(run_record("run-of-dead", instance="dead"))
     async with holder(directory, "alive"), holder(directory, "dead") as dead:
         dead.send_signal(signal.SIGKILL)
         with anyio.fail_after(60):
@@ -109,5 +89,5 @@ async def test_housekeeping_ends_the_runs_of_a_server_that_died_and_not_a_live_o
         ended = await db.get_run("run-of-dead")
         assert ended is not None
         assert (ended.status, ended.error) == ("killed", ENDED_BY_DEATH)
-        assert await db.get_run("run-of-alive") == run("run-of-alive", instance="alive")
+        assert await db.get_run("run-of-alive") == run_record("run-of-alive", instance="alive")
         assert [p.name for p in directory.glob("*.lock")] == ["alive.lock"]

@@ -4,78 +4,29 @@ from __future__ import annotations
 
 import contextlib
 import signal
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 import anyio
 import docker
 import httpx
-import httpx2
 import pytest
-from anyio.abc import Process
 from mcp import MCPError
-from mcp.client import Client
-from mcp.client.streamable_http import streamable_http_client
-from support import AIRLOCK, NO_POOL_TOML, free_port, make_wheel, serving_http, text_of, wait_until
+from support import (
+    AIRLOCK,
+    airlock_async,
+    client,
+    free_port,
+    http_server,
+    make_wheel,
+    text_of,
+    wait_until,
+)
 
 from airlock.server.auth import generate_api_key
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
 
 MODES = pytest.mark.parametrize("mode", ["auto", "legacy"])
-
-
-@dataclass
-class HttpServer:
-    url: str
-    base: str
-    keys: dict[str, str]
-    process: Process
-    data_dir: Path
-
-
-@asynccontextmanager
-async def http_server(
-    tmp_path: Path,
-    *extra: str,
-    tenant_policies: dict[str, str] | None = None,
-    pool: bool = True,
-) -> AsyncIterator[HttpServer]:
-    """`pool=False`: the server runs without the warm pool (see support.NO_POOL)."""
-    keys: dict[str, str] = {}
-    lines = []
-    for tenant in ("acme", "globex"):
-        key, digest = generate_api_key()
-        keys[tenant] = key
-        entry = f'[[keys]]\nid = "{tenant}-ci"\ntenant = "{tenant}"\nhash = "{digest}"\n'
-        if tenant_policies and tenant in tenant_policies:
-            policy_file = tmp_path / f"{tenant}.toml"
-            policy_file.write_text(tenant_policies[tenant])
-            entry += f'policy = "{policy_file}"\n'
-        lines.append(entry)
-    auth = tmp_path / "auth.toml"
-    auth.write_text("\n".join(lines))
-    data_dir = tmp_path / "data"
-    args = ["--auth", str(auth), "--data-dir", str(data_dir), *extra]
-    if not pool:
-        policy = tmp_path / "no-pool.toml"
-        policy.write_text(NO_POOL_TOML)
-        args += ["--policy", str(policy)]
-    async with serving_http(*args) as serving:
-        yield HttpServer(f"{serving.base}/mcp", serving.base, keys, serving.process, data_dir)
-
-
-@asynccontextmanager
-async def client(server: HttpServer, tenant: str, mode: str) -> AsyncIterator[Client]:
-    headers = {"Authorization": f"Bearer {server.keys[tenant]}"}
-    # A first call may wait for the engine and a cold gVisor start on a loaded machine:
-    # more than httpx's default 5 s.
-    async with httpx2.AsyncClient(headers=headers, timeout=60) as http:
-        transport = streamable_http_client(server.url, http_client=http)
-        async with Client(transport, mode=mode) as connected:  # type: ignore[arg-type]
-            yield connected
 
 
 async def test_requests_without_a_valid_token_get_401(tmp_path: Path) -> None:
@@ -104,12 +55,11 @@ async def test_foreign_host_header_is_refused(tmp_path: Path) -> None:
 
 
 async def test_refuses_a_public_address_without_auth(tmp_path: Path) -> None:
-    result = await anyio.run_process(
-        [AIRLOCK, "serve", "--http", "--host", "0.0.0.0", "--data-dir", str(tmp_path)],
-        check=False,
+    result = await airlock_async(
+        "serve", "--http", "--host", "0.0.0.0", "--data-dir", str(tmp_path)
     )
     assert result.returncode == 1
-    assert b"without authentication" in result.stderr
+    assert "without authentication" in result.stderr
 
 
 @MODES

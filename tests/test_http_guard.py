@@ -23,8 +23,7 @@ import httpx2
 import pytest
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.types import CallToolResult
-from support import AIRLOCK, NO_POOL_TOML, serving_http, text_of
+from support import NO_POOL_TOML, airlock_async, ask, serving_http, text_of
 
 from airlock.errors import InvalidRequest
 from airlock.server.auth import generate_api_key
@@ -83,17 +82,9 @@ async def agent(url: str, headers: dict[str, str] | None = None) -> AsyncIterato
         yield connected
 
 
-async def ask(c: Client, **args: str) -> CallToolResult:
-    with anyio.fail_after(30):
-        return await c.call_tool(
-            "request_capability",
-            {"capability": CAP, "reason": "read acme", "params": {"org": "acme"}, **args},
-        )
-
-
 async def pending(c: Client) -> tuple[str, str]:
     """A pending approval's id and its session's."""
-    message = text_of(await ask(c))
+    message = text_of(await ask(c, CAP))
     approval, session = APPROVAL_ID.search(message), SESSION_ID.search(message)
     assert approval is not None and session is not None, message
     return approval.group(1), session.group(1)
@@ -205,12 +196,11 @@ async def test_without_the_operator_token_loopback_decides_nothing_and_the_cli_d
         assert token_file.read_text().strip() not in local.log.read_text()
 
         # The operator's CLI decides, from the data directory, and the agent collects.
-        done = await anyio.run_process(
-            [AIRLOCK, "approvals", "approve", approval, "--data-dir", str(local.data_dir)],
-            check=False,
+        done = await airlock_async(
+            "approvals", "approve", approval, "--data-dir", str(local.data_dir)
         )
-        assert done.returncode == 0, done.stderr.decode()
-        granted = await ask(c, approval_id=approval, session_id=session)
+        assert done.returncode == 0, done.stderr
+        granted = await ask(c, CAP, approval_id=approval, session_id=session)
         assert not granted.is_error, text_of(granted)
         assert granted.structured_content is not None
         assert granted.structured_content["approved_by"] == "operator"

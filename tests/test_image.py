@@ -232,7 +232,7 @@ def test_a_multi_stage_build_leaves_no_untagged_stage_behind(
         f"FROM {base} AS first\nRUN echo one > /one\nFROM {base}\nCOPY --from=first /one /one\n"
     )
     tag = "airlock-test-stages:latest"
-    stages, said = StageTracker(), []
+    stages, said = StageTracker(), list[str]()
     try:
         for event in client.api.build(
             fileobj=io.BytesIO(dockerfile.encode()),

@@ -178,7 +178,7 @@ def _jpeg_cut_in_frame() -> bytes:
 
 # Files that begin like an image and are not one, each with the words its refusal must
 # hold. Every one of these was returned as image content before the structure was walked.
-REFUSED = {
+REFUSED: dict[str, tuple[Callable[[], bytes], str, str]] = {
     "png-16384x16384": (huge_png, "image/png", f"above the cap of {MAX_PIXELS} (MAX_PIXELS"),
     "png-bad-crc": (_bad_crc, "image/png", "chunk IDAT at byte 33 has a bad CRC"),
     "png-garbage-between-chunks": (

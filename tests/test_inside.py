@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 INSIDE = "airlock.sandbox.inside"
 WIRE = f"{INSIDE}.wire"
 ROOMS = sorted(p.name for p in (ROOT / "airlock").iterdir() if p.is_symlink())

@@ -9,58 +9,26 @@ from __future__ import annotations
 
 import signal
 import sqlite3
-import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager, closing
+from contextlib import closing
 from pathlib import Path
 
 import anyio
 import pytest
-from anyio.abc import Process
-from anyio.streams.buffered import BufferedByteReceiveStream
-from test_store import run, session
+from support import holder, run_record, session_record
 
 from airlock.store import SCHEMA_VERSION, BlobStore, Database, claim_instance
 from airlock.store.instances import ENDED_BY_DEATH, claim
 
 pytestmark = pytest.mark.anyio
 
-# Claims the instance named by argv[2] in the directory argv[1], says so, then waits.
-HOLDER = """
-import sys
-from pathlib import Path
-from airlock.store.instances import claim
-claim(Path(sys.argv[1]), sys.argv[2])
-print("claimed", flush=True)
-sys.stdin.read()
-"""
-
-
-@asynccontextmanager
-async def holder(directory: Path, instance_id: str) -> AsyncIterator[Process]:
-    """A process holding `instance_id`'s claim until it is killed or the block ends."""
-    process = await anyio.open_process([sys.executable, "-c", HOLDER, str(directory), instance_id])
-    try:
-        assert process.stdout is not None
-        with anyio.fail_after(60):
-            said = await BufferedByteReceiveStream(process.stdout).receive_until(b"\n", 100)
-        assert said == b"claimed"
-        yield process
-    finally:
-        if process.returncode is None:
-            process.kill()
-        with anyio.fail_after(60):
-            await process.wait()
-        await process.aclose()
-
 
 async def test_a_dead_instances_runs_are_ended_and_a_live_ones_are_not(tmp_path: Path) -> None:
     directory = tmp_path / "instances"
     db = await Database.open(tmp_path / "airlock.db")
     try:
-        await db.create_session(session())
+        await db.create_session(session_record())
         for owner in ("alive", "dead", "new"):
-            await db.create_run(run(f"run-of-{owner}", instance=owner))
+            await db.create_run(run_record(f"run-of-{owner}", instance=owner))
         async with holder(directory, "alive"), holder(directory, "dead") as dead:
             dead.send_signal(signal.SIGKILL)
             with anyio.fail_after(60):
@@ -77,9 +45,9 @@ async def test_a_dead_instances_runs_are_ended_and_a_live_ones_are_not(tmp_path:
                 ENDED_BY_DEATH,
                 500.0,
             )
-            assert await db.get_run("run-of-alive") == run("run-of-alive", instance="alive")
+            assert await db.get_run("run-of-alive") == run_record("run-of-alive", instance="alive")
             # A run of this very instance is its own to end.
-            assert await db.get_run("run-of-new") == run("run-of-new", instance="new")
+            assert await db.get_run("run-of-new") == run_record("run-of-new", instance="new")
             # The dead one is forgotten; the live one and this one stay claimed.
             assert sorted(p.name for p in directory.glob("*.lock")) == ["alive.lock", "new.lock"]
             mine.release(forget=True)
@@ -126,13 +94,13 @@ async def test_two_claims_in_one_process_are_both_alive(tmp_path: Path) -> None:
     directory = tmp_path / "instances"
     db = await Database.open(tmp_path / "airlock.db")
     try:
-        await db.create_session(session())
-        await db.create_run(run("first-run", instance="first"))
+        await db.create_session(session_record())
+        await db.create_run(run_record("first-run", instance="first"))
         first = await claim_instance(db, BlobStore(tmp_path / "blobs"), directory, "first", now=1.0)
         second = await claim_instance(
             db, BlobStore(tmp_path / "blobs"), directory, "second", now=2.0
         )
-        assert await db.get_run("first-run") == run("first-run", instance="first")
+        assert await db.get_run("first-run") == run_record("first-run", instance="first")
         second.release(forget=True)
         first.release(forget=True)
     finally:
@@ -147,8 +115,8 @@ async def test_a_released_claim_that_is_kept_is_taken_over_by_the_next_server(
     claim(directory, "crashed").release(forget=False)
     db = await Database.open(tmp_path / "airlock.db")
     try:
-        await db.create_session(session())
-        await db.create_run(run("left", instance="crashed"))
+        await db.create_session(session_record())
+        await db.create_run(run_record("left", instance="crashed"))
         (
             await claim_instance(db, BlobStore(tmp_path / "blobs"), directory, "next", now=3.0)
         ).release(forget=True)
@@ -164,10 +132,10 @@ async def test_a_schema_3_database_opens_and_its_unowned_running_runs_end_at_the
 ) -> None:
     path = tmp_path / "airlock.db"
     db = await Database.open(path)
-    await db.create_session(session())
-    await db.create_run(run("old-running"))
-    await db.create_run(run("old-done"))
-    done = run("old-done").model_copy(update={"status": "ok", "finished_at": 300.0})
+    await db.create_session(session_record())
+    await db.create_run(run_record("old-running"))
+    await db.create_run(run_record("old-done"))
+    done = run_record("old-done").model_copy(update={"status": "ok", "finished_at": 300.0})
     await db.finish_run(done)
     await db.close()
     # The database as Airlock of schema 3 wrote it: runs had no owner.
@@ -178,7 +146,7 @@ async def test_a_schema_3_database_opens_and_its_unowned_running_runs_end_at_the
     db = await Database.open(path)
     try:
         before = await db.get_run("old-running")
-        assert before == run("old-running", instance="")
+        assert before == run_record("old-running", instance="")
         (
             await claim_instance(
                 db, BlobStore(tmp_path / "blobs"), tmp_path / "instances", "new", now=400.0

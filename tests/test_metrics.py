@@ -9,8 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from support import free_port
-from test_http import client, http_server
+from support import client, free_port, http_server
 
 from airlock.errors import InvalidRequest
 from airlock.server.metrics import LiveState, Metrics, parse_listen, serve_metrics

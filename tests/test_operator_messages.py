@@ -1,6 +1,8 @@
 """What an operator reads when something is missing or wrong: each message names the fix.
 
-The CLI runs as a real subprocess; the server start runs in-process with the SDK client.
+What a command says runs the CLI's `main` in this process; the doctor, the server and the
+terminal note run the real `airlock` as a subprocess, and the server start runs in-process
+with the SDK client.
 """
 
 from __future__ import annotations
@@ -16,11 +18,12 @@ import time
 import tomllib
 from pathlib import Path
 
+import anyio
 import httpx
 import pytest
 from joserfc.jwk import OKPKey
 from mcp.client import Client
-from support import AIRLOCK
+from support import AIRLOCK, airlock, airlock_main
 
 from airlock.errors import AuthConfigInvalid, EngineUnavailable
 from airlock.policies import Policy, default_policy_toml
@@ -39,24 +42,16 @@ inject = { header = "Authorization", format = "Bearer {secret}" }
 """
 
 
-def airlock(
-    *args: str, stdin: str = "", env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [AIRLOCK, *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env=env if env is not None else {**os.environ, "PATH": "/usr/bin:/bin"},
-    )
+def system_path() -> dict[str, str]:
+    """This environment with PATH cut to the system's, so that what doctor finds on PATH
+    (debootstrap, for one) is the machine's and not the developer's."""
+    return {**os.environ, "PATH": "/usr/bin:/bin"}
 
 
 def test_policy_check_lists_every_problem_with_the_nearest_key(tmp_path: Path) -> None:
     policy = tmp_path / "policy.toml"
     policy.write_text("[limits]\nmax_timout_s = 100\nmemory_mb = 8\n[capabilities.x]\nhosts = []\n")
-    result = airlock("policy", "check", str(policy))
+    result = airlock_main("policy", "check", str(policy))
     assert result.returncode == 1
     assert result.stdout.splitlines() == [
         f"{policy}: 5 problem(s)",
@@ -74,7 +69,7 @@ def test_policy_check_warns_about_a_secret_the_vault_lacks(tmp_path: Path) -> No
     policy = tmp_path / "policy.toml"
     policy.write_text(CAPABILITY_WITH_SECRET)
     data = tmp_path / "data"
-    missing = airlock("policy", "check", str(policy), "--data-dir", str(data))
+    missing = airlock_main("policy", "check", str(policy), "--data-dir", str(data))
     assert missing.returncode == 0, missing.stdout
     assert missing.stdout.splitlines() == [
         f"{policy}: valid",
@@ -84,7 +79,7 @@ def test_policy_check_warns_about_a_secret_the_vault_lacks(tmp_path: Path) -> No
     ]
     # Checking created nothing: no vault, no key.
     assert not data.exists()
-    stored = airlock(
+    stored = airlock_main(
         "secrets",
         "set",
         "github_token",
@@ -95,14 +90,16 @@ def test_policy_check_warns_about_a_secret_the_vault_lacks(tmp_path: Path) -> No
         stdin="ghp_example\n",
     )
     assert stored.returncode == 0, stored.stderr
-    present = airlock("policy", "check", str(policy), "--data-dir", str(data))
+    present = airlock_main("policy", "check", str(policy), "--data-dir", str(data))
     assert present.stdout.splitlines() == [f"{policy}: valid"]
 
 
 def test_doctor_flags_a_secret_the_vault_lacks(tmp_path: Path) -> None:
     policy = tmp_path / "policy.toml"
     policy.write_text(CAPABILITY_WITH_SECRET)
-    result = airlock("doctor", "--policy", str(policy), "--data-dir", str(tmp_path / "data"))
+    result = airlock(
+        "doctor", "--policy", str(policy), "--data-dir", str(tmp_path / "data"), env=system_path()
+    )
     assert result.returncode == 1
     assert "[MISSING] secret: capability 'github-read' injects the secret 'github_token'" in (
         result.stdout
@@ -131,7 +128,7 @@ async def test_the_server_warns_at_start_about_a_secret_the_vault_lacks(
 
 @pytest.mark.docker
 @pytest.mark.anyio
-async def test_a_missing_policy_image_is_not_called_ready_and_the_error_names_the_pull(
+async def test_a_policy_image_that_cannot_be_pulled_is_not_called_ready_and_names_the_fix(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     absent = "example.invalid/nope:1"
@@ -139,11 +136,16 @@ async def test_a_missing_policy_image_is_not_called_ready_and_the_error_names_th
     server = build_server(Config(data_dir=tmp_path / "data"), policy)
     with caplog.at_level(logging.INFO, logger="airlock.server.engine"):
         async with Client(server, mode="auto") as client:
-            result = await client.call_tool("run_code", {"code": "print(1)"})
+            with anyio.fail_after(60):
+                while True:
+                    result = await client.call_tool("run_code", {"code": "print(1)"})
+                    text = getattr(result.content[0], "text", "")
+                    if "being pulled" not in text:
+                        break
+                    await anyio.sleep(0.2)  # the agent's retry, as the message asks
     assert result.is_error
-    text = getattr(result.content[0], "text", "")
-    assert f"`docker pull {absent}`" in text
-    assert "correct the name in the policy" in text
+    assert f"cannot pull {absent}" in text
+    assert "check that the registry example.invalid is running" in text
     assert "airlock image build" not in text
     messages = [r.getMessage() for r in caplog.records if r.name == "airlock.server.engine"]
     assert not any("engine ready" in m for m in messages), messages
@@ -154,9 +156,14 @@ async def test_a_missing_policy_image_is_not_called_ready_and_the_error_names_th
 def test_doctor_names_the_pull_for_a_missing_policy_image(tmp_path: Path) -> None:
     policy = tmp_path / "policy.toml"
     policy.write_text('[sandbox]\nimage = "example.invalid/nope:1"\n')
-    result = airlock("doctor", "--policy", str(policy), "--data-dir", str(tmp_path / "data"))
+    result = airlock(
+        "doctor", "--policy", str(policy), "--data-dir", str(tmp_path / "data"), env=system_path()
+    )
     assert result.returncode == 1
-    assert "[MISSING] image: example.invalid/nope:1 (named by [sandbox] image" in result.stdout
+    assert (
+        "[MISSING] image: example.invalid/nope:1 (pulled from example.invalid by [sandbox] image)"
+        " is not in the engine yet (`airlock serve` pulls it on first use)"
+    ) in result.stdout
     assert "fix: docker pull example.invalid/nope:1" in result.stdout
 
 
@@ -179,7 +186,7 @@ def test_keys_create_refuses_a_bad_name_before_making_a_key(
     tmp_path: Path, args: list[str], expected: str
 ) -> None:
     auth = tmp_path / "auth.toml"
-    result = airlock("keys", "create", *args, "--auth", str(auth))
+    result = airlock_main("keys", "create", *args, "--auth", str(auth))
     assert result.returncode == 1
     assert result.stdout == ""  # no key was shown
     assert "no key created: " + expected in result.stderr
@@ -188,7 +195,7 @@ def test_keys_create_refuses_a_bad_name_before_making_a_key(
 
 
 def test_keys_create_prints_an_entry_the_auth_loader_accepts(tmp_path: Path) -> None:
-    result = airlock("keys", "create", "acme", "--id", "ci.bot@acme")
+    result = airlock("keys", "create", "acme", "--id", "ci.bot@acme", env=system_path())
     assert result.returncode == 0, result.stderr
     key = result.stdout.strip()
     entry = result.stderr[result.stderr.index("[[keys]]") :]
@@ -204,8 +211,8 @@ def test_keys_create_appends_to_the_auth_file_safely(tmp_path: Path) -> None:
         '# team keys\n[[keys]]\nid = "old"\ntenant = "acme"\nhash = "sha256:' + "0" * 64 + '"'
     )
     auth.chmod(0o644)
-    first = airlock("keys", "create", "acme", "--id", "ci", "--auth", str(auth))
-    second = airlock("keys", "create", "globex", "--auth", str(auth))
+    first = airlock("keys", "create", "acme", "--id", "ci", "--auth", str(auth), env=system_path())
+    second = airlock("keys", "create", "globex", "--auth", str(auth), env=system_path())
     assert first.returncode == 0 and second.returncode == 0, (first.stderr, second.stderr)
     assert f"added key ci for acme to {auth}" in first.stderr
     text = auth.read_text()
@@ -215,7 +222,7 @@ def test_keys_create_appends_to_the_auth_file_safely(tmp_path: Path) -> None:
     assert [k.tenant for k in keys.values()] == ["acme", "acme", "globex"]
     assert auth.stat().st_mode & 0o777 == 0o600
 
-    taken = airlock("keys", "create", "acme", "--id", "ci", "--auth", str(auth))
+    taken = airlock("keys", "create", "acme", "--id", "ci", "--auth", str(auth), env=system_path())
     assert taken.returncode == 1
     assert taken.stdout == ""
     assert "id 'ci' is used 2 times" in taken.stderr
@@ -245,7 +252,9 @@ def test_serving_on_a_taken_port_says_so_and_exits_2(tmp_path: Path) -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = str(taken.getsockname()[1])
-        result = airlock("serve", "--http", "--port", port, "--data-dir", str(tmp_path))
+        result = airlock(
+            "serve", "--http", "--port", port, "--data-dir", str(tmp_path), env=system_path()
+        )
     assert result.returncode == 2
     assert result.stderr.strip().endswith(f"port {port} is in use; pick another with --port")
     assert "serving" not in result.stderr and "Traceback" not in result.stderr
@@ -304,17 +313,11 @@ async def test_with_jwts_the_metadata_names_the_real_issuer(tmp_path: Path) -> N
     assert metadata.json()["resource"] == "http://127.0.0.1:8765/mcp"
 
 
-def test_policy_init_writes_the_commented_default_for_editing(tmp_path: Path) -> None:
-    env = {**os.environ, "PATH": "/usr/bin:/bin"}
-    result = subprocess.run(
-        [AIRLOCK, "policy", "init"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=False,
-    )
+def test_policy_init_writes_the_commented_default_for_editing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = airlock_main("policy", "init")
     written = tmp_path / "airlock.toml"
     assert result.returncode == 0, result.stderr
     assert written.read_bytes() == default_policy_toml()
@@ -322,10 +325,12 @@ def test_policy_init_writes_the_commented_default_for_editing(tmp_path: Path) ->
     assert "airlock policy check airlock.toml" in result.stderr
     # The server an agent starts runs in a directory of its own: it needs the whole path.
     assert f"airlock serve --policy {written.resolve()}`" in result.stderr
-    assert airlock("policy", "check", str(written)).stdout.splitlines() == [f"{written}: valid"]
+    assert airlock_main("policy", "check", str(written)).stdout.splitlines() == [
+        f"{written}: valid"
+    ]
 
     written.write_text("# mine\n")
-    again = airlock("policy", "init", str(written))
+    again = airlock_main("policy", "init", str(written))
     assert again.returncode == 1
     assert f"{written} exists" in again.stderr
     assert written.read_text() == "# mine\n"  # never overwritten
@@ -370,7 +375,9 @@ def test_serve_started_by_a_client_prints_no_terminal_note(tmp_path: Path) -> No
     policy = tmp_path / "policy.toml"
     policy.write_text('[sandbox]\nimage = "airlock-test/absent:0"\n')
     # stdin at EOF (not a terminal): the server ends at once, having said nothing of the sort.
-    result = airlock("serve", "--policy", str(policy), "--data-dir", str(tmp_path / "data"))
+    result = airlock(
+        "serve", "--policy", str(policy), "--data-dir", str(tmp_path / "data"), env=system_path()
+    )
     assert result.returncode == 0, result.stderr
     assert "waiting for an MCP client" not in result.stderr
     assert "claude mcp add" not in result.stderr
@@ -387,11 +394,13 @@ def test_a_misspelt_auth_file_key_gets_the_nearest_one_suggested(tmp_path: Path)
     ]
 
 
-def test_policy_check_says_when_it_cannot_read_the_vault(tmp_path: Path) -> None:
+def test_policy_check_says_when_it_cannot_read_the_vault(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     policy = tmp_path / "policy.toml"
     policy.write_text(CAPABILITY_WITH_SECRET)
     data = tmp_path / "data"
-    stored = airlock(
+    stored = airlock_main(
         "secrets",
         "set",
         "other",
@@ -402,8 +411,8 @@ def test_policy_check_says_when_it_cannot_read_the_vault(tmp_path: Path) -> None
         stdin="v\n",
     )
     assert stored.returncode == 0, stored.stderr
-    env = {**os.environ, "PATH": "/usr/bin:/bin", "AIRLOCK_VAULT_KEY_FILE": str(tmp_path / "no")}
-    result = airlock("policy", "check", str(policy), "--data-dir", str(data), env=env)
+    monkeypatch.setenv("AIRLOCK_VAULT_KEY_FILE", str(tmp_path / "no"))
+    result = airlock_main("policy", "check", str(policy), "--data-dir", str(data))
     assert result.returncode == 0  # the policy itself is valid
     lines = result.stdout.splitlines()
     assert lines[0] == f"{policy}: valid"
@@ -443,11 +452,11 @@ def test_a_missing_or_bad_config_file_is_said_line_by_line_with_its_fix(
     [("audit", "runs"), ("patch", "list"), ("approvals", "list"), ("policy", "usage")],
 )
 def test_an_operator_command_on_a_data_dir_without_records_names_the_data_dir_to_use(
-    tmp_path: Path, command: tuple[str, ...]
+    tmp_path: Path, command: tuple[str, ...], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     wrong = tmp_path / "not-the-servers"
-    env = {**os.environ, "HOME": str(tmp_path / "home")}
-    result = airlock(*command, "--data-dir", str(wrong), env=env)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    result = airlock_main(*command, "--data-dir", str(wrong))
     assert result.returncode == 1, result.stdout + result.stderr
     assert f"no Airlock records in {wrong}" in result.stderr, result.stderr
     assert "--data-dir" in result.stderr and "AIRLOCK_DATA_DIR" in result.stderr

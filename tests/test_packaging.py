@@ -11,7 +11,8 @@ import tomllib
 from importlib.metadata import packages_distributions
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from support import ROOT
+
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 # The rooms live at the top of the repository and are linked under airlock/, so they install as
 # airlock.<room> (issue: top-level `server`, `tools`... collided with other projects).

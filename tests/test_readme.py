@@ -15,7 +15,6 @@ import re
 import shlex
 import socket
 import stat
-import subprocess
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,13 +26,12 @@ import httpx2
 import pytest
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
-from support import AIRLOCK, NO_POOL_TOML
+from support import AIRLOCK, NO_POOL_TOML, ROOT, airlock_main
 
 from airlock.policies import Policy
 from airlock.server.auth import load_auth_config
 from airlock.server.cli import _parser
 
-ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 # The README and the docs it sends readers to: every command, snippet and default in them is
 # checked alike (the README first, so its opening commands stay first).
@@ -191,13 +189,7 @@ def _policy_examples() -> list[str]:
 def test_the_example_policies_pass_policy_check(tmp_path: Path, index: int) -> None:
     path = tmp_path / "policy.toml"
     path.write_text(_policy_examples()[index], encoding="utf-8")
-    result = subprocess.run(
-        [AIRLOCK, "policy", "check", str(path), "--data-dir", str(tmp_path / "data")],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = airlock_main("policy", "check", str(path), "--data-dir", str(tmp_path / "data"))
     assert result.returncode == 0, result.stdout
     assert result.stdout.splitlines()[0] == f"{path}: valid"
 
@@ -294,7 +286,7 @@ async def test_the_http_quick_start_runs_as_written(tmp_path: Path) -> None:
         headers = {"Authorization": f"Bearer {key}"}
         async with httpx2.AsyncClient(headers=headers, timeout=60) as http2:
             transport = streamable_http_client(f"http://127.0.0.1:{port}/mcp", http_client=http2)
-            async with Client(transport) as client:  # type: ignore[arg-type]
+            async with Client(transport) as client:
                 tools = {tool.name for tool in (await client.list_tools()).tools}
     finally:
         server.terminate()

@@ -12,6 +12,7 @@ from typing import Any
 
 import anyio
 import pytest
+from support import run_record, session_record
 
 from airlock.errors import StoreError
 from airlock.store import (
@@ -21,8 +22,6 @@ from airlock.store import (
     Database,
     EgressRecord,
     GrantRecord,
-    RunRecord,
-    SessionRecord,
     WorkspaceDelta,
     WorkspaceFile,
     WorkspaceHead,
@@ -41,38 +40,6 @@ async def db(tmp_path: Path) -> AsyncIterator[Database]:
     database = await Database.open(tmp_path / "airlock.db")
     yield database
     await database.close()
-
-
-def session(id: str = "s1", *, tenant: str = "t1", created_at: float = 100.0) -> SessionRecord:
-    return SessionRecord(
-        id=id,
-        tenant=tenant,
-        created_at=created_at,
-        last_used_at=created_at,
-        expires_at=created_at + 600,
-    )
-
-
-def run(
-    id: str = "r1",
-    *,
-    session_id: str = "s1",
-    tenant: str = "t1",
-    created_at: float = 200.0,
-    instance: str = "i1",
-) -> RunRecord:
-    return RunRecord(
-        id=id,
-        session_id=session_id,
-        tenant=tenant,
-        language="python",
-        status="running",
-        created_at=created_at,
-        timeout_s=30,
-        limits={"memory_bytes": 256 << 20, "pids": 64, "egress": ["api.example.com"]},
-        code_sha256="c" * 64,
-        instance_id=instance,
-    )
 
 
 def artifact(path: str, *, run_id: str = "r1") -> ArtifactRecord:
@@ -95,8 +62,8 @@ def mode(path: Path) -> int:
 
 
 async def test_created_session_reads_back_equal(db: Database) -> None:
-    await db.create_session(session())
-    assert await db.get_session("s1") == session()
+    await db.create_session(session_record())
+    assert await db.get_session("s1") == session_record()
 
 
 async def test_unknown_session_reads_as_none(db: Database) -> None:
@@ -104,7 +71,7 @@ async def test_unknown_session_reads_as_none(db: Database) -> None:
 
 
 async def test_touch_moves_last_used_and_expiry(db: Database) -> None:
-    await db.create_session(session())
+    await db.create_session(session_record())
     await db.touch_session("s1", last_used_at=150.0, expires_at=750.0)
     got = await db.get_session("s1")
     assert got is not None
@@ -112,7 +79,7 @@ async def test_touch_moves_last_used_and_expiry(db: Database) -> None:
 
 
 async def test_touch_leaves_ended_session_unchanged(db: Database) -> None:
-    await db.create_session(session())
+    await db.create_session(session_record())
     await db.end_session("s1", ended_at=120.0, reason="end_session", containers_removed=0)
     before = await db.get_session("s1")
     await db.touch_session("s1", last_used_at=150.0, expires_at=750.0)
@@ -120,7 +87,7 @@ async def test_touch_leaves_ended_session_unchanged(db: Database) -> None:
 
 
 async def test_ending_twice_keeps_the_first_end(db: Database) -> None:
-    await db.create_session(session())
+    await db.create_session(session_record())
     await db.end_session("s1", ended_at=120.0, reason="end_session", containers_removed=2)
     await db.end_session("s1", ended_at=130.0, reason="shutdown", containers_removed=0)
     got = await db.get_session("s1")
@@ -129,9 +96,9 @@ async def test_ending_twice_keeps_the_first_end(db: Database) -> None:
 
 
 async def test_duplicate_session_id_raises_store_error_from_sqlite(db: Database) -> None:
-    await db.create_session(session())
+    await db.create_session(session_record())
     with pytest.raises(StoreError) as info:
-        await db.create_session(session())
+        await db.create_session(session_record())
     assert isinstance(info.value.__cause__, sqlite3.IntegrityError)
 
 
@@ -139,9 +106,9 @@ async def test_duplicate_session_id_raises_store_error_from_sqlite(db: Database)
 
 
 async def test_created_run_reads_back_equal_with_its_limits(db: Database) -> None:
-    await db.create_session(session())
-    await db.create_run(run())
-    assert await db.get_run("r1") == run()
+    await db.create_session(session_record())
+    await db.create_run(run_record())
+    assert await db.get_run("r1") == run_record()
 
 
 async def test_unknown_run_reads_as_none(db: Database) -> None:
@@ -150,13 +117,13 @@ async def test_unknown_run_reads_as_none(db: Database) -> None:
 
 async def test_run_of_unknown_session_raises_store_error(db: Database) -> None:
     with pytest.raises(StoreError):
-        await db.create_run(run(session_id="nope"))
+        await db.create_run(run_record(session_id="nope"))
     assert await db.get_run("r1") is None
 
 
 async def test_finish_overwrites_outcome_and_keeps_creation_fields(db: Database) -> None:
-    await db.create_session(session())
-    await db.create_run(run())
+    await db.create_session(session_record())
+    await db.create_run(run_record())
     outcome: dict[str, Any] = {
         "status": "ok",
         "finished_at": 201.5,
@@ -171,23 +138,23 @@ async def test_finish_overwrites_outcome_and_keeps_creation_fields(db: Database)
         "error": None,
     }
     # A finished record that also tries to rewrite a creation field: only the outcome lands.
-    await db.finish_run(run().model_copy(update={**outcome, "language": "bash"}))
-    assert await db.get_run("r1") == run().model_copy(update=outcome)
+    await db.finish_run(run_record().model_copy(update={**outcome, "language": "bash"}))
+    assert await db.get_run("r1") == run_record().model_copy(update=outcome)
 
 
 async def test_finishing_unknown_run_raises_store_error(db: Database) -> None:
     with pytest.raises(StoreError, match="unknown run"):
-        await db.finish_run(run("nope").model_copy(update={"status": "ok"}))
+        await db.finish_run(run_record("nope").model_copy(update={"status": "ok"}))
 
 
 async def test_list_runs_filters_and_orders_newest_first(db: Database) -> None:
-    await db.create_session(session("s1", tenant="t1"))
-    await db.create_session(session("s2", tenant="t1"))
-    await db.create_session(session("s3", tenant="t2"))
-    await db.create_run(run("old", session_id="s1", created_at=1.0))
-    await db.create_run(run("new", session_id="s1", created_at=3.0))
-    await db.create_run(run("other-session", session_id="s2", created_at=2.0))
-    await db.create_run(run("other-tenant", session_id="s3", tenant="t2", created_at=4.0))
+    await db.create_session(session_record("s1", tenant="t1"))
+    await db.create_session(session_record("s2", tenant="t1"))
+    await db.create_session(session_record("s3", tenant="t2"))
+    await db.create_run(run_record("old", session_id="s1", created_at=1.0))
+    await db.create_run(run_record("new", session_id="s1", created_at=3.0))
+    await db.create_run(run_record("other-session", session_id="s2", created_at=2.0))
+    await db.create_run(run_record("other-tenant", session_id="s3", tenant="t2", created_at=4.0))
 
     assert [r.id for r in await db.list_runs(session_id="s1")] == ["new", "old"]
     assert [r.id for r in await db.list_runs(tenant="t1")] == ["new", "other-session", "old"]
@@ -196,16 +163,16 @@ async def test_list_runs_filters_and_orders_newest_first(db: Database) -> None:
 
 
 async def test_list_runs_returns_at_most_limit_newest(db: Database) -> None:
-    await db.create_session(session())
+    await db.create_session(session_record())
     for i in range(5):
-        await db.create_run(run(f"r{i}", created_at=float(i)))
+        await db.create_run(run_record(f"r{i}", created_at=float(i)))
     assert [r.id for r in await db.list_runs(limit=2)] == ["r4", "r3"]
 
 
 async def test_list_runs_orders_same_timestamp_by_insertion(db: Database) -> None:
-    await db.create_session(session())
-    await db.create_run(run("first", created_at=5.0))
-    await db.create_run(run("second", created_at=5.0))
+    await db.create_session(session_record())
+    await db.create_run(run_record("first", created_at=5.0))
+    await db.create_run(run_record("second", created_at=5.0))
     assert [r.id for r in await db.list_runs()] == ["second", "first"]
 
 
@@ -215,12 +182,14 @@ async def test_list_runs_rejects_negative_limit(db: Database) -> None:
 
 
 async def test_mark_unfinished_closes_only_running_runs_of_the_named_owners(db: Database) -> None:
-    await db.create_session(session())
-    await db.create_run(run("a", instance="dead"))
-    await db.create_run(run("b", instance="dead"))
-    await db.create_run(run("live", instance="alive"))
-    await db.create_run(run("done", instance="dead"))
-    done = run("done", instance="dead").model_copy(update={"status": "ok", "finished_at": 201.0})
+    await db.create_session(session_record())
+    await db.create_run(run_record("a", instance="dead"))
+    await db.create_run(run_record("b", instance="dead"))
+    await db.create_run(run_record("live", instance="alive"))
+    await db.create_run(run_record("done", instance="dead"))
+    done = run_record("done", instance="dead").model_copy(
+        update={"status": "ok", "finished_at": 201.0}
+    )
     await db.finish_run(done)
 
     count = await db.mark_unfinished_runs(
@@ -233,7 +202,7 @@ async def test_mark_unfinished_closes_only_running_runs_of_the_named_owners(db: 
         assert got is not None
         assert (got.status, got.error, got.finished_at) == ("killed", "server died", 9.0)
     assert await db.get_run("done") == done
-    assert await db.get_run("live") == run("live", instance="alive")
+    assert await db.get_run("live") == run_record("live", instance="alive")
     again = await db.mark_unfinished_runs(
         instance_ids=["dead"], status="killed", error="again", finished_at=10.0
     )
@@ -244,9 +213,9 @@ async def test_mark_unfinished_closes_only_running_runs_of_the_named_owners(db: 
 
 
 async def test_artifacts_list_by_path_and_get_one(db: Database) -> None:
-    await db.create_session(session())
-    await db.create_run(run("r1"))
-    await db.create_run(run("r2"))
+    await db.create_session(session_record())
+    await db.create_run(run_record("r1"))
+    await db.create_run(run_record("r2"))
     await db.add_artifacts([artifact("out/b.txt"), artifact("a.txt"), artifact("x", run_id="r2")])
 
     assert [a.path for a in await db.list_artifacts("r1")] == ["a.txt", "out/b.txt"]
@@ -256,8 +225,8 @@ async def test_artifacts_list_by_path_and_get_one(db: Database) -> None:
 
 
 async def test_add_artifacts_stores_none_when_one_fails(db: Database) -> None:
-    await db.create_session(session())
-    await db.create_run(run())
+    await db.create_session(session_record())
+    await db.create_run(run_record())
     with pytest.raises(StoreError):
         await db.add_artifacts([artifact("a.txt"), artifact("a.txt")])
     assert await db.list_artifacts("r1") == []
@@ -279,7 +248,7 @@ async def test_a_new_session_workspace_is_version_0_and_empty(db: Database) -> N
 
 
 async def test_commit_makes_a_version_with_writer_mode_and_mtime(db: Database) -> None:
-    await db.create_session(session())
+    await db.create_session(session_record())
     delta = WorkspaceDelta(
         base_version=0,
         upserts=(ws_dir("bin", 0o700), ws_file("bin/run.sh", mode=0o755, mtime=1700000000)),
@@ -299,7 +268,7 @@ async def test_commit_makes_a_version_with_writer_mode_and_mtime(db: Database) -
 
 
 async def test_commit_that_changes_nothing_makes_no_version(db: Database) -> None:
-    await db.create_session(session())
+    await db.create_session(session_record())
     await db.commit_workspace(
         "s1", WorkspaceDelta(base_version=0, upserts=(ws_file("a"),)), writer="r1", at=1.0
     )
@@ -310,8 +279,8 @@ async def test_commit_that_changes_nothing_makes_no_version(db: Database) -> Non
 
 
 async def test_sessions_have_separate_workspaces(db: Database) -> None:
-    await db.create_session(session("s1"))
-    await db.create_session(session("s2"))
+    await db.create_session(session_record("s1"))
+    await db.create_session(session_record("s2"))
     await db.commit_workspace(
         "s1", WorkspaceDelta(base_version=0, upserts=(ws_file("a"),)), writer="r1", at=1.0
     )
@@ -321,7 +290,7 @@ async def test_sessions_have_separate_workspaces(db: Database) -> None:
 async def test_commit_from_an_unknown_version_is_refused_and_changes_nothing(
     db: Database,
 ) -> None:
-    await db.create_session(session())
+    await db.create_session(session_record())
     with pytest.raises(StoreError, match="no version 5"):
         await db.commit_workspace("s1", WorkspaceDelta(base_version=5), writer="r1", at=1.0)
     assert await db.workspace_head("s1") == WorkspaceHead(version=0)
@@ -335,7 +304,7 @@ async def test_commit_for_an_unknown_session_fails_and_keeps_nothing(db: Databas
 
 
 async def test_sixteen_concurrent_commits_from_one_base_all_land(db: Database) -> None:
-    await db.create_session(session())
+    await db.create_session(session_record())
     await db.commit_workspace(
         "s1", WorkspaceDelta(base_version=0, upserts=(ws_file("shared"),)), writer="r0", at=1.0
     )
@@ -413,18 +382,18 @@ async def test_database_of_schema_1_opens_with_its_workspace_kept(tmp_path: Path
 
 
 async def test_concurrent_writes_from_many_tasks_all_land(db: Database) -> None:
-    await db.create_session(session())
+    await db.create_session(session_record())
     async with anyio.create_task_group() as tg:
         for i in range(50):
-            tg.start_soon(db.create_run, run(f"r{i}", created_at=float(i)))
+            tg.start_soon(db.create_run, run_record(f"r{i}", created_at=float(i)))
     assert len(await db.list_runs(limit=100)) == 50
 
 
 async def test_records_survive_close_and_reopen(tmp_path: Path) -> None:
     path = tmp_path / "data" / "airlock.db"
     db = await Database.open(path)
-    await db.create_session(session())
-    await db.create_run(run())
+    await db.create_session(session_record())
+    await db.create_run(run_record())
     await db.add_artifacts([artifact("a.txt")])
     delta = WorkspaceDelta(base_version=0, upserts=(ws_file("a.txt", mode=0o700, mtime=5),))
     await db.commit_workspace("s1", delta, writer="r1", at=1.0)
@@ -433,8 +402,8 @@ async def test_records_survive_close_and_reopen(tmp_path: Path) -> None:
 
     db = await Database.open(path)
     try:
-        assert await db.get_session("s1") == session()
-        assert await db.get_run("r1") == run()
+        assert await db.get_session("s1") == session_record()
+        assert await db.get_run("r1") == run_record()
         assert await db.list_artifacts("r1") == [artifact("a.txt")]
         assert await db.workspace_head("s1") == workspace
     finally:

@@ -4,13 +4,12 @@ shown escaped, visibly, by every command that prints stored values."""
 
 from __future__ import annotations
 
-import subprocess
 import time
 from pathlib import Path
 
 import anyio
 import pytest
-from support import AIRLOCK
+from support import airlock_main
 
 from airlock.server.terminal import safe_block, safe_line, table
 from airlock.store import (
@@ -150,13 +149,7 @@ def test_every_command_printing_stored_values_escapes_a_tampered_row(
 ) -> None:
     data_dir = tmp_path / "data"
     anyio.run(seed, data_dir)
-    done = subprocess.run(
-        [AIRLOCK, *command, "--data-dir", str(data_dir)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = airlock_main(*command, "--data-dir", str(data_dir))
     assert done.returncode == 0, done.stderr
     assert "<U+000A>FORGED LINE<U+000D><U+001B>[2J" in done.stdout, done.stdout
     assert not any(line.lstrip().startswith(FORGED) for line in done.stdout.splitlines())

@@ -18,6 +18,7 @@ import pytest
 from mcp.client import Client
 from mcp.server.mcpserver import MCPServer
 from mcp.types import ImageContent, TextContent
+from support import run_result
 
 from airlock.sandbox.image import CLI_TOOLS, MANIFEST_PATH
 from airlock.sandbox.pylock import default_lock
@@ -26,13 +27,6 @@ from airlock.tools.images import sniff_image
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
 
 MakeServer = Callable[..., MCPServer]
-
-
-async def run(client: Client, code: str, **args: Any) -> Any:
-    result = await client.call_tool("run_code", {"code": code, **args})
-    assert not result.is_error, result.content
-    assert result.structured_content is not None
-    return result
 
 
 def images_of(result: Any) -> list[ImageContent]:
@@ -54,7 +48,7 @@ async def test_pandas_matplotlib_chart_comes_back_as_a_png_of_the_right_size(
     make_server: MakeServer,
 ) -> None:
     async with Client(make_server()) as client:
-        result = await run(client, CHART)
+        result = await run_result(client, CHART)
         data = result.structured_content
         assert data["status"] == "ok", data
         assert data["stdout"]["text"].strip().lower() == "agg"
@@ -85,7 +79,7 @@ for name in ("a.jpg", "b.gif", "c.webp"):
 open("fake.png", "w").write("not a picture, whatever the name says")
 """
     async with Client(make_server()) as client:
-        result = await run(client, code)
+        result = await run_result(client, code)
     found = sorted(image.mime_type for image in images_of(result))
     assert found == ["image/gif", "image/jpeg", "image/webp"]
     for image in images_of(result):
@@ -111,7 +105,7 @@ for d in metadata.distributions():
 print(json.dumps(installed))
 """
     async with Client(make_server()) as client:
-        result = await run(client, code)
+        result = await run_result(client, code)
     data = result.structured_content
     assert data["status"] == "ok", data["stderr"]
     installed = json.loads(data["stdout"]["text"])
@@ -126,7 +120,7 @@ async def test_git_commit_works_in_the_workspace(make_server: MakeServer) -> Non
         "&& git commit -q -m first && git log --format='%an <%ae> %s'"
     )
     async with Client(make_server()) as client:
-        result = await run(client, code, language="bash")
+        result = await run_result(client, code, language="bash")
     data = result.structured_content
     assert data["status"] == "ok", data["stderr"]
     assert data["stdout"]["text"] == "Airlock sandbox <sandbox@airlock.invalid> first\n"
@@ -143,7 +137,7 @@ sqlite3 :memory: 'select 40 + 2;'
 for tool in TOOLS; do command -v "$tool" >/dev/null || echo "missing $tool"; done
 """.replace("TOOLS", " ".join(CLI_TOOLS))
     async with Client(make_server()) as client:
-        result = await run(client, code, language="bash")
+        result = await run_result(client, code, language="bash")
     data = result.structured_content
     assert data["status"] == "ok", data["stderr"]
     assert data["stdout"]["text"] == "compiled\nnode 42\n[1,2]\n42\n"
@@ -164,7 +158,7 @@ print(json.dumps({"code": done.returncode, "elapsed": elapsed, "out": done.stdou
                   "venv_code": venv.returncode, "venv_out": venv.stdout + venv.stderr}))
 """
     async with Client(make_server()) as client:
-        result = await run(client, code, timeout_s=60)
+        result = await run_result(client, code, timeout_s=60)
     report = json.loads(result.structured_content["stdout"]["text"])
     assert report["code"] != 0
     assert "operator's lock file" in report["out"]
@@ -175,7 +169,7 @@ print(json.dumps({"code": done.returncode, "elapsed": elapsed, "out": done.stdou
 
 async def test_manifest_lists_python_packages_and_tools(make_server: MakeServer) -> None:
     async with Client(make_server()) as client:
-        result = await run(client, f"cat {MANIFEST_PATH}", language="bash")
+        result = await run_result(client, f"cat {MANIFEST_PATH}", language="bash")
     manifest = json.loads(result.structured_content["stdout"]["text"])
     assert manifest["python"].startswith("3.11.")
     pinned = {entry.name: entry.version for entry in default_lock().entries}
@@ -234,14 +228,16 @@ async def test_editable_install_of_a_copied_project_works_offline_for_the_sessio
     make_server: MakeServer,
 ) -> None:
     async with Client(make_server()) as client:
-        installed = (await run(client, EDITABLE_PROJECTS, language="bash")).structured_content
+        installed = (
+            await run_result(client, EDITABLE_PROJECTS, language="bash")
+        ).structured_content
         assert installed["status"] == "ok", installed["stderr"]
         assert installed["stdout"]["text"].endswith("installed\n")
         # The install is workspace files: it lasts as long as the session's files do.
         paths = {a["path"] for a in installed["artifacts"]}
         assert any(p.startswith(".editable/st_pkg-1.2.dist-info/") for p in paths), paths
         session = installed["session_id"]
-        later = await run(client, LATER, language="bash", session_id=session)
+        later = await run_result(client, LATER, language="bash", session_id=session)
     data = later.structured_content
     assert data["status"] == "ok", data["stderr"]
     out = data["stdout"]["text"].splitlines()
@@ -270,7 +266,7 @@ async def test_matplotlib_and_npm_leave_no_cache_among_the_artifacts(
     make_server: MakeServer,
 ) -> None:
     async with Client(make_server()) as client:
-        data = (await run(client, CACHES, timeout_s=60)).structured_content
+        data = (await run_result(client, CACHES, timeout_s=60)).structured_content
     assert data["status"] == "ok", data["stderr"]
     # The font list was built with the image: no run builds it again.
     assert data["stdout"]["text"] == "warm\nnpm True True\n", data["stderr"]
@@ -302,7 +298,9 @@ timed npx --offline=false --yes left-pad
 
 async def test_every_package_client_fails_fast_without_a_network(make_server: MakeServer) -> None:
     async with Client(make_server()) as client:
-        data = (await run(client, CLIENTS, language="bash", timeout_s=120)).structured_content
+        data = (
+            await run_result(client, CLIENTS, language="bash", timeout_s=120)
+        ).structured_content
     assert data["status"] == "ok", data
     lines = [line.split(" ", 2) for line in data["stdout"]["text"].splitlines()]
     assert len(lines) == 9, data

@@ -9,7 +9,6 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import anyio
 import docker
@@ -17,7 +16,7 @@ import pytest
 from mcp.client import Client
 from mcp.server.mcpserver import MCPServer
 from mcp.types import BlobResourceContents, CallToolResult, EmbeddedResource, ResourceLink
-from support import NO_POOL, none_left, running, text_of, wait_for_containers, wait_until
+from support import NO_POOL, none_left, run, running, text_of, wait_for_containers, wait_until
 
 from airlock.sandbox.environment import sandbox_environment
 
@@ -25,13 +24,6 @@ pytestmark = [pytest.mark.anyio, pytest.mark.docker]
 
 MakeServer = Callable[..., MCPServer]
 MODES = pytest.mark.parametrize("mode", ["auto", "legacy"])
-
-
-async def run(client: Client, code: str, **args: Any) -> dict[str, Any]:
-    result = await client.call_tool("run_code", {"code": code, **args})
-    assert not result.is_error, result.content
-    assert result.structured_content is not None
-    return result.structured_content
 
 
 @MODES

@@ -14,9 +14,12 @@ from typing import Any
 
 import anyio
 import pytest
+import support
 from mcp import MCPError
 from mcp.client import Client
 from mcp.server.mcpserver import MCPServer
+from mcp.types import CallToolResult
+from support import block_text, contents_text, embedded_blob, error_text, run_result
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
 
@@ -25,12 +28,10 @@ CALL_TIMEOUT_S = 240
 
 
 async def run(client: Client, code: str, **args: Any) -> dict[str, Any]:
-    with anyio.fail_after(CALL_TIMEOUT_S):
-        result = await client.call_tool("run_code", {"code": code, **args})
-    assert not result.is_error, result.content
-    assert result.structured_content is not None
-    data = result.structured_content
-    data["_text"] = result.content[0].text  # type: ignore[union-attr]
+    """The structured result, with the text block the model reads as `_text`."""
+    result = await run_result(client, code, within=CALL_TIMEOUT_S, **args)
+    data: dict[str, Any] = result.structured_content
+    data["_text"] = block_text(result)
     return data
 
 
@@ -239,14 +240,8 @@ async def test_many_small_files_against_the_caps_keep_what_fits_and_delete_nothi
     assert after["stdout"]["text"] == "101 True\n"
 
 
-async def call(client: Client, tool: str, args: dict[str, Any]) -> Any:
-    with anyio.fail_after(CALL_TIMEOUT_S):
-        return await client.call_tool(tool, args)
-
-
-def error_text(result: Any) -> str:
-    assert result.is_error, result.content
-    return str(result.content[0].text)
+async def call(client: Client, tool: str, args: dict[str, Any]) -> CallToolResult:
+    return await support.call(client, tool, args, within=CALL_TIMEOUT_S)
 
 
 async def test_the_workspace_is_listed_and_read_without_running_code(
@@ -298,7 +293,7 @@ async def test_the_workspace_is_listed_and_read_without_running_code(
     assert main["sha256"] == hashlib.sha256(b"print(1)\n" * 3000).hexdigest()
     assert main["mtime"].endswith("Z")
     assert entries["src/empty"]["kind"] == "dir" and entries["src/empty"]["sha256"] is None
-    assert 'stream="workspace"' in listed.content[0].text
+    assert 'stream="workspace"' in block_text(listed)
     assert (page.structured_content["total"], page.structured_content["next_offset"]) == (4, 2)
     assert [e["path"] for e in sub.structured_content["entries"]] == ["src/empty", "src/main.py"]
     got = first.structured_content
@@ -307,13 +302,13 @@ async def test_the_workspace_is_listed_and_read_without_running_code(
         True,
         "text/x-python",
     )
-    assert "print(1)" in first.content[0].text and "<untrusted-output" in first.content[0].text
+    assert "print(1)" in block_text(first) and "<untrusted-output" in block_text(first)
     assert rest.structured_content["returned_bytes"] == 26000
     assert rest.structured_content["truncated"] is False
     assert binary.structured_content["mime_type"] == "application/octet-stream"
-    assert binary.content[0].resource.blob  # embedded, base64
+    assert embedded_blob(binary)  # embedded, base64
     assert hashlib.sha256(blob).hexdigest() == binary.structured_content["sha256"]
-    assert "print(1)" in resource.contents[0].text
+    assert "print(1)" in contents_text(resource)
 
 
 PATH_ATTACKS = ["../x", "/etc/passwd", "a/../../etc/passwd", "..", "x\x00y", "src/../../etc"]

@@ -6,7 +6,9 @@ from airlock.store import WorkspaceDelta, WorkspaceFile, ancestors, diff
 from airlock.store.workspace import Change, merge
 
 
-def f(path: str, content: str = "x", *, mode: int = 0o644, mtime: int = 1, by: str | None = None):
+def f(
+    path: str, content: str = "x", *, mode: int = 0o644, mtime: int = 1, by: str | None = None
+) -> WorkspaceFile:
     return WorkspaceFile(
         path=path,
         sha256=content * 64 if len(content) == 1 else content,

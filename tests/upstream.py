@@ -112,7 +112,7 @@ class _Server(http.server.ThreadingHTTPServer):
         context = self.owner.tls_context
         if context is None:
             self.owner.track(request)
-            self.RequestHandlerClass(request, client_address, self)
+            _Handler(request, client_address, self)
             return
         try:
             tls = context.wrap_socket(request, server_side=True)
@@ -121,7 +121,7 @@ class _Server(http.server.ThreadingHTTPServer):
         with tls:
             self.owner.track(tls)
             self.owner.handshakes.append(tls.session_reused)
-            self.RequestHandlerClass(tls, client_address, self)
+            _Handler(tls, client_address, self)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         pass  # clients that hang up mid-request are part of these tests
@@ -144,7 +144,7 @@ class Upstream:
         self.seen: list[Seen] = []
         self.pages: dict[str, tuple[str, bytes, tuple[tuple[str, str], ...]]] = {}
         """Paths served as given (content type, body, extra headers) instead of JSON."""
-        self.handshakes: list[bool] = []
+        self.handshakes: list[bool | None] = []
         """One entry per TLS connection accepted: whether it resumed an earlier session."""
         self.release = threading.Event()
         self._lock = threading.Lock()

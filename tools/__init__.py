@@ -8,6 +8,12 @@ it builds MCP results (`mcp.types`) but imports neither docker nor an HTTP serve
 (pyproject's import contracts, checked by `lint-imports`).
 """
 
+from __future__ import annotations
+
+from airlock.rooms import only_as_airlock
+
+only_as_airlock(__name__)
+
 from .artifacts import fetch_artifact, read_artifact_resource, resource_label
 from .browse import browse
 from .capabilities import Approval, request_capability, revoke_capability

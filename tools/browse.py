@@ -291,7 +291,7 @@ async def browse(
         max_pages=settings.max_pages,
     )
     timeout = _timeout(timeout_s, settings)
-    grants = live_grants(services, session, list(capabilities))
+    grants = await live_grants(services, session, list(capabilities))
     backend, image, runtime = await services.engine.browser()
     run_id = new_id("run_")
     record = RunRecord(

@@ -6,7 +6,7 @@ its id and resolved scope, never a secret and never a token.
 
 from __future__ import annotations
 
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, cast, get_args
 
 from airlock.broker import ApprovedBy, Grant
 from airlock.errors import (
@@ -229,7 +229,7 @@ async def _grant(
         reason=reason,
         ttl_s=checked.ttl,
         now=services.clock(),
-        # The tenant's own quotas, not the server policy's the store was built with.
+        # The tenant's own quotas: the store has none of its own.
         max_per_session=broker.max_capabilities_per_session,
         max_live_per_tenant=broker.max_live_grants_per_tenant,
     )
@@ -249,6 +249,8 @@ async def revoke_capability(
     services: Services, session: Session, *, capability_id: str
 ) -> RevokeResult:
     now = services.clock()
+    # A grant another server of the fleet made is held here first, so it can be revoked.
+    await held_grant(services, session, capability_id)
     grant = services.grants.revoke(
         capability_id, tenant=session.tenant, session_id=session.id, now=now
     )
@@ -263,14 +265,13 @@ async def revoke_capability(
     )
 
 
-def live_grants(services: Services, session: Session, capability_ids: list[str]) -> list[Grant]:
+async def live_grants(
+    services: Services, session: Session, capability_ids: list[str]
+) -> list[Grant]:
     """The grants a run asked for, each live and of the caller's session."""
-    now = services.clock()
     grants = []
     for capability_id in dict.fromkeys(capability_ids):
-        grant = services.grants.get(
-            capability_id, tenant=session.tenant, session_id=session.id, now=now
-        )
+        grant = await held_grant(services, session, capability_id)
         if grant is None:
             raise NotFound(
                 f"capability {capability_id!r} is unknown, expired or revoked in this session; "
@@ -278,6 +279,51 @@ def live_grants(services: Services, session: Session, capability_ids: list[str])
             )
         grants.append(grant)
     return grants
+
+
+async def held_grant(services: Services, session: Session, capability_id: str) -> Grant | None:
+    """The live grant `capability_id` of the caller's session: held here, or granted by
+    another server of the fleet (its record), then held here from the policy's capability
+    as it stands now. None when unknown, another session's, ended, or no longer what the
+    policy would grant (its capability removed, or its scope narrowed since)."""
+    now = services.clock()
+    held = services.grants.get(capability_id, tenant=session.tenant, session_id=session.id, now=now)
+    if held is not None:
+        return held
+    record = await services.db.get_grant(capability_id)
+    if (
+        record is None
+        or record.tenant != session.tenant
+        or record.session_id != session.id
+        or record.revoked_at is not None
+        or now >= record.expires_at
+        or record.approved_by not in get_args(ApprovedBy)
+    ):
+        return None
+    capability = services.policy_for(session.tenant).capabilities.get(record.capability)
+    if capability is None:
+        return None
+    try:
+        scope = resolve_scope(capability, dict(record.params))
+    except AirlockError:
+        return None
+    if scope.model_dump(mode="json") != record.scope:
+        return None
+    adopted = services.grants.adopt(
+        capability,
+        scope,
+        grant_id=record.id,
+        name=record.capability,
+        params=dict(record.params),
+        tenant=record.tenant,
+        session_id=record.session_id,
+        approved_by=cast(ApprovedBy, record.approved_by),
+        reason=record.reason,
+        created_at=record.created_at,
+        expires_at=record.expires_at,
+    )
+    # One held here already (revoked or ended here) stays what it is.
+    return adopted if adopted.live(now) else None
 
 
 def _record(grant: Grant) -> GrantRecord:

@@ -24,7 +24,7 @@ from mcp.types import CallToolResult, TextContent
 
 from airlock.errors import InvalidRequest, LimitExceeded, NotFound, StoreError, UnsafePath
 from airlock.ids import id_pattern, new_id
-from airlock.policies import HatchSettings
+from airlock.policies import HatchSettings, Policy
 from airlock.sandbox.gitbase import BASE_TAG, BaseRepository, build_base, in_repository
 from airlock.sandbox.gitdiff import FORMAT as PATCH_FORMAT
 from airlock.sandbox.gitdiff import FileState, GitPatch, build_patch
@@ -35,8 +35,10 @@ from airlock.store import (
     HatchCopyRecord,
     PatchRecord,
     Staging,
+    WorkspaceCommit,
     WorkspaceDelta,
     WorkspaceFile,
+    WorkspaceHead,
     ancestors,
 )
 
@@ -81,24 +83,10 @@ def check_dest(to: str) -> str:
 
 async def copy_in(services: Services, session: Session, *, root: str, to: str) -> CallToolResult:
     policy = services.policy_for(session.tenant)
-    roots = policy.hatch.roots
-    host_path = roots.get(root)
-    if host_path is None:
-        offered = ", ".join(repr(name) for name in sorted(roots)) or "none"
-        raise InvalidRequest(
-            f"no root named {root[:64]!r}; the roots this policy offers are: {offered}"
-        )
+    host_path = _root_path(policy, root)
     dest = check_dest(to)
     head = await services.db.workspace_head(session.id)
-    for entry in head.files:
-        if entry.path == dest or entry.path.startswith(dest + "/"):
-            raise InvalidRequest(
-                f"/workspace/{dest} already exists in this session; copy into a new directory"
-            )
-        if entry.kind != "dir" and entry.path in ancestors(dest + "/x"):
-            raise InvalidRequest(
-                f"/workspace/{entry.path} is a file, so it cannot hold {dest!r}; choose another"
-            )
+    _check_free(head, dest)
     caps = SnapshotCaps(
         max_entries=policy.hatch.max_files,
         max_bytes=policy.hatch.max_bytes,
@@ -114,25 +102,7 @@ async def copy_in(services: Services, session: Session, *, root: str, to: str) -
     snapshot = await anyio.to_thread.run_sync(take_snapshot, host_path, root, caps, store)
     copy_id = new_id("cpy_")
     repo = await _base_repository(services, snapshot, root, copy_id, policy.hatch.ignore)
-    present = {entry.path for entry in head.files}
-    added = sum(1 for parent in ancestors(dest + "/x") if parent not in present)
-    entries = len(present) + added + len(snapshot.files) + len(snapshot.dirs)
-    entries += len(repo.files) + len(repo.dirs)
-    if entries > policy.files.max_workspace_entries:
-        raise LimitExceeded(
-            f"the copy would make the workspace {entries} files and directories, more than "
-            f"{policy.files.max_workspace_entries} ([files] max_workspace_entries); ask the "
-            "operator to raise it or to name a smaller root"
-        )
-    room = policy.limits.workspace_mb * 1024 * 1024
-    used = sum(entry.size for entry in head.files) + repo.total_bytes
-    if used + snapshot.total_bytes > room:
-        raise LimitExceeded(
-            f"the copy would make the workspace {used + snapshot.total_bytes} bytes (its git "
-            f"repository {repo.total_bytes} of them), more than "
-            f"its {policy.limits.workspace_mb} MiB ([limits] workspace_mb); free space or ask "
-            "the operator for a smaller root"
-        )
+    _check_room(policy, head, dest, snapshot, repo)
     baseline = json.dumps(
         {f.path: [f.sha256, f.mode] for f in snapshot.files}, sort_keys=True
     ).encode()
@@ -173,6 +143,60 @@ async def copy_in(services: Services, session: Session, *, root: str, to: str) -
         session_id=session.id,
         session_expires_at=session.expires_at_iso,
     )
+    return _copy_reply(result, snapshot, commit)
+
+
+def _root_path(policy: Policy, root: str) -> str:
+    roots = policy.hatch.roots
+    host_path = roots.get(root)
+    if host_path is None:
+        offered = ", ".join(repr(name) for name in sorted(roots)) or "none"
+        raise InvalidRequest(
+            f"no root named {root[:64]!r}; the roots this policy offers are: {offered}"
+        )
+    return host_path
+
+
+def _check_free(head: WorkspaceHead, dest: str) -> None:
+    """Nothing of the workspace is at or under `dest`, and no file stands in its way."""
+    for entry in head.files:
+        if entry.path == dest or entry.path.startswith(dest + "/"):
+            raise InvalidRequest(
+                f"/workspace/{dest} already exists in this session; copy into a new directory"
+            )
+        if entry.kind != "dir" and entry.path in ancestors(dest + "/x"):
+            raise InvalidRequest(
+                f"/workspace/{entry.path} is a file, so it cannot hold {dest!r}; choose another"
+            )
+
+
+def _check_room(
+    policy: Policy, head: WorkspaceHead, dest: str, snapshot: Snapshot, repo: BaseRepository
+) -> None:
+    """The copy and its git repository fit the workspace's entry and byte limits."""
+    present = {entry.path for entry in head.files}
+    added = sum(1 for parent in ancestors(dest + "/x") if parent not in present)
+    entries = len(present) + added + len(snapshot.files) + len(snapshot.dirs)
+    entries += len(repo.files) + len(repo.dirs)
+    if entries > policy.files.max_workspace_entries:
+        raise LimitExceeded(
+            f"the copy would make the workspace {entries} files and directories, more than "
+            f"{policy.files.max_workspace_entries} ([files] max_workspace_entries); ask the "
+            "operator to raise it or to name a smaller root"
+        )
+    room = policy.limits.workspace_mb * 1024 * 1024
+    used = sum(entry.size for entry in head.files) + repo.total_bytes
+    if used + snapshot.total_bytes > room:
+        raise LimitExceeded(
+            f"the copy would make the workspace {used + snapshot.total_bytes} bytes (its git "
+            f"repository {repo.total_bytes} of them), more than "
+            f"its {policy.limits.workspace_mb} MiB ([limits] workspace_mb); free space or ask "
+            "the operator for a smaller root"
+        )
+
+
+def _copy_reply(result: CopyResult, snapshot: Snapshot, commit: WorkspaceCommit) -> CallToolResult:
+    copy_id, root, dest = result.copy_id, result.root, result.to
     text = (
         f"copied root {root!r} into /workspace/{dest}: {result.files} file(s), {result.dirs} "
         f"director(ies), {result.bytes} bytes (workspace version {result.version}). Run code "

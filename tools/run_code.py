@@ -38,8 +38,8 @@ from airlock.sandbox import (
     safe_relative_path,
 )
 from airlock.sandbox.environment import sandbox_environment
+from airlock.sandbox.file_transfer import settle
 from airlock.sandbox.gitbase import is_repository_internal
-from airlock.sandbox.hatch import settle
 from airlock.store import (
     ArtifactRecord,
     EgressRecord,
@@ -113,7 +113,7 @@ async def run_code(
         path: InputFile(path=path, sha256=_sha256(data), size=len(data), mtime=mtime)
         for path, data in call_data.items()
     }
-    grants = live_grants(services, session, list(capabilities))
+    grants = await live_grants(services, session, list(capabilities))
     backend, image, runtime = await services.engine.ready(policy.image)
     head, inputs, dirs = await _workspace_inputs(services, session, call_files)
     run_id = new_id("run_")
@@ -155,7 +155,7 @@ async def run_code(
                 max_entries=policy.files.max_workspace_entries,
             ),
         )
-        needs_egress = services.egress.needed(grants, policy.egress)
+        needs_egress = services.egress.needed(grants, settings=policy.egress)
         async with backend.sandbox(job, egress=needs_egress) as box:
             if box.egress_dir is not None:
                 async with services.egress.open(

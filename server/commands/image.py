@@ -1,5 +1,5 @@
-"""`airlock image build|lock`: build the sandbox image (Docker), or pin Python requirements
-into a lock file for it (no Docker)."""
+"""`airlock image build|push|lock`: build the sandbox image (Docker), publish it or its base
+to a registry (Docker), or pin Python requirements into a lock file for it (no Docker)."""
 
 from __future__ import annotations
 
@@ -31,6 +31,25 @@ def add_parser(commands: Subparsers, common: argparse.ArgumentParser) -> None:
         "--browser",
         action="store_true",
         help="also build the browser image of `browse` (otherwise built on its first use)",
+    )
+    push = image.add_parser(
+        "push",
+        parents=[common],
+        help="push the sandbox image (built first if missing) to a registry; prints its digest",
+        description="Push the sandbox image this policy builds (building it first if needed, "
+        "progress on stderr) to REGISTRY and print the pushed reference with its digest "
+        "(repository@sha256:...): put that in [sandbox] image of every replica's policy. With "
+        "--base, push the Debian base instead; put its reference in [image] base, so that other "
+        "machines build the image without root or debootstrap.",
+    )
+    push.add_argument(
+        "registry",
+        metavar="REGISTRY",
+        help="host[:port] (the image keeps its name and tag there), or host[:port]/repository"
+        "[:tag], such as 127.0.0.1:5000 or registry.example.com/team/airlock-sandbox",
+    )
+    push.add_argument(
+        "--base", action="store_true", help="push the Debian base the image is built on"
     )
     lock = image.add_parser(
         "lock",
@@ -68,6 +87,23 @@ def _build(args: argparse.Namespace) -> int:
     return 0
 
 
+def _push(args: argparse.Namespace) -> int:
+    from airlock.policies import load_policy
+    from airlock.sandbox import connect
+    from airlock.sandbox.image import image_inputs
+    from airlock.sandbox.image_source import push_base, push_sandbox
+
+    config = Config.resolve(args.data_dir, args.policy)
+    inputs = image_inputs(load_policy(config.policy_path).image)
+    publish = push_base if args.base else push_sandbox
+    pushed = publish(connect(), inputs, args.registry, lambda line: log.info("%s", line))
+    log.info(
+        "pushed; put this reference in %s:", "[image] base" if args.base else "[sandbox] image"
+    )
+    out(pushed)
+    return 0
+
+
 def _lock(args: argparse.Namespace) -> int:
     from airlock.sandbox.pylock import resolve_lock
 
@@ -80,4 +116,8 @@ def _lock(args: argparse.Namespace) -> int:
     return 0
 
 
-_ACTIONS: dict[str, Callable[[argparse.Namespace], int]] = {"build": _build, "lock": _lock}
+_ACTIONS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "build": _build,
+    "push": _push,
+    "lock": _lock,
+}

@@ -106,7 +106,7 @@ def _schema(args: argparse.Namespace) -> int:
 
 
 def _usage(args: argparse.Namespace) -> int:
-    from ..usage import usage_main
+    from ..policy_usage import usage_main
 
     auth = Path(args.auth) if args.auth else None
     config = Config.resolve(args.data_dir, args.policy)

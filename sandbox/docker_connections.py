@@ -1,5 +1,6 @@
 """The other place Airlock reaches into the Docker SDK (the first: docker_attach.py): one
-connection pool to the engine for every request.
+pool of HTTP connections to the engine for every request (the warm pool of containers is
+pool.py).
 
 With requests 2.32 and later, docker 7's adapters key their connection pools by the whole
 request URL, path included, in a 25-entry LRU that closes whatever it evicts. Calls about
@@ -8,7 +9,8 @@ ending on one fails with "'NoneType' object has no attribute 'qsize'". Keyed by 
 engine's address instead, every request shares one pool, as requests' own adapter would
 do. That replaces the adapter's `get_connection_with_tls_context` and relies on its
 `get_connection` and `pools`, hence `docker` pinned to 7.x; if they move,
-`share_one_pool` raises naming this module, and tests/test_docker_pool.py fails loudly.
+`share_one_pool` raises naming this module, and tests/test_docker_connections.py fails
+loudly.
 
 The pool's connections to a unix socket also close their socket when connecting fails:
 the SDK's leave it open, one unclosed socket for every request made while the engine is
@@ -30,7 +32,7 @@ MAX_CONNECTIONS = 40
 
 SDK_CHANGED = (
     "the docker SDK no longer pools engine connections where Airlock expects it "
-    "(sandbox/docker_pool.py); pin docker to 7.x or update the adapter"
+    "(sandbox/docker_connections.py); pin docker to 7.x or update the adapter"
 )
 
 

@@ -1,5 +1,6 @@
-"""The adapter over the Docker SDK's connection pools (sandbox/docker_pool.py), on the real
-engine: requests about many containers at once, as parallel runs make them, share one pool.
+"""The adapter over the Docker SDK's connection pools (sandbox/docker_connections.py), on the
+real engine: requests about many containers at once, as parallel runs make them, share one
+pool.
 
 Without it the SDK keeps a pool per request URL in a 25-entry LRU and closes pools still in
 use ("'NoneType' object has no attribute 'qsize'", seen in 1 of 4 runs of sixteen parallel
@@ -16,9 +17,10 @@ from pathlib import Path
 import docker.errors
 import pytest
 import requests
+from docker.transport import UnixHTTPAdapter
 
 from airlock.sandbox.docker import connect
-from airlock.sandbox.docker_pool import MAX_CONNECTIONS, share_one_pool
+from airlock.sandbox.docker_connections import MAX_CONNECTIONS, share_one_pool
 
 pytestmark = pytest.mark.docker
 
@@ -26,6 +28,7 @@ pytestmark = pytest.mark.docker
 def test_requests_about_many_containers_at_once_share_one_pool() -> None:
     client = connect()
     adapter = client.api.get_adapter(client.api.base_url)
+    assert isinstance(adapter, UnixHTTPAdapter), adapter  # the engine's local socket
     # The SDK asked for the engine's version before the client could be adapted.
     pools = len(adapter.pools)
     assert pools <= 2

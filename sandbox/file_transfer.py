@@ -1,4 +1,4 @@
-"""The hatch: files into a sandbox and out of it, never trusting what comes out.
+"""The hatch, host side: files into a sandbox and out of it, never trusting what comes out.
 
 In: validated relative paths (directories, even empty ones, and files with their
 modes and mtimes) packed into a tar the runner unpacks in /workspace, each file's

@@ -1,5 +1,5 @@
 """`airlock policy usage`: the exception review over a seeded egress log, grants and
-approvals, run as the operator runs it (a subprocess reading the data directory)."""
+approvals, run as the operator runs it (the CLI's `main` reading the data directory)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import anyio
 import pytest
-from support import AIRLOCK
+from support import airlock_main
 
 from airlock.store import ApprovalRecord, Database, EgressRecord, GrantRecord, SessionRecord
 from airlock.tools.context import iso_time
@@ -128,12 +128,8 @@ async def seed(data_dir: Path) -> None:
 
 
 def usage(data_dir: Path, policy: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [AIRLOCK, "policy", "usage", "--data-dir", str(data_dir), "--policy", str(policy), *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    return airlock_main(
+        "policy", "usage", "--data-dir", str(data_dir), "--policy", str(policy), *args
     )
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from airlock.errors import UnsafePath
-from airlock.sandbox.hatch import (
+from airlock.sandbox.file_transfer import (
     pack_inputs,
     read_listing,
     safe_relative_path,
