@@ -6,3 +6,7 @@ from __future__ import annotations
 from typing import Literal
 
 Language = Literal["python", "bash"]
+
+RunKind = Literal["python", "bash", "browse"]
+"""What a run record and a job spec name: a language of run_code, or a `browse` (the
+browser box, whose driver takes no code)."""

@@ -133,10 +133,13 @@ ROOT = Path(__file__).resolve().parent.parent
 WORKER = Path(__file__).resolve().with_name("egress_worker.py")
 AIRLOCK = Path(sys.executable).with_name("airlock")
 DEFAULT_OUT = ROOT / "bench" / "results" / "latest.json"
-SECTIONS = ("warm", "cold", "concurrency", "egress-run", "egress", "teardown", "rss", "patch")
+SECTIONS = (
+    *("warm", "cold", "concurrency", "egress-run", "egress", "teardown", "rss", "patch"),
+    "browse",
+)
 RUNTIMES = ("runc", "runsc")
 # Sections measured once per runtime; the others use the default runtime ("auto").
-PER_RUNTIME = ("warm", "cold", "concurrency", "egress-run")
+PER_RUNTIME = ("warm", "cold", "concurrency", "egress-run", "browse")
 LABEL_PID = "airlock.pid"
 LABEL_SESSION = "airlock.session"
 DEFAULT_POOL = Policy().pool.size
@@ -371,6 +374,7 @@ class Server:
         pooled: bool = True,
         runtime: str | None = None,
         egress: bool = False,
+        extra_policy: str = "",
     ) -> None:
         self.name = name
         self.pool = DEFAULT_POOL if pooled else 0
@@ -379,6 +383,7 @@ class Server:
             self.policy += f'[sandbox]\nruntime = "{runtime}"\n'
         if egress:
             self.policy += EGRESS_ALLOW
+        self.policy += extra_policy
         self.engine = engine
         self.dir = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=temp))
         self.pid = 0
@@ -1197,6 +1202,141 @@ async def section_egress_run(b: Bench, runtime: str) -> dict[str, Any]:
     }
 
 
+BROWSE_PAGE = b"<title>bench</title><h1>A small page</h1><p>for the browse bench</p>"
+CHROMIUM_FLAGS = (
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--user-data-dir=/tmp/profile",
+    "--screenshot=/tmp/shot.png",
+    "--window-size=1280,800",
+)
+
+
+def _page_server(tmp: Path) -> tuple[Any, Path]:
+    """A threaded HTTPS server of BROWSE_PAGE on 127.0.0.1 (a trustme leaf); its CA file."""
+    import http.server
+    import ssl
+    import threading
+
+    import trustme  # a dev extra, like the rest of the test tooling
+
+    ca = trustme.CA()
+    ca_file = tmp / "ca.pem"
+    ca.cert_pem.write_to_path(str(ca_file))
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ca.issue_cert("localhost", "127.0.0.1").configure_cert(context)
+
+    class Page(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(BROWSE_PAGE)))
+            self.end_headers()
+            self.wfile.write(BROWSE_PAGE)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, ca_file
+
+
+async def docker_run_chromium(image: str) -> float:
+    """The browse baseline: the browser image's own Chromium in a `docker run --rm`,
+    loading a small page (a data: URL, no network) and writing a screenshot."""
+    page = "data:text/html," + BROWSE_PAGE.decode()
+    started = time.perf_counter()
+    done = await anyio.run_process(
+        ["docker", "run", "--rm", "--network", "none", "--entrypoint",
+         "/usr/lib/chromium/chromium", image, *CHROMIUM_FLAGS, page],
+        check=False,
+    )  # fmt: skip
+    elapsed = time.perf_counter() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"baseline chromium failed: {done.returncode} {done.stderr[-500:]!r}")
+    return elapsed
+
+
+async def section_browse(b: Bench, runtime: str) -> dict[str, Any]:
+    """Cold `browse` of a small local HTTPS page through the full stack (no browser pool
+    exists), interleaved with the baseline; peak memory of one box from the run records."""
+    from airlock.sandbox.browser_image import ensure_browser_image
+
+    n = max(3, b.counts.cold)
+    image = await anyio.to_thread.run_sync(
+        ensure_browser_image, b.engine, lambda line: progress(f"browser image: {line}")
+    )
+    tmp = Path(tempfile.mkdtemp(prefix="browse-", dir=b.temp))
+    page_server, ca_file = _page_server(tmp)
+    port = page_server.server_address[1]
+    policy = (
+        f'[egress]\nupstream_ca_file = "{ca_file}"\n'
+        f'[[egress.allow]]\nname = "page"\nhosts = ["localhost"]\nports = [{port}]\n'
+        'methods = ["GET"]\npaths = ["/**"]\nallow_private = ["127.0.0.0/8"]\n'
+    )
+    airlock: list[float] = []
+    baseline: list[float] = []
+    run_ids: list[str] = []
+    try:
+        async with b.server(f"browse-{runtime}", runtime=runtime, extra_policy=policy) as srv:
+            url = f"https://localhost:{port}/"
+            await srv.call("browse", {"url": url})  # warm-up: the first call connects
+            await docker_run_chromium(image)
+            progress(f"browse {runtime}: {n} cold calls interleaved with {n} docker runs")
+            for i in range(n):
+                # ABBA, so drift in the machine's load hits both sides alike.
+                for kind in ("airlock", "base") if i % 2 == 0 else ("base", "airlock"):
+                    if kind == "base":
+                        baseline.append(await docker_run_chromium(image))
+                        continue
+                    elapsed, result = await srv.call("browse", {"url": url})
+                    data = result.structured_content or {}
+                    if result.is_error or data.get("title") != "bench":
+                        raise RuntimeError(f"browse failed: {result.content!r}")
+                    airlock.append(elapsed)
+                    run_ids.append(data["run_id"])
+            db = sqlite3.connect(srv.dir / "data" / "airlock.db")
+            try:
+                peaks = [
+                    row[0]
+                    for row in db.execute(
+                        "SELECT peak_memory_bytes FROM runs WHERE language = 'browse'"
+                    )
+                    if row[0]
+                ]
+            finally:
+                db.close()
+    finally:
+        page_server.shutdown()
+    cold, base = summary(airlock), summary(baseline)
+    section = f"8 browse {runtime}"
+    b.row(section, f"browse cold p50 / p95 (n={n})", f"{ms(cold['p50'])} / {ms(cold['p95'])}")
+    b.row(
+        section, f"docker run chromium p50 / p95 (n={n})", f"{ms(base['p50'])} / {ms(base['p95'])}"
+    )
+    b.ratio(section, "cold p50 ratio", cold["p50"] / base["p50"])
+    peak = max(peaks) if peaks else 0
+    b.row(section, "peak memory of one box", f"{peak / 1e6:.0f} MB")
+    return {
+        "runtime": runtime,
+        "airlock_s": airlock,
+        "baseline_s": baseline,
+        "airlock": cold,
+        "baseline": base,
+        "ratio_p50": cold["p50"] / base["p50"],
+        "peak_memory_bytes": peaks,
+        "orphans": srv.orphans,
+    }
+
+
 def per_runtime(
     measure: Callable[[Bench, str], Awaitable[dict[str, Any]]],
 ) -> Callable[[Bench], Awaitable[dict[str, Any]]]:
@@ -1221,6 +1361,7 @@ SECTION_FUNCS: dict[str, Callable[[Bench], Awaitable[dict[str, Any]]]] = {
     "teardown": section_teardown,
     "rss": section_rss,
     "patch": section_patch,
+    "browse": per_runtime(section_browse),
 }
 
 

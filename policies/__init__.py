@@ -47,6 +47,7 @@ from airlock.policies.load import (
 )
 from airlock.policies.model import (
     BrokerSettings,
+    BrowserSettings,
     Capability,
     Duration,
     EgressLimits,
@@ -70,6 +71,7 @@ __all__ = [
     "DEFAULT_IGNORED",
     "DEFAULT_PROTECTED",
     "BrokerSettings",
+    "BrowserSettings",
     "Capability",
     "Duration",
     "EgressLimits",

@@ -198,6 +198,52 @@ class SessionSettings(_Section):
         return self
 
 
+class BrowserSettings(_Section):
+    """The browser box of `browse`: its own limits, apart from run_code's [limits]."""
+
+    timeout_s: int = Field(default=30, gt=0)
+    """Wall-clock seconds a browse gets when the call names none; 1..max_timeout_s."""
+
+    max_timeout_s: int = Field(default=120, gt=0, le=600)
+    """Largest timeout_s a browse may ask for, in seconds; at most 600."""
+
+    memory_mb: int = Field(default=1024, ge=256, le=16384)
+    """Memory of the browser container in MiB, no extra swap; Chromium needs 256 at least."""
+
+    cpus: float = Field(default=1.0, ge=0.1, le=64)
+    """CPU quota of the browser container in cores; 0.1..64."""
+
+    pids: int = Field(default=256, ge=64, le=4096)
+    """Most processes and threads alive at once in the browser container (Chromium runs
+    several processes of dozens of threads each); 64..4096."""
+
+    tmp_mb: int = Field(default=256, gt=0)
+    """Size in MiB of the box's /tmp (the fresh profile) and of its home."""
+
+    max_pages: int = Field(default=3, ge=1, le=20)
+    """Most pages (tabs, popups) open in one browse; a page opened past it is closed."""
+
+    max_bytes: int = Field(default=32 * _MIB, gt=0)
+    """Most bytes a browse keeps: screenshot, page text and downloads together."""
+
+    width: int = Field(default=1280, ge=320, le=3840)
+    """Viewport width in CSS pixels (the screenshot's width)."""
+
+    height: int = Field(default=800, ge=240, le=2160)
+    """Viewport height in CSS pixels (the screenshot's height)."""
+
+    @model_validator(mode="after")
+    def _timeout_within_max(self) -> BrowserSettings:
+        if self.timeout_s > self.max_timeout_s:
+            raise PydanticCustomError(
+                "timeout_above_max",
+                "[browser] timeout_s ({timeout_s}) is larger than max_timeout_s "
+                "({max_timeout_s}); lower timeout_s or raise max_timeout_s",
+                {"timeout_s": self.timeout_s, "max_timeout_s": self.max_timeout_s},
+            )
+        return self
+
+
 class PoolSettings(_Section):
     """The warm pool of started, never-used containers (used once the pool exists)."""
 
@@ -1027,6 +1073,9 @@ class Policy(_Section):
 
     pool: PoolSettings = PoolSettings()
     """Warm pool of containers."""
+
+    browser: BrowserSettings = BrowserSettings()
+    """Limits of the browser box (`browse`); missing means the defaults."""
 
     capabilities: dict[_Name, Capability] = {}
     """Capabilities agents may ask for, by name ([capabilities.NAME] tables; names are

@@ -785,6 +785,7 @@ def _job_payload(job: JobSpec) -> dict[str, Any]:
         }
         if job.egress
         else None,
+        "browse": job.browse.model_dump(mode="json") if job.browse else None,
     }
 
 

@@ -4,10 +4,12 @@ wrappers, the module that reads editable installs, the warmed home, the manifest
 
 Belongs here: the image recipe, the tag derived from it, the offline base bootstrapped with
 `debootstrap` and imported into Docker, and turning engine and build failures into
-`EngineUnavailable` / `ImageUnavailable`. Not here: starting or hardening containers (the
-backend's job), the code that runs inside (`sandbox/inside/`, copied in byte for byte), reading
-lock files and fetching wheels (`sandbox/pylock.py`), and printing: every step is reported through
-the caller's `progress` callback, never to stdout, which may be an MCP stdio transport.
+`EngineUnavailable` / `ImageUnavailable`; the bootstrapping (`bootstrap_base`) and the
+offline layer build (`build_layer`) serve the browser image too (`browser_image.py`).
+Not here: starting or hardening containers (the backend's job), the code that runs inside
+(`sandbox/inside/`, copied in byte for byte), reading lock files and fetching wheels
+(`sandbox/pylock.py`), and printing: every step is reported through the caller's `progress`
+callback, never to stdout, which may be an MCP stdio transport.
 
 Tags are derived from content, so a changed recipe, runner or lock is picked up without a
 version bump, and an unchanged one reuses the image:
@@ -287,11 +289,15 @@ def describe_toolbox(inputs: ImageInputs) -> str:
 
 def offline_base_tag(inputs: ImageInputs | None = None) -> str:
     """The tag of the debootstrapped base; changes whenever the bootstrap recipe does."""
-    packages = (inputs or ImageInputs()).all_debian_packages
+    return base_tag_of((inputs or ImageInputs()).all_debian_packages)
+
+
+def base_tag_of(packages: tuple[str, ...], repository: str = "airlock-base") -> str:
+    """The tag of a debootstrapped base holding `packages` (the browser image has its own)."""
     recipe = "\n".join(
         (DEBIAN_SUITE, _DEBOOTSTRAP_VARIANT, "apt-get --no-install-recommends", *packages, *_PRUNED)
     )
-    return f"airlock-base:{DEBIAN_SUITE}-{hashlib.sha256(recipe.encode()).hexdigest()[:12]}"
+    return f"{repository}:{DEBIAN_SUITE}-{hashlib.sha256(recipe.encode()).hexdigest()[:12]}"
 
 
 def base_reference(inputs: ImageInputs | None = None) -> str:
@@ -366,7 +372,14 @@ def build_image(
     progress(f"step 2/3: the Python packages pinned by {inputs.python_lock.source}")
     wheels = fetch_wheels(inputs.python_lock, wheel_cache_dir(), progress)
     progress(f"step 3/3: the sandbox layer ({len(wheels)} wheels, runner, manifest)")
-    _build_layer(client, progress, recipe, wheels, nocache=force)
+    members = [
+        ("Dockerfile", recipe.dockerfile.encode()),
+        *recipe.files,
+        ("wheels/python.lock", recipe.python_lock.text.encode()),
+    ]
+    build_layer(
+        client, progress, recipe.tag, recipe.base, members, wheels, nocache=force, fix=recipe.fix
+    )
     with engine_errors():
         size = client.images.get(recipe.tag).attrs["Size"]
     progress(f"built {recipe.tag}: {size / 1e6:.0f} MB in {time.monotonic() - started:.0f} s")
@@ -483,7 +496,20 @@ def ensure_base(
 def _ensure_offline_base(
     client: docker.DockerClient, progress: Progress, inputs: ImageInputs, *, force: bool
 ) -> None:
-    tag = offline_base_tag(inputs)
+    bootstrap_base(
+        client, progress, offline_base_tag(inputs), inputs.all_debian_packages, force=force
+    )
+
+
+def bootstrap_base(
+    client: docker.DockerClient,
+    progress: Progress,
+    tag: str,
+    packages: tuple[str, ...],
+    *,
+    force: bool,
+) -> None:
+    """Bootstrap Debian with `packages` and import it as `tag`, unless it exists already."""
     if not force and image_exists(client, tag):
         progress(f"using base {tag}")
         return
@@ -502,7 +528,7 @@ def _ensure_offline_base(
     root = Path(tempfile.mkdtemp(prefix="airlock-base-", dir=_SCRATCH_DIR)).resolve()
     try:
         _debootstrap(debootstrap, root, progress)
-        _install_packages(root, inputs.all_debian_packages, progress)
+        _install_packages(root, packages, progress)
         _prune(root)
         _import_tree(client, root, tag, progress)
     finally:
@@ -678,19 +704,24 @@ def _mount_points_under(root: Path) -> list[str]:
 # --- the layer -------------------------------------------------------------------------
 
 
-def _build_layer(
+def build_layer(
     client: docker.DockerClient,
     progress: Progress,
-    recipe: _Recipe,
+    tag: str,
+    base: str,
+    members: list[tuple[str, bytes]],
     wheels: list[Path],
     *,
     nocache: bool,
+    fix: str = "",
 ) -> None:
-    tag = recipe.tag
-    progress(f"building {tag} on {recipe.base}")
+    """Build `tag` on `base` from a context of `members` (a Dockerfile among them) and
+    `wheels` (under wheels/), with no network, reporting each line of the build; a failed
+    build's error ends with `fix`."""
+    progress(f"building {tag} on {base}")
     tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
     stages = StageTracker()
-    with engine_errors(), _build_context(recipe, wheels) as context:
+    with engine_errors(), _build_context(members, wheels) as context:
         try:
             events = client.api.build(
                 fileobj=context,
@@ -701,7 +732,7 @@ def _build_layer(
                 nocache=nocache,
                 decode=True,
                 timeout=_BUILD_READ_TIMEOUT_S,
-                labels={"airlock.version": airlock.__version__, "airlock.base": recipe.base},
+                labels={"airlock.version": airlock.__version__, "airlock.base": base},
                 # The steps need no network (the wheels were fetched on the host); a build
                 # that cannot reach out cannot fetch anything that is not in the recipe.
                 network_mode="none",
@@ -716,7 +747,7 @@ def _build_layer(
                         tail.append(line)
                         stages.feed(line)
                         progress(f"build: {line}")
-                _raise_on_error(event, f"building {tag} on {recipe.base} failed", tail, recipe.fix)
+                _raise_on_error(event, f"building {tag} on {base} failed", tail, fix)
         except docker.errors.APIError as exc:
             raise ImageUnavailable(f"building {tag} failed: {exc}") from exc
         finally:
@@ -728,15 +759,10 @@ def _build_layer(
 
 
 @contextmanager
-def _build_context(recipe: _Recipe, wheels: list[Path]) -> Iterator[IO[bytes]]:
+def _build_context(members: list[tuple[str, bytes]], wheels: list[Path]) -> Iterator[IO[bytes]]:
     # On disk, not in memory: the wheels of the default lock are over 100 MB.
     with tempfile.TemporaryFile(dir=_SCRATCH_DIR) as context:
         with tarfile.open(fileobj=context, mode="w") as tar:
-            members = [
-                ("Dockerfile", recipe.dockerfile.encode()),
-                *recipe.files,
-                ("wheels/python.lock", recipe.python_lock.text.encode()),
-            ]
             for name, data in members:
                 # COPY keeps the mode from the context and makes the file root-owned: 0644
                 # lets the sandbox user read the runner but not change it.

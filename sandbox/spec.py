@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from airlock.languages import Language
+from airlock.languages import RunKind
 from airlock.policies import Policy
 from airlock.store import Draft
 
@@ -87,6 +87,19 @@ class EgressMount(BaseModel):
     ca_pem: str
 
 
+class BrowseJob(BaseModel):
+    """What the browser box's driver is asked to do (sandbox/inside/browser.py): the URL and
+    actions are already validated by the tool."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    url: str
+    actions: tuple[dict[str, str | int], ...] = ()
+    width: int
+    height: int
+    max_pages: int
+
+
 class JobSpec(BaseModel):
     """Everything a backend needs to run one call, and nothing it may not see."""
 
@@ -97,7 +110,7 @@ class JobSpec(BaseModel):
     tenant: str
     image: str
     runtime: str = "runc"
-    language: Language
+    language: RunKind
     code: str
     env: dict[str, str]
     files: tuple[InputFile, ...] = ()
@@ -107,6 +120,9 @@ class JobSpec(BaseModel):
     stream_cap_bytes: int
     artifact_caps: ArtifactCaps
     egress: EgressMount | None = None
+    browse: BrowseJob | None = None
+    """Set for a browse: the image is the browser image, whose driver ignores `language`
+    and `code` and reads this instead."""
 
 
 class StreamCapture(BaseModel):

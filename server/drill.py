@@ -34,6 +34,7 @@ from airlock.ids import new_id
 from airlock.policies import Policy
 from airlock.policies.review import review
 from airlock.sandbox import connect
+from airlock.sandbox.browser_image import ensure_browser_image
 from airlock.sandbox.docker import session_containers
 from airlock.sandbox.environment import sandbox_environment
 from airlock.store import DrillRecord
@@ -172,6 +173,7 @@ async def run_drill(
         rows.append(await _replay(client, host, sessions))
         rows.append(await _protected(client, effective, sessions))
         rows.append(await _everyday(client, sessions))
+        rows.append(await _browser(client, sessions))
         rows.append(await _openings(client, config, effective, sessions))
     rows.append(policy_review(effective))
     rows.append(await _leftovers(config, sessions))
@@ -224,6 +226,52 @@ async def _everyday(client: Client, sessions: list[str]) -> DrillRow:
     facts, session = await _attack(client, probe)
     sessions.append(session)
     return _row(probe, probe.judge(facts))
+
+
+BROWSER_ATTACK = "browser: metadata address, another host, a local file"
+BROWSER_EXPECTED = "every request the page makes denied by the proxy, file: refused"
+BROWSER_TARGETS = ("http://169.254.169.254/latest/meta-data/", "https://drill-denied.invalid/")
+
+
+def _browser_image() -> None:
+    def report(line: str) -> None:
+        sys.stderr.write(f"browser image: {line}\n")
+
+    engine = connect()
+    try:
+        ensure_browser_image(engine, report)
+    finally:
+        engine.close()
+
+
+async def _browser(client: Client, sessions: list[str]) -> DrillRow:
+    """The browser box under the policy: pages at the metadata address and at a host no
+    capability names must load nothing, and a local file must be refused outright."""
+    # The server would build a missing browser image in the background and answer "being
+    # built"; the drill waits for it instead, once.
+    await anyio.to_thread.run_sync(_browser_image)
+    observed: list[str] = []
+    held = True
+    for url in BROWSER_TARGETS:
+        result = await _call(client, "browse", {"url": url, "timeout_s": PROBE_TIMEOUT_S})
+        data = dict(result.structured_content or {})
+        if result.is_error:
+            return DrillRow(
+                BROWSER_ATTACK, BROWSER_EXPECTED, f"browse failed: {_text(result)}", False
+            )
+        session = str(data["session_id"])
+        sessions.append(session)
+        await _call(client, "end_session", {"session_id": session})
+        # Judged by the proxy's records, not the page: for plain http the page shows the
+        # proxy's own 403 text.
+        requests = data.get("egress", [])
+        passed = [e for e in requests if e["decision"] != "deny"]
+        held = held and bool(requests) and not passed
+        observed.append(f"{url}: {len(requests)} request(s), {len(passed)} let through")
+    refused = await _call(client, "browse", {"url": "file:///etc/passwd"})
+    held = held and refused.is_error
+    observed.append("file:///etc/passwd: " + ("refused" if refused.is_error else "ACCEPTED"))
+    return DrillRow(BROWSER_ATTACK, BROWSER_EXPECTED, "; ".join(observed), held)
 
 
 COPY_DIR = "airlock-drill-copy"

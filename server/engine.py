@@ -23,6 +23,7 @@ from airlock.errors import AirlockError, ImageBuilding
 from airlock.policies import ImageSettings, Policy
 from airlock.policies.references import parse_reference
 from airlock.sandbox import DockerBackend, Ready, connect, limits_of
+from airlock.sandbox.browser_image import browser_base_tag, browser_image_tag, ensure_browser_image
 from airlock.sandbox.docker import registered_runtimes
 from airlock.sandbox.image import (
     ImageInputs,
@@ -44,6 +45,10 @@ log = logging.getLogger(__name__)
 # told: the Debian base took 446 s, wheels and layer 217 s.
 BASE_BUILD_S = 450.0
 LAYER_BUILD_S = 220.0
+# The browser image's: its base (debootstrap plus Chromium) took 119 s here, its layer 8 s.
+BROWSER_BASE_S = 150.0
+BROWSER_LAYER_S = 15.0
+BROWSER_IMAGE = "browser image"
 # Pulling the 1.1 GB sandbox image (or its base) from a registry on the same network; a
 # push of it to a local registry took 42 s here.
 PULL_S = 60.0
@@ -55,7 +60,7 @@ class _Build:
     expected_s: float
     doing: str = "being built (first use, or its recipe changed)"
 
-    def message(self, now: float) -> str:
+    def message(self, now: float, what: str = "sandbox image") -> str:
         elapsed = now - self.started
         left = self.expected_s - elapsed
         when = (
@@ -63,7 +68,7 @@ class _Build:
             if left > 0
             else f"taking longer than the usual {self.expected_s:.0f} s ({elapsed:.0f} s so far)"
         )
-        return f"the sandbox image is {self.doing}, {when}; retry this call then. Nothing ran."
+        return f"the {what} is {self.doing}, {when}; retry this call then. Nothing ran."
 
 
 class Engine:
@@ -83,6 +88,10 @@ class Engine:
         # Why the last background attempt failed, told to the next caller only: the call
         # after that tries again.
         self._failures: dict[ImageSettings, AirlockError] = {}
+        self._browser_lock = anyio.Lock()
+        self._browser_image: str | None = None
+        self._browser_build: _Build | None = None
+        self._browser_failure: AirlockError | None = None
 
     async def ready(self, image: ImageSettings | None = None) -> Ready:
         """The backend, the runtime and the image for these [image] settings (missing: the server
@@ -188,6 +197,56 @@ class Engine:
             # The entry in `_builds` stays until the background build ends.
             self._task_group.start_soon(self.warm_up, key)
             raise ImageBuilding(build.message(time.monotonic()))
+
+    async def browser(self) -> Ready:
+        """The backend, the browser image and the runtime. A missing browser image is built
+        in the background (progress in the server's log) while callers hear
+        `ImageBuilding` at once, as for the sandbox image; a failed build is told to the
+        next caller, and the call after that starts it again."""
+        backend = await self._connect()
+        async with self._browser_lock:
+            if self._browser_image is None:
+                await self._find_or_build_browser(backend)
+            assert self._browser_image is not None
+            return Ready(backend, self._browser_image, self._runtime)
+
+    async def _find_or_build_browser(self, backend: DockerBackend) -> None:
+        """Under the lock: take the image if it exists, else raise what the caller hears."""
+        if self._browser_build is not None:
+            raise ImageBuilding(self._browser_build.message(time.monotonic(), BROWSER_IMAGE))
+        failure, self._browser_failure = self._browser_failure, None
+        if failure is not None:
+            raise failure
+        tag = browser_image_tag()
+        if await anyio.to_thread.run_sync(image_exists, backend.client, tag):
+            self._browser_image = tag
+            return
+        has_base = await anyio.to_thread.run_sync(image_exists, backend.client, browser_base_tag())
+        self._browser_build = _Build(
+            time.monotonic(), BROWSER_LAYER_S + (0 if has_base else BROWSER_BASE_S)
+        )
+        if self._task_group is None:
+            # Not serving (a one-off command such as the drill's server): build in this call.
+            await self._build_browser(backend)
+            failure, self._browser_failure = self._browser_failure, None
+            if failure is not None:
+                raise failure
+            return
+        self._task_group.start_soon(self._build_browser, backend)
+        raise ImageBuilding(self._browser_build.message(time.monotonic(), BROWSER_IMAGE))
+
+    async def _build_browser(self, backend: DockerBackend) -> None:
+        try:
+            self._browser_image = await anyio.to_thread.run_sync(
+                lambda: ensure_browser_image(
+                    backend.client, lambda line: log.info("browser image: %s", line)
+                )
+            )
+        except AirlockError as exc:
+            log.error("browser image not built: %s", exc)
+            self._browser_failure = exc
+        finally:
+            self._browser_build = None
 
     def connected(self) -> DockerBackend | None:
         return self._backend

@@ -107,6 +107,13 @@ class Metrics:
         self._runs = Counter(
             "airlock_runs", "Finished runs.", ["tenant", "status"], registry=self.registry
         )
+        # Browse runs count in airlock_runs too; this says how many of them were browses.
+        self._browses = Counter(
+            "airlock_browse_runs",
+            "Finished browse runs (also counted in airlock_runs).",
+            ["tenant", "status"],
+            registry=self.registry,
+        )
         self._duration = Histogram(
             "airlock_run_duration_seconds",
             "Wall-clock time of finished runs.",
@@ -137,6 +144,8 @@ class Metrics:
         if isinstance(event, RunFinished):
             run = event.run
             self._runs.labels(run.tenant, run.status).inc()
+            if run.language == "browse":
+                self._browses.labels(run.tenant, run.status).inc()
             if run.duration_ms is not None:
                 self._duration.labels(run.tenant).observe(run.duration_ms / 1000)
             for record in event.egress:

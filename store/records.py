@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from airlock.languages import Language
+from airlock.languages import RunKind
 
 RunStatus = Literal["running", "ok", "error", "timeout", "oom", "killed"]
 """`running` until the run finishes; `error` means the engine side failed (see `error`),
@@ -39,7 +39,7 @@ class RunRecord(BaseModel):
     id: str
     session_id: str
     tenant: str
-    language: Language
+    language: RunKind
     status: RunStatus
     created_at: float
     timeout_s: int

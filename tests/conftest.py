@@ -35,6 +35,7 @@ from upstream import Upstream, start_upstream
 from airlock.errors import AirlockError
 from airlock.policies import Policy
 from airlock.sandbox import connect
+from airlock.sandbox.browser_image import ensure_browser_image
 from airlock.sandbox.docker import registered_runtimes
 from airlock.sandbox.image import ensure_image
 from airlock.sandbox.runtime import GVISOR, REGISTER_GVISOR, RUNC
@@ -50,6 +51,7 @@ BOTH_RUNTIMES = (
     "test_teardown",
     "test_backend_contract",
     "test_toolbox",
+    "test_browse",
 )
 
 
@@ -152,6 +154,17 @@ def sandbox_image(docker_client: docker.DockerClient) -> str:
         sys.stderr.write(f"image: {line}\n")
 
     return ensure_image(docker_client, progress)
+
+
+@pytest.fixture(scope="session")
+def browser_image(docker_client: docker.DockerClient) -> str:
+    """The real browser image of `browse`, built once per test session if missing (a server
+    would build it in the background and tell the first call to retry)."""
+
+    def progress(line: str) -> None:
+        sys.stderr.write(f"browser image: {line}\n")
+
+    return ensure_browser_image(docker_client, progress)
 
 
 @pytest.fixture(scope="session")

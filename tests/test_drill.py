@@ -28,7 +28,7 @@ from airlock.policies.review import review
 from airlock.sandbox.docker import session_containers
 from airlock.server import Config
 from airlock.server.config import DRILL_TENANT
-from airlock.server.drill import policy_review
+from airlock.server.drill import BROWSER_ATTACK, policy_review
 from airlock.server.drill_probes import (
     EVERYDAY_ATTACK,
     EVERYDAY_FIX,
@@ -74,7 +74,7 @@ def test_drill_holds_against_the_default_policy_and_is_audited(
     report = json.loads(done.stdout)
     assert report["held"] is True
     rows = {r["attack"]: r for r in report["rows"]}
-    assert len(rows) == 14
+    assert len(rows) == 15
     for attack in (
         "planted instructions in an input file",
         "environment scan for secrets",
@@ -85,6 +85,7 @@ def test_drill_holds_against_the_default_policy_and_is_audited(
         "proxy bypass (no/forged token, Host mismatch)",
         "envelope forgery in output",
         EVERYDAY_ATTACK,
+        BROWSER_ATTACK,
         "policy entries that open a door",
         "leaves nothing behind",
     ):
@@ -101,7 +102,8 @@ def test_drill_holds_against_the_default_policy_and_is_audited(
     assert audited.returncode == 0
     assert report["drill"] in audited.stdout and "all held" in audited.stdout
     runs = airlock("audit", "runs", "--data-dir", str(data_dir), timeout=DRILL_TIMEOUT_S)
-    assert runs.stdout.count("run_") == 10  # every probe went through run_code
+    # Every probe went through run_code, and two pages through browse.
+    assert runs.stdout.count("run_") == 12
     assert _containers_of_the_drill(docker_client) == []
 
 

@@ -55,3 +55,43 @@ async def test_a_call_during_the_build_is_told_to_retry_and_then_hears_the_failu
                 is_error, text = await call_text(client)
         assert is_error
         assert "airlock-probe==1.0" in text and "hash" in text
+
+
+async def test_a_browse_while_the_browser_image_builds_is_told_to_retry_then_hears_the_failure(
+    make_server: MakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The build is faked (the real one is test_browse's fixture): what is checked is that a
+    # call never waits for it, and that its failure reaches the next caller.
+    import threading
+
+    from airlock.errors import ImageUnavailable
+    from airlock.server import engine
+
+    release = threading.Event()
+
+    def failing_build(*args: object, **kwargs: object) -> str:
+        release.wait(30)
+        raise ImageUnavailable("debootstrap of the browser base failed (the test's fake)")
+
+    absent = "airlock-browser:absent-for-a-test"
+    monkeypatch.setattr(engine, "browser_image_tag", lambda: absent, raising=False)
+    monkeypatch.setattr(engine, "ensure_browser_image", failing_build)
+
+    async def browse_text(client: Client) -> tuple[bool, str]:
+        result = await client.call_tool("browse", {"url": "https://example.com/"})
+        block = result.content[0]
+        assert isinstance(block, TextContent)
+        return result.is_error, block.text
+
+    async with Client(make_server()) as client:
+        with anyio.fail_after(10):
+            is_error, text = await browse_text(client)
+            again = await browse_text(client)
+        assert is_error and "the browser image is being built" in text and "retry" in text
+        assert again[0] and "being built" in again[1]
+        release.set()
+        with anyio.fail_after(30):
+            while "being built" in text:
+                await anyio.sleep(0.1)
+                is_error, text = await browse_text(client)
+        assert is_error and "the test's fake" in text

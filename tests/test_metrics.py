@@ -25,12 +25,12 @@ def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     return found
 
 
-def _run(status: str, duration_ms: int) -> RunRecord:
+def _run(status: str, duration_ms: int, language: str = "python") -> RunRecord:
     return RunRecord(
         id="run_a",
         session_id="ses_a",
         tenant="acme",
-        language="python",
+        language=language,  # type: ignore[arg-type]
         status=status,  # type: ignore[arg-type]
         created_at=0,
         timeout_s=30,
@@ -64,12 +64,15 @@ def test_events_become_counters_histograms_and_live_gauges() -> None:
     metrics = Metrics()
     metrics.observe(RunFinished(_run("ok", 1500), "runc", (_egress("allow"), _egress("deny"))))
     metrics.observe(RunFinished(_run("timeout", 30_000), "runsc", ()))
+    metrics.observe(RunFinished(_run("ok", 4000, language="browse"), "runsc", ()))
     metrics.observe(CapabilityDecided("acme", "ses_a", "gh", "denied"))
     found = samples(metrics.render().decode())
-    assert found[("airlock_runs_total", (("status", "ok"), ("tenant", "acme")))] == 1
+    assert found[("airlock_browse_runs_total", (("status", "ok"), ("tenant", "acme")))] == 1
+    assert ("airlock_browse_runs_total", (("status", "timeout"), ("tenant", "acme"))) not in found
+    assert found[("airlock_runs_total", (("status", "ok"), ("tenant", "acme")))] == 2
     assert found[("airlock_runs_total", (("status", "timeout"), ("tenant", "acme")))] == 1
-    assert found[("airlock_run_duration_seconds_count", (("tenant", "acme"),))] == 2
-    assert found[("airlock_run_duration_seconds_sum", (("tenant", "acme"),))] == 31.5
+    assert found[("airlock_run_duration_seconds_count", (("tenant", "acme"),))] == 3
+    assert found[("airlock_run_duration_seconds_sum", (("tenant", "acme"),))] == 35.5
     assert found[("airlock_run_duration_seconds_bucket", (("le", "2.5"), ("tenant", "acme")))] == 1
     assert (
         found[("airlock_egress_decisions_total", (("decision", "deny"), ("tenant", "acme")))] == 1

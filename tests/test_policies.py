@@ -353,6 +353,7 @@ def test_json_schema_describes_the_sections() -> None:
         "files",
         "sessions",
         "pool",
+        "browser",
         "capabilities",
         "egress",
         "broker",

@@ -45,6 +45,19 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             # Released by the test (or by close()): a request that is in flight on purpose.
             owner.release.wait(30)
         echoed = None
+        page = owner.pages.get(self.path.split("?")[0])
+        if page is not None:
+            # A page for the browser tests: (content type, body, extra headers).
+            kind, payload, extra = page
+            self.send_response(200)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(payload)))
+            for name, value in extra:
+                self.send_header(name, value)
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(payload)
+            return
         if self.path.startswith("/api/echo"):
             # An upstream that hands the request's credentials back, as echo services do.
             echoed = self.headers.get("Authorization", "")
@@ -129,6 +142,8 @@ class Upstream:
             self.tls_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             cert.configure_cert(self.tls_context)
         self.seen: list[Seen] = []
+        self.pages: dict[str, tuple[str, bytes, tuple[tuple[str, str], ...]]] = {}
+        """Paths served as given (content type, body, extra headers) instead of JSON."""
         self.handshakes: list[bool | None] = []
         """One entry per TLS connection accepted: whether it resumed an earlier session."""
         self.release = threading.Event()

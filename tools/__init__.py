@@ -9,9 +9,10 @@ it builds MCP results (`mcp.types`) but imports neither docker nor an HTTP serve
 
 The names below are imported on first use (`airlock.lazy`), so the operator's commands
 that read records (`airlock audit`, `patch`, `approvals`) reach `tools.context` or
-`tools.envelope` without loading the MCP SDK, Docker or the egress proxy. `run_code` is
-imported from its module (`tools.run_code`): a lazy name cannot be its module's name,
-which the import system binds on the package to the module once anyone imports it.
+`tools.envelope` without loading the MCP SDK, Docker or the egress proxy. `run_code` and
+`browse` are imported from their modules (`tools.run_code`, `tools.browse`): a lazy name
+cannot be its module's name, which the import system binds on the package to the module
+once anyone imports it.
 """
 
 from __future__ import annotations

@@ -53,6 +53,10 @@ class Engine(Protocol):
         server's) and the runtime, once available; raises what blocks them."""
         ...
 
+    async def browser(self) -> Ready:
+        """The backend, the browser image (built on first use) and the runtime."""
+        ...
+
     def connected(self) -> Backend | None:
         """The backend if it is up already; teardown needs no image and must not wait for one."""
         ...

@@ -27,6 +27,11 @@ def add_parser(commands: Subparsers, common: argparse.ArgumentParser) -> None:
         "build", parents=[common], help="build the sandbox image (progress on stderr)"
     )
     build.add_argument("--force", action="store_true", help="rebuild even if the image exists")
+    build.add_argument(
+        "--browser",
+        action="store_true",
+        help="also build the browser image of `browse` (otherwise built on its first use)",
+    )
     push = image.add_parser(
         "push",
         parents=[common],
@@ -72,6 +77,13 @@ def _build(args: argparse.Namespace) -> int:
     inputs = image_inputs(load_policy(config.policy_path).image)
     tag = build_image(connect(), lambda line: log.info("%s", line), inputs, force=args.force)
     log.info("sandbox image ready: %s", tag)
+    if args.browser:
+        from airlock.sandbox.browser_image import ensure_browser_image
+
+        browser = ensure_browser_image(
+            connect(), lambda line: log.info("%s", line), force=args.force
+        )
+        log.info("browser image ready: %s", browser)
     return 0
 
 

@@ -1,0 +1,635 @@
+"""The driver of the browser box: the entrypoint of every browser container.
+
+It speaks the runner's protocol (wire.py): it starts before any job is known (with
+`--egress SOCKET PORT` it forks the relay to the proxy socket at once), reads one job whose
+`browse` key is the validated request (url, actions, viewport, limits), drives headless
+Chromium through the DevTools protocol over a pipe (`--remote-debugging-pipe`: fds 3 and 4,
+NUL-separated JSON; no port, no websocket), and reports like a run: the page's findings
+(`page.json`), its screenshot (`screenshot.png`) and any downloads (`downloads/`) are files
+of the container's own empty /workspace, sent with the runner's listing and tar, then
+RESULT. The host treats all of it as hostile, as it does a run's.
+
+Privilege separation is the runner's: the driver runs as root with only SETUID, SETGID,
+SETPCAP and KILL, undumpable; Chromium runs as the sandbox user with no capabilities, so a
+compromised renderer can neither trace the driver nor write its report channel. Chromium's
+own sandbox is off (`--no-sandbox`: it needs user namespaces or a setuid helper, neither of
+which a hardened container has); gVisor is the sandbox, as for run_code.
+
+The network is the proxy's: `--proxy-server` names the in-container relay, and
+`--proxy-bypass-list=<-loopback>` removes Chromium's implicit loopback bypass, so every
+request, websocket included, goes to the run's proxy, which decides and records it. The
+run's token answers the proxy's 407 (Fetch.authRequired). Every request is paused before
+it leaves (Fetch): one whose scheme is not http(s) is failed there. The run's CA is
+trusted through an NSS database made in the sandbox user's fresh HOME (Chromium's own
+store on Linux), so TLS is verified as usual, against that CA and the system roots.
+
+Only the standard library of the image's Python (3.11) may be used here.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import hashlib
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+
+if __name__ == "__main__" and not __package__:
+    # Started as the image's entrypoint script, which -I leaves off the path (PEP 366).
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    __package__ = "inside"
+
+# The runner's own machinery, shared rather than copied: dropping privileges, the relay,
+# stopping everything, and the listing and tar of /workspace.
+from .runner import (
+    _as_sandbox_user,
+    _become_sandbox_user,
+    _check_privileges,
+    _make_undumpable,
+    _oom_kills,
+    _pack_workspace,
+    _read_exact,
+    _start_relay,
+    _stop_everything,
+)
+from .wire import FAULT, LENGTH, MAX_JOB_JSON, RESULT, SANDBOX_HOME, STDERR, WORKSPACE, encode_frame
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, BinaryIO
+
+CHROMIUM = "/usr/lib/chromium/chromium"
+CERTUTIL = "/usr/bin/certutil"
+PROFILE_DIR = "/tmp/profile"
+DOWNLOADS = "downloads"
+CHROMIUM_LOG = "/tmp/chromium.log"
+# How long the page may keep fetching after its load event before it is read anyway.
+SETTLE_S = 2.0
+LOG_TAIL = 4096
+MAX_CONSOLE = 200
+MAX_CONSOLE_CHARS = 1000
+MAX_LINKS = 200
+MAX_TEXT_CHARS = 200_000
+ALLOWED_SCHEMES = ("http:", "https:")
+# Flags that close every way out but the proxy, and every background service.
+CLOSED_FLAGS = (
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--no-first-run",
+    "--no-default-browser-check",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-quic",
+    "--disable-domain-reliability",
+    "--disable-client-side-phishing-detection",
+    "--disable-default-apps",
+    "--disable-extensions",
+    "--disable-breakpad",
+    "--disable-crash-reporter",
+    "--disable-field-trial-config",
+    "--disable-search-engine-choice-screen",
+    "--no-service-autorun",
+    "--no-pings",
+    "--allow-browser-signin=false",
+    "--metrics-recording-only",
+    "--disable-features=Translate,OptimizationHints,MediaRouter,DialMediaRouteProvider,"
+    "NetworkPrediction,InterestFeedContentSuggestions,AutofillServerCommunication,"
+    "CertificateTransparencyComponentUpdater,DnsOverHttps,PrivacySandboxSettings4,"
+    "NetworkTimeServiceQuerying,LensOverlay,SafeBrowsing,PreconnectToSearch,"
+    "SearchPrefetchServicePrefetching,OmniboxSearchPrefetch",
+    "--dns-prefetch-disable",
+    "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
+    # Nothing is resolved in the box; the proxy is named by its address.
+    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+    "--mute-audio",
+    "--hide-scrollbars",
+    "--remote-debugging-pipe",
+)
+KEYS = {
+    "Enter": ("\r", 13),
+    "Tab": ("\t", 9),
+    "Escape": ("", 27),
+    "Backspace": ("", 8),
+    "ArrowUp": ("", 38),
+    "ArrowDown": ("", 40),
+    "ArrowLeft": ("", 37),
+    "ArrowRight": ("", 39),
+    "PageDown": ("", 34),
+    "PageUp": ("", 33),
+    "Home": ("", 36),
+    "End": ("", 35),
+}
+
+
+class Deadline(Exception):
+    """The job's time ran out."""
+
+
+class PageGone(Exception):
+    """The page's renderer died (its memory limit, most often) or Chromium exited."""
+
+
+class Cdp:
+    """A blocking DevTools client over Chromium's pipe; events go to `on_event` as they come,
+    also while a call waits for its answer (a paused request must be let go meanwhile)."""
+
+    def __init__(self, to_chrome: int, from_chrome: int, deadline: float) -> None:
+        self._out = to_chrome
+        self._in = from_chrome
+        self._buffer = b""
+        self._next = 0
+        self.deadline = deadline
+        self.answers: dict[int, dict[str, Any]] = {}
+        self.on_event: Any = None
+
+    def send(self, method: str, params: dict[str, Any] | None = None, session: str = "") -> int:
+        self._next += 1
+        message: dict[str, Any] = {"id": self._next, "method": method, "params": params or {}}
+        if session:
+            message["sessionId"] = session
+        data = json.dumps(message).encode() + b"\0"
+        while data:
+            data = data[os.write(self._out, data) :]
+        return self._next
+
+    def call(self, method: str, params: dict[str, Any] | None = None, session: str = "") -> Any:
+        wanted = self.send(method, params, session)
+        self.pump(lambda: wanted in self.answers)
+        answer = self.answers.pop(wanted)
+        if "error" in answer:
+            raise RuntimeError(f"{method}: {answer['error'].get('message')}")
+        return answer.get("result", {})
+
+    def pump(self, done: Any, until: float | None = None) -> bool:
+        """Handle messages until `done()` or `until` (False then); the job's deadline raises."""
+        while not done():
+            now = time.monotonic()
+            if now >= self.deadline:
+                raise Deadline
+            if until is not None and now >= until:
+                return False
+            limit = min(self.deadline, until or self.deadline) - now
+            if select.select([self._in], [], [], limit)[0]:
+                self._read()
+        return True
+
+    def _read(self) -> None:
+        chunk = os.read(self._in, 1 << 20)
+        if not chunk:
+            raise PageGone("Chromium exited")
+        self._buffer += chunk
+        *messages, self._buffer = self._buffer.split(b"\0")
+        for raw in messages:
+            message = json.loads(raw)
+            if "id" in message:
+                self.answers[message["id"]] = message
+            elif self.on_event is not None:
+                self.on_event(message)
+
+
+class Page:
+    """One browse: the page session, what it said, and what it asked for."""
+
+    def __init__(self, cdp: Cdp, request: dict[str, Any], token: str) -> None:
+        self.cdp = cdp
+        self.request = request
+        self.token = token
+        self.session = ""
+        self.target = ""
+        self.lifecycle_seen: set[tuple[str, str]] = set()
+        self.crashed = False
+        self.pages = 0
+        self.console: list[str] = []
+        self.blocked: list[str] = []
+        self.downloads: dict[str, dict[str, Any]] = {}
+        self.auth_tries: dict[str, int] = {}
+
+    def on_event(self, message: dict[str, Any]) -> None:
+        method = message.get("method", "")
+        params = message.get("params", {})
+        session = message.get("sessionId", "")
+        handler = _HANDLERS.get(method)
+        if handler is not None:
+            handler(self, params, session)
+
+    def attached(self, params: dict[str, Any], _session: str) -> None:
+        """A new target (our page, a popup, a frame): intercept it before it runs."""
+        session = params["sessionId"]
+        kind = params.get("targetInfo", {}).get("type")
+        if kind == "page":
+            self.pages += 1
+            if self.pages > int(self.request["max_pages"]):
+                self.cdp.send("Target.closeTarget", {"targetId": params["targetInfo"]["targetId"]})
+                self.console.append(f"[airlock] a page beyond the limit of {self.pages - 1} closed")
+                return
+            if not self.session:
+                self.session = session
+                self.target = params["targetInfo"]["targetId"]
+        patterns = [{"urlPattern": "*", "requestStage": "Request"}]
+        self.cdp.send("Fetch.enable", {"patterns": patterns, "handleAuthRequests": True}, session)
+        if kind == "page":
+            self.cdp.send("Page.enable", {}, session)
+            self.cdp.send("Inspector.enable", {}, session)
+            self.cdp.send("Runtime.enable", {}, session)
+            self.cdp.send("Page.setLifecycleEventsEnabled", {"enabled": True}, session)
+        self.cdp.send("Runtime.runIfWaitingForDebugger", {}, session)
+
+    def paused(self, params: dict[str, Any], session: str) -> None:
+        url = str(params.get("request", {}).get("url", ""))
+        if url.lower().startswith(ALLOWED_SCHEMES):
+            self.cdp.send("Fetch.continueRequest", {"requestId": params["requestId"]}, session)
+            return
+        self.blocked.append(url[:200])
+        reason = {"requestId": params["requestId"], "errorReason": "BlockedByClient"}
+        self.cdp.send("Fetch.failRequest", reason, session)
+
+    def auth(self, params: dict[str, Any], session: str) -> None:
+        """The proxy's 407 gets the run's token, once per request; any other challenge (a
+        site's own) is cancelled, since the agent has no way to answer it."""
+        request_id = params["requestId"]
+        tries = self.auth_tries.get(request_id, 0)
+        self.auth_tries[request_id] = tries + 1
+        if params.get("authChallenge", {}).get("source") == "Proxy" and tries == 0:
+            answer = {"response": "ProvideCredentials", "username": "airlock"}
+            answer["password"] = self.token
+        else:
+            answer = {"response": "CancelAuth"}
+        self.cdp.send(
+            "Fetch.continueWithAuth",
+            {"requestId": request_id, "authChallengeResponse": answer},
+            session,
+        )
+
+    def console_called(self, params: dict[str, Any], _session: str) -> None:
+        parts = [
+            str(arg.get("value", arg.get("description", ""))) for arg in params.get("args", [])
+        ]
+        self._note_console(f"[{params.get('type', 'log')}] " + " ".join(parts))
+
+    def exception(self, params: dict[str, Any], _session: str) -> None:
+        details = params.get("exceptionDetails", {})
+        text = details.get("exception", {}).get("description") or details.get("text", "")
+        self._note_console(f"[exception] {text}")
+
+    def _note_console(self, text: str) -> None:
+        if len(self.console) < MAX_CONSOLE:
+            self.console.append(text[:MAX_CONSOLE_CHARS])
+
+    def lifecycle(self, params: dict[str, Any], session: str) -> None:
+        # Kept by loader: the blank page the tab started with has its own load and idle.
+        if session == self.session:
+            self.lifecycle_seen.add((params.get("loaderId", ""), params.get("name", "")))
+
+    def crash(self, _params: dict[str, Any], session: str) -> None:
+        if session == self.session:
+            self.crashed = True
+
+    def target_crash(self, params: dict[str, Any], _session: str) -> None:
+        if params.get("targetId") == self.target:
+            self.crashed = True
+
+    def download_begins(self, params: dict[str, Any], _session: str) -> None:
+        self.downloads[params["guid"]] = {"name": params.get("suggestedFilename", ""), "state": ""}
+
+    def download_progress(self, params: dict[str, Any], _session: str) -> None:
+        if params.get("guid") in self.downloads:
+            self.downloads[params["guid"]]["state"] = params.get("state", "")
+
+
+_HANDLERS = {
+    "Target.attachedToTarget": Page.attached,
+    "Fetch.requestPaused": Page.paused,
+    "Fetch.authRequired": Page.auth,
+    "Runtime.consoleAPICalled": Page.console_called,
+    "Runtime.exceptionThrown": Page.exception,
+    "Page.lifecycleEvent": Page.lifecycle,
+    "Inspector.targetCrashed": Page.crash,
+    "Target.targetCrashed": Page.target_crash,
+    "Browser.downloadWillBegin": Page.download_begins,
+    "Browser.downloadProgress": Page.download_progress,
+}
+
+
+def _trust_ca(ca_pem: str) -> None:
+    """An NSS database in the fresh HOME that trusts the run's CA for TLS servers."""
+    nssdb = os.path.join(SANDBOX_HOME, ".pki", "nssdb")
+    ca_file = os.path.join(SANDBOX_HOME, "run-ca.pem")
+    with _as_sandbox_user():
+        os.makedirs(nssdb, mode=0o700)
+        with open(ca_file, "w", encoding="ascii") as f:
+            f.write(ca_pem)
+    for argv in (
+        [CERTUTIL, "-d", f"sql:{nssdb}", "-N", "--empty-password"],
+        [CERTUTIL, "-d", f"sql:{nssdb}", "-A", "-n", "airlock-run", "-t", "C,,", "-i", ca_file],
+    ):
+        # The driver has no threads, so dropping privileges in the child is safe.
+        subprocess.run(
+            argv,
+            check=True,
+            capture_output=True,
+            env=_chromium_env(),
+            timeout=30,
+            preexec_fn=_become_sandbox_user,
+        )
+
+
+def _chromium_env() -> dict[str, str]:
+    return {"PATH": "/usr/bin:/bin", "HOME": SANDBOX_HOME, "LANG": "C.UTF-8"}
+
+
+def _start_chromium(request: dict[str, Any], port: int) -> tuple[int, int, int]:
+    """Fork Chromium as the sandbox user with the pipe on its fds 3 and 4; (pid, to, from)."""
+    to_read, to_write = os.pipe()
+    from_read, from_write = os.pipe()
+    width, height = int(request["width"]), int(request["height"])
+    argv = [
+        CHROMIUM,
+        *CLOSED_FLAGS,
+        f"--proxy-server=http://127.0.0.1:{port}",
+        "--proxy-bypass-list=<-loopback>",
+        f"--user-data-dir={PROFILE_DIR}",
+        f"--window-size={width},{height}",
+        "about:blank",
+    ]
+    sys.stdout.flush()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            _become_sandbox_user()
+            log = os.open(CHROMIUM_LOG, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            devnull = os.open(os.devnull, os.O_RDONLY)
+            for source, target in ((devnull, 0), (log, 1), (log, 2), (to_read, 3), (from_write, 4)):
+                os.dup2(source, target)
+                # dup2 onto itself keeps the pipe's close-on-exec flag.
+                os.set_inheritable(target, True)
+            os.closerange(5, 1 << 16)
+            os.execve(CHROMIUM, argv, _chromium_env())
+        finally:
+            os._exit(127)
+    os.close(to_read)
+    os.close(from_write)
+    return pid, to_write, from_read
+
+
+def _evaluate(page: Page, expression: str, context: int | None = None) -> Any:
+    params: dict[str, Any] = {"expression": expression, "returnByValue": True}
+    params["awaitPromise"] = True
+    if context is not None:
+        params["contextId"] = context
+    result = page.cdp.call("Runtime.evaluate", params, page.session)
+    if "exceptionDetails" in result:
+        raise ValueError(result["exceptionDetails"].get("text", "the page's script failed"))
+    return result.get("result", {}).get("value")
+
+
+def _center_of(page: Page, selector: str) -> tuple[float, float]:
+    found = _evaluate(
+        page,
+        f"(() => {{ const e = document.querySelector({json.dumps(selector)}); if (!e) return null;"
+        " e.scrollIntoView({block: 'center'}); const r = e.getBoundingClientRect();"
+        " return [r.x + r.width / 2, r.y + r.height / 2]; })()",
+    )
+    if not found:
+        raise LookupError(f"no element matches the selector {selector!r}")
+    return float(found[0]), float(found[1])
+
+
+def _act(page: Page, action: dict[str, Any]) -> None:
+    """One action of the request (validated on the host); a failure ends the actions."""
+    kind, send = action["kind"], page.cdp.call
+    if kind == "click":
+        x, y = _center_of(page, action["selector"])
+        for event in ("mousePressed", "mouseReleased"):
+            params = {"type": event, "x": x, "y": y, "button": "left", "clickCount": 1}
+            send("Input.dispatchMouseEvent", params, page.session)
+    elif kind == "type":
+        if action.get("selector"):
+            _center_of(page, action["selector"])
+            _evaluate(page, f"document.querySelector({json.dumps(action['selector'])}).focus()")
+        send("Input.insertText", {"text": action["text"]}, page.session)
+    elif kind == "press":
+        text, code = KEYS[action["key"]]
+        for event in ("keyDown", "keyUp"):
+            params = {"type": event, "key": action["key"], "windowsVirtualKeyCode": code}
+            if text and event == "keyDown":
+                params["text"] = text
+            send("Input.dispatchKeyEvent", params, page.session)
+    elif kind == "wait_for":
+        limit = int(action["timeout_ms"])
+        found = _evaluate(
+            page,
+            f"new Promise(done => {{ const s = {json.dumps(action['selector'])}, t0 = Date.now();"
+            " const look = () => document.querySelector(s) ? done(true)"
+            f" : Date.now() - t0 > {limit} ? done(false) : setTimeout(look, 50); look(); }})",
+        )
+        if not found:
+            raise LookupError(f"no element matched {action['selector']!r} within {limit} ms")
+    elif kind == "wait":
+        page.cdp.pump(lambda: False, until=time.monotonic() + int(action["ms"]) / 1000)
+    elif kind == "scroll":
+        params = {"type": "mouseWheel", "x": 1, "y": 1, "deltaX": 0, "deltaY": int(action["dy"])}
+        params["deltaX"] = int(action.get("dx", 0))
+        send("Input.dispatchMouseEvent", params, page.session)
+    page.cdp.pump(lambda: False, until=time.monotonic() + 0.1)
+
+
+READ_PAGE = f"""(() => ({{
+  title: document.title,
+  url: location.href,
+  text: (document.body ? document.body.innerText : '').slice(0, {MAX_TEXT_CHARS}),
+  links: Array.from(document.links).slice(0, {MAX_LINKS}).map(a => ({{
+    text: (a.innerText || '').trim().slice(0, 200), href: a.href.slice(0, 2000)}}))
+}}))()"""
+
+
+def _browse(page: Page) -> dict[str, Any]:
+    """Open the page, act, read it; what `page.json` says."""
+    cdp, request = page.cdp, page.request
+    downloads_dir = os.path.join(WORKSPACE, DOWNLOADS)
+    cdp.call(
+        "Browser.setDownloadBehavior",
+        {"behavior": "allowAndName", "downloadPath": downloads_dir, "eventsEnabled": True},
+    )
+    cdp.call(
+        "Target.setAutoAttach",
+        {"autoAttach": True, "waitForDebuggerOnStart": True, "flatten": True},
+    )
+    # Attaching also takes the tab Chromium opened at start, before it loaded anything;
+    # should it not, a new one is opened.
+    if not cdp.pump(lambda: bool(page.session), until=time.monotonic() + 3):
+        cdp.call("Target.createTarget", {"url": "about:blank"})
+        cdp.pump(lambda: bool(page.session))
+    metrics = {"width": int(request["width"]), "height": int(request["height"])}
+    cdp.call(
+        "Emulation.setDeviceMetricsOverride",
+        {**metrics, "deviceScaleFactor": 1, "mobile": False},
+        page.session,
+    )
+    found: dict[str, Any] = {"error": None, "actions_done": 0}
+    navigated = cdp.call("Page.navigate", {"url": request["url"]}, page.session)
+    if navigated.get("errorText"):
+        found["error"] = f"the page did not load: {navigated['errorText']}"
+        return found
+    loader = str(navigated.get("loaderId", ""))
+    seen = page.lifecycle_seen
+    cdp.pump(lambda: (loader, "load") in seen or page.crashed)
+    # What the page fetches on load is let finish (Chromium calls the network idle after
+    # 500 ms without a request), up to SETTLE_S.
+    cdp.pump(
+        lambda: (loader, "networkIdle") in seen or page.crashed, until=time.monotonic() + SETTLE_S
+    )
+    for action in request["actions"]:
+        if page.crashed:
+            break
+        try:
+            _act(page, action)
+        except (LookupError, ValueError, RuntimeError) as exc:
+            found["error"] = f"action {found['actions_done'] + 1} ({action['kind']}) failed: {exc}"
+            break
+        found["actions_done"] += 1
+    if page.crashed:
+        raise PageGone("the page's renderer died")
+    # Read in a world of our own: the page's scripts share its DOM but not its JavaScript,
+    # so a page that replaced Array.from or String.prototype.slice changes nothing here.
+    frame = cdp.call("Page.getFrameTree", {}, page.session)["frameTree"]["frame"]["id"]
+    world = cdp.call(
+        "Page.createIsolatedWorld", {"frameId": frame, "worldName": "airlock"}, page.session
+    )["executionContextId"]
+    where = str(_evaluate(page, "location.href", world) or "")
+    if not where.lower().startswith(ALLOWED_SCHEMES):
+        # Chromium keeps web pages off file:, chrome: and the like itself; should one get
+        # there anyway, nothing of it is read or shown.
+        found["error"] = f"the page left the web (for {where[:100]!r}); nothing of it was read"
+        return found
+    read = _evaluate(page, READ_PAGE, world)
+    if isinstance(read, dict):
+        found.update(read)
+    shot = cdp.call("Page.captureScreenshot", {"format": "png"}, page.session)
+    with _as_sandbox_user(), open(os.path.join(WORKSPACE, "screenshot.png"), "wb") as f:
+        f.write(base64.b64decode(shot["data"]))
+    # A download still running is not waited for beyond the settle time.
+    cdp.pump(
+        lambda: all(d["state"] in ("completed", "canceled") for d in page.downloads.values()),
+        until=time.monotonic() + SETTLE_S,
+    )
+    return found
+
+
+def _name_downloads(page: Page) -> list[dict[str, Any]]:
+    """Downloads are saved under their guid; keep finished ones under a plain name."""
+    kept = []
+    directory = os.path.join(WORKSPACE, DOWNLOADS)
+    with _as_sandbox_user():
+        for number, (guid, download) in enumerate(page.downloads.items(), 1):
+            source = os.path.join(directory, guid)
+            if download["state"] != "completed" or not os.path.isfile(source):
+                with contextlib.suppress(OSError):
+                    os.unlink(source)
+                continue
+            safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in download["name"])
+            name = f"{number}-{safe.lstrip('.')[:100] or 'download'}"
+            os.rename(source, os.path.join(directory, name))
+            kept.append({"name": download["name"][:200], "path": f"{DOWNLOADS}/{name}"})
+    return kept
+
+
+def _run(job: dict[str, Any], out: BinaryIO, relay: int | None) -> dict[str, Any]:
+    request = job["browse"]
+    egress = job.get("egress")
+    if relay is None or not egress:
+        raise RuntimeError("a browse needs its proxy: start the box with --egress")
+    started = time.monotonic()
+    oom_before = _oom_kills()
+    _trust_ca(egress["ca_pem"])
+    with _as_sandbox_user():
+        os.makedirs(os.path.join(WORKSPACE, DOWNLOADS))
+    pid, to_chrome, from_chrome = _start_chromium(request, int(job["relay_port"]))
+    cdp = Cdp(to_chrome, from_chrome, started + float(job["timeout_s"]))
+    page = Page(cdp, request, job["env"]["AIRLOCK_TOKEN"])
+    cdp.on_event = page.on_event
+    timed_out, exit_code = False, 0
+    try:
+        found = _browse(page)
+        if found["error"]:
+            exit_code = 1
+    except Deadline:
+        timed_out, exit_code, found = True, 1, {"error": "the page did not finish in time"}
+    except PageGone as exc:
+        exit_code, found = 1, {"error": str(exc)}
+    found["console"] = page.console
+    found["blocked"] = page.blocked
+    found["pages"] = page.pages
+    duration_ms = int((time.monotonic() - started) * 1000)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    stopped = _stop_everything()
+    found["downloads"] = _name_downloads(page)
+    with _as_sandbox_user(), open(os.path.join(WORKSPACE, "page.json"), "w", encoding="utf-8") as f:
+        json.dump(found, f)
+    tail = _log_tail()
+    out.write(encode_frame(STDERR, tail))
+    empty = {"bytes": 0, "sha256": hashlib.sha256(b"").hexdigest()}
+    return {
+        "exit_code": exit_code,
+        "signal": None,
+        "timed_out": timed_out,
+        "oom_kills": _oom_kills() - oom_before,
+        "duration_ms": duration_ms,
+        "stdout": empty,
+        "stderr": {"bytes": len(tail), "sha256": hashlib.sha256(tail).hexdigest()},
+        "stopped": stopped,
+    }
+
+
+def _log_tail() -> bytes:
+    """The end of Chromium's own log, for the operator's run record (never the agent)."""
+    with contextlib.suppress(OSError), _as_sandbox_user(), open(CHROMIUM_LOG, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        f.seek(max(0, f.tell() - LOG_TAIL))
+        return f.read()
+    return b""
+
+
+def main(argv: list[str]) -> None:
+    """`python3 -I -S browser.py [--egress SOCKET PORT]`."""
+    stdin = sys.stdin.buffer
+    out = sys.stdout.buffer
+    try:
+        _make_undumpable()
+        _check_privileges()
+        os.setgroups([])
+        relay = _start_relay(argv[1], int(argv[2])) if argv[:1] == ["--egress"] else None
+        (size,) = LENGTH.unpack(_read_exact(stdin, LENGTH.size))
+        if size > MAX_JOB_JSON:
+            raise ValueError(f"job of {size} bytes exceeds {MAX_JOB_JSON}")
+        job = json.loads(_read_exact(stdin, size))
+        job["relay_port"] = argv[2] if relay is not None else 0
+        _read_exact(stdin, int(job["input_tar_bytes"]))
+        report = _run(job, out, relay)
+        listed = None
+        if report.pop("stopped"):
+            with _as_sandbox_user():
+                listed = _pack_workspace({}, job["artifact_caps"], out)
+        report["listing_complete"] = bool(listed and listed.pop("complete"))
+        report["listing"] = listed
+        out.write(encode_frame(RESULT, json.dumps(report).encode()))
+    except Exception as exc:  # the host needs to hear about every failure
+        out.write(
+            encode_frame(FAULT, json.dumps({"error": f"{type(exc).__name__}: {exc}"}).encode())
+        )
+    out.flush()
+    # Stay alive until the host has read usage and removes the container.
+    while stdin.read(1 << 16):
+        pass
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

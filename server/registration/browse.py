@@ -1,0 +1,44 @@
+"""browse: a web page in a browser box of its own (`tools.browse`), behind the run's egress
+proxy like code, never near the session's files."""
+
+# No `from __future__ import annotations`: the SDK reads these signatures (`__init__`).
+
+from typing import Annotated, Any
+
+from mcp.types import CallToolResult
+from pydantic import Field
+
+from airlock.tools.browse import BROWSE_ACTIONS_DOC, BROWSE_DOC
+from airlock.tools.browse import browse as browse_handler
+
+from .registry import AirlockContext, Registry, hints
+
+
+def register(registry: Registry) -> None:
+    SessionArg = Annotated[str | None, registry.session_field]
+
+    @registry.mcp.tool(
+        title="Open a web page in a sandboxed browser",
+        description=BROWSE_DOC,
+        annotations=hints(read_only=False, destructive=False, idempotent=False, open_world=True),
+    )
+    async def browse(
+        url: Annotated[str, Field(description="The http(s) URL to open.")],
+        capabilities: Annotated[
+            list[str], Field(description="capability_id values that let the page reach hosts.")
+        ] = [],  # noqa: B006 - pydantic copies defaults; the schema needs a plain []
+        actions: Annotated[list[dict[str, Any]], Field(description=BROWSE_ACTIONS_DOC)] = [],  # noqa: B006
+        timeout_s: Annotated[int | None, Field(description="Wall-clock limit in seconds.")] = None,
+        session_id: SessionArg = None,
+        ctx: AirlockContext = None,  # type: ignore[assignment]  # injected by the SDK
+    ) -> CallToolResult:
+        async with registry.call(ctx, session_id, runs=True) as call:
+            return await browse_handler(
+                call.services,
+                call.session,
+                url=url,
+                actions=actions,
+                capabilities=capabilities,
+                timeout_s=timeout_s,
+                progress=call.progress,
+            )
