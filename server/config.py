@@ -13,7 +13,10 @@ from typing import TYPE_CHECKING
 from airlock.errors import NotFound
 
 if TYPE_CHECKING:
-    from airlock.store import Database
+    from collections.abc import Mapping
+
+    from airlock.broker import Vault
+    from airlock.store import BlobStore, Database
 
 ENV_DATA_DIR = "AIRLOCK_DATA_DIR"
 ENV_POLICY = "AIRLOCK_POLICY"
@@ -104,3 +107,28 @@ async def open_records(config: Config) -> Database:
             "its command names another --data-dir"
         )
     return await open_store(config)
+
+
+def blob_store(config: Config, db: Database, *, owner: str = "") -> BlobStore:
+    """Where the bytes of `db`'s records are: files under the data dir, or, for a fleet, the
+    same PostgreSQL (every replica reads what any replica stored). Drafts stage locally."""
+    from airlock.store import BlobStore
+
+    if config.fleet_url is None:
+        return BlobStore(config.blobs_dir, owner=owner)
+    from airlock.store.pg_blobs import PostgresContents  # psycopg: for a fleet only
+
+    return BlobStore(config.blobs_dir, owner=owner, contents=PostgresContents(db.engine))
+
+
+def open_vault(config: Config, db: Database | None, env: Mapping[str, str]) -> Vault:
+    """The vault of `config`: its data dir's file, or, for a fleet (`db` its store), the
+    fleet's document in PostgreSQL, read with this server's key either way."""
+    from airlock.broker import Vault, load_key, vault_path
+
+    key = load_key(config.data_dir, env)
+    if config.fleet_url is None or db is None:
+        return Vault(vault_path(config.data_dir), key)
+    from airlock.store.pg_documents import PostgresDocuments
+
+    return Vault(PostgresDocuments(db.engine, "vault"), key)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import anyio
 
-from airlock.broker import Grants, RunTokens, Vault, load_key, vault_path
+from airlock.broker import Grants, RunTokens
 from airlock.egress import Egress
 from airlock.errors import AirlockError
 from airlock.policies import Policy
@@ -32,7 +32,7 @@ from airlock.tools import Services
 from airlock.tools.approvals import expire_pending
 from airlock.tools.fleet import subscribe as follow_fleet
 
-from .config import Config, open_store
+from .config import Config, blob_store, open_store, open_vault
 from .engine import Engine
 from .metrics import LiveState
 from .secret_check import warn_missing_secrets
@@ -89,7 +89,7 @@ async def serving(
     async with AsyncExitStack() as undo:
         db = await open_store(config)
         undo.push_async_callback(_shielded(db.close))
-        blobs = BlobStore(config.blobs_dir, owner=instance.id)
+        blobs = blob_store(config, db, owner=instance.id)
         claim = await _claim(config, db, blobs, instance.id, clock)
         # Runs after every later step's undoing, so after every run of this instance ended.
         undo.push_async_callback(_shielded(claim.release))
@@ -98,9 +98,12 @@ async def serving(
         undo.push_async_callback(_shielded(lambda: _remove_remaining(engine)))
         grants = Grants()
         tokens = RunTokens()
-        vault = Vault(vault_path(config.data_dir), load_key(config.data_dir, os.environ))
+        vault = open_vault(config, db, os.environ)
+        if config.fleet_url is not None:
+            # A replica with another key than the fleet's vault was written with stops here.
+            await anyio.to_thread.run_sync(vault.check_key)
         await anyio.to_thread.run_sync(
-            warn_missing_secrets, every_policy, config.data_dir, os.environ
+            warn_missing_secrets, every_policy, config.data_dir, os.environ, vault
         )
         services = Services(
             db=db,

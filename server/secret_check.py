@@ -41,8 +41,11 @@ class MissingSecret:
         )
 
 
-def missing_secrets(policy: Policy, data_dir: Path, env: Mapping[str, str]) -> list[MissingSecret]:
-    """Every capability whose `secret` is not in the vault of `data_dir`.
+def missing_secrets(
+    policy: Policy, data_dir: Path, env: Mapping[str, str], vault: Vault | None = None
+) -> list[MissingSecret]:
+    """Every capability whose `secret` is not in `vault` (the server's), or else in the
+    vault file of `data_dir`.
 
     Raises `VaultError` when the vault exists but cannot be read with its key.
     """
@@ -51,7 +54,9 @@ def missing_secrets(policy: Policy, data_dir: Path, env: Mapping[str, str]) -> l
         return []
     path = vault_path(data_dir)
     stored: set[str] = set()
-    if path.exists():
+    if vault is not None:
+        stored = {info.name for info in vault.list()}
+    elif path.exists():
         stored = {info.name for info in Vault(path, load_key(data_dir, env)).list()}
     return [
         MissingSecret(name, cap.secret, cap.hosts, data_dir)
@@ -61,11 +66,14 @@ def missing_secrets(policy: Policy, data_dir: Path, env: Mapping[str, str]) -> l
 
 
 def warn_missing_secrets(
-    policies: Iterable[Policy], data_dir: Path, env: Mapping[str, str]
+    policies: Iterable[Policy], data_dir: Path, env: Mapping[str, str], vault: Vault
 ) -> None:
-    """Log a warning per missing secret of any of `policies` (at server start)."""
+    """Log a warning per missing secret of any of `policies` in the server's `vault` (at
+    server start)."""
     try:
-        gaps = {str(gap) for policy in policies for gap in missing_secrets(policy, data_dir, env)}
+        gaps = {
+            str(gap) for policy in policies for gap in missing_secrets(policy, data_dir, env, vault)
+        }
     except AirlockError as exc:
         log.warning("cannot check that the vault holds the capabilities' secrets: %s", exc)
         return

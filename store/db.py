@@ -144,6 +144,15 @@ class Database:
         """The store as messages may name it (a path, or a URL without its password)."""
         return self._place.shown
 
+    @property
+    def engine(self) -> Engine:
+        """The engine of a PostgreSQL store, for what a fleet keeps beside its records on the
+        same database (`pg_blobs`, `pg_documents`, its pool); a SQLite store has none to
+        share (its one connection is this object's) and raises `StoreError`."""
+        if self._place.is_sqlite:
+            raise StoreError(f"the store {self._place.shown} is SQLite: it shares no engine")
+        return self._engine
+
     async def close(self) -> None:
         """Close the connections; later calls raise `StoreError`."""
 

@@ -17,14 +17,7 @@ from pathlib import Path
 from typing import IO, TypeVar
 
 from sqlalchemy import (
-    BigInteger,
-    Column,
     Engine,
-    Integer,
-    LargeBinary,
-    MetaData,
-    String,
-    Table,
     select,
 )
 from sqlalchemy.dialects.postgresql import insert
@@ -33,25 +26,11 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from airlock.errors import StoreError
 
+from .schema import blob_chunks, blob_contents
+
 _T = TypeVar("_T")
 
 CHUNK_BYTES = 1024 * 1024
-
-metadata = MetaData()
-blob_contents = Table(
-    "blob_contents",
-    metadata,
-    Column("sha256", String(64), primary_key=True),
-    Column("size", BigInteger, nullable=False),
-    Column("chunk_bytes", Integer, nullable=False),
-)
-blob_chunks = Table(
-    "blob_chunks",
-    metadata,
-    Column("sha256", String(64), primary_key=True),
-    Column("seq", Integer, primary_key=True),
-    Column("data", LargeBinary, nullable=False),
-)
 
 
 class PostgresContents:

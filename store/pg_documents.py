@@ -12,22 +12,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from sqlalchemy import Column, Engine, Float, LargeBinary, MetaData, String, Table, func, select
+from sqlalchemy import Engine, func, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import SQLAlchemyError
 
 from airlock.errors import StoreError
 
 from .documents import DocumentUpdate
-
-metadata = MetaData()
-documents = Table(
-    "documents",
-    metadata,
-    Column("name", String(64), primary_key=True),
-    Column("body", LargeBinary, nullable=True),
-    Column("updated_at", Float, nullable=True),
-)
+from .schema import documents
 
 
 class PostgresDocuments:

@@ -25,6 +25,7 @@ from sqlalchemy import (
     Identity,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     Table,
     Text,
@@ -279,3 +280,29 @@ hatch_patches = Table(
     Column("seq", Count, Identity()),
 )
 Index("patches_by_copy", hatch_patches.c.copy_id, hatch_patches.c.sha256)
+
+# A fleet's shared bytes (pg_blobs.py, pg_documents.py); made on SQLite too, where nothing
+# writes them (one server keeps blobs and the vault as files): one schema for both.
+blob_contents = Table(
+    "blob_contents",
+    metadata,
+    Column("sha256", Text, primary_key=True),
+    Column("size", Count, nullable=False),
+    Column("chunk_bytes", Count, nullable=False),
+)
+
+blob_chunks = Table(
+    "blob_chunks",
+    metadata,
+    Column("sha256", Text, primary_key=True),
+    Column("seq", Count, primary_key=True, autoincrement=False),
+    Column("data", LargeBinary, nullable=False),
+)
+
+documents = Table(
+    "documents",
+    metadata,
+    Column("name", Text, primary_key=True),
+    Column("body", LargeBinary),
+    Column("updated_at", Seconds),
+)

@@ -12,20 +12,19 @@ import pytest
 import sqlalchemy
 
 from airlock.errors import StoreError
-from airlock.store import BlobStore
-from airlock.store.pg_blobs import CHUNK_BYTES, PostgresContents, blob_chunks, metadata
+from airlock.store import BlobStore, Database
+from airlock.store.pg_blobs import CHUNK_BYTES, PostgresContents
+from airlock.store.schema import blob_chunks
 
 pytestmark = pytest.mark.anyio
 
 
 @pytest.fixture
-def pg_engine(postgres_url: str) -> Iterator[sqlalchemy.Engine]:
-    engine = sqlalchemy.create_engine(
-        postgres_url.replace("postgresql://", "postgresql+psycopg://")
-    )
-    metadata.create_all(engine)
-    yield engine
-    engine.dispose()
+async def pg_engine(postgres_url: str) -> AsyncIterator[sqlalchemy.Engine]:
+    """The engine of a real PostgreSQL store, its schema made by the store's migrations."""
+    db = await Database.open(postgres_url)
+    yield db.engine
+    await db.close()
 
 
 @pytest.fixture(params=["files", "postgresql"])
@@ -33,8 +32,9 @@ async def blobs(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
     if request.param == "files":
         yield BlobStore(tmp_path / "blobs")
     else:
-        engine = request.getfixturevalue("pg_engine")
-        yield BlobStore(tmp_path / "blobs", contents=PostgresContents(engine))
+        db = await Database.open(request.getfixturevalue("postgres_url"))
+        yield BlobStore(tmp_path / "blobs", contents=PostgresContents(db.engine))
+        await db.close()
 
 
 def _big(size: int) -> bytes:

@@ -39,9 +39,9 @@ from test_egress import (
 from test_notices import listening
 from upstream import Upstream
 
-from airlock.broker import Vault, load_key, vault_path
 from airlock.policies import Policy
 from airlock.server import Config, build_server
+from airlock.server.config import open_vault
 from airlock.store import Database, GrantRevoked, SessionEnded
 from airlock.store.pg_notices import PostgresNotices
 
@@ -61,8 +61,19 @@ def fleet_server(
     upstream_ca_file: Path,
     postgres_url: str,
 ) -> Callable[[], Any]:
-    """A server on this test's data dir whose notices travel through `postgres_url`."""
-    Vault(vault_path(data_dir), load_key(data_dir, {})).set(SECRET_NAME, SECRET, ["localhost"])
+    """A server on this test's data dir whose records, notices, blobs and vault are in
+    `postgres_url` (the secret set in that vault beforehand, as `airlock secrets set
+    --store` would)."""
+
+    async def set_secret() -> None:
+        db = await Database.open(postgres_url)
+        try:
+            vault = open_vault(Config(data_dir=data_dir, store_url=postgres_url), db, {})
+            vault.set(SECRET_NAME, SECRET, ["localhost"])
+        finally:
+            await db.close()
+
+    anyio.run(set_secret)
 
     def make() -> Any:
         policy = egress_policy(upstream.port, upstream_ca_file)

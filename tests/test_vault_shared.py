@@ -8,24 +8,24 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import pytest
 import sqlalchemy
 
 from airlock.broker import Vault
 from airlock.errors import VaultError
-from airlock.store.pg_documents import PostgresDocuments, metadata
+from airlock.store import Database
+from airlock.store.pg_documents import PostgresDocuments
 
 KEY = os.urandom(32)
 
 
 @pytest.fixture
 def engine(postgres_url: str) -> Iterator[sqlalchemy.Engine]:
-    engine = sqlalchemy.create_engine(
-        postgres_url.replace("postgresql://", "postgresql+psycopg://")
-    )
-    metadata.create_all(engine)
-    yield engine
-    engine.dispose()
+    """The engine of a real PostgreSQL store, its schema made by the store's migrations."""
+    db = anyio.run(Database.open, postgres_url)
+    yield db.engine
+    anyio.run(db.close)
 
 
 def replica(engine: sqlalchemy.Engine, key: bytes = KEY) -> Vault:

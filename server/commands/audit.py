@@ -7,7 +7,7 @@ import argparse
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from ..config import Config
+from ..config import Config, blob_store
 from . import out
 
 if TYPE_CHECKING:
@@ -69,11 +69,9 @@ async def _runs(db: Database, config: Config, args: argparse.Namespace) -> str:
 
 
 async def _run(db: Database, config: Config, args: argparse.Namespace) -> str:
-    from airlock.store import BlobStore
-
     from ..audit import run_detail
 
-    return await run_detail(db, BlobStore(config.blobs_dir), args.run_id)
+    return await run_detail(db, blob_store(config, db), args.run_id)
 
 
 async def _egress(db: Database, config: Config, args: argparse.Namespace) -> str:

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..config import Config
+from ..config import Config, blob_store
 from . import out
 
 if TYPE_CHECKING:
@@ -53,13 +53,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _patch(config: Config, args: argparse.Namespace) -> int:
-    from airlock.store import BlobStore
-
     from ..config import open_records
 
     db = await open_records(config)
     try:
-        return await _ACTIONS[args.patch_command](db, BlobStore(config.blobs_dir), config, args)
+        return await _ACTIONS[args.patch_command](db, blob_store(config, db), config, args)
     finally:
         await db.close()
 

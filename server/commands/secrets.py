@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ..config import Config
+from ..config import Config, open_store, open_vault
 from . import out
 
 if TYPE_CHECKING:
@@ -45,11 +45,23 @@ def add_parser(commands: Subparsers, common: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from airlock.broker.vault import Vault, load_key, vault_path
+    config = Config.resolve(args.data_dir, args.policy, args.store)
+    if config.fleet_url is None:
+        return _ACTIONS[args.secrets_command](open_vault(config, None, os.environ), args)
+    import anyio  # a fleet's vault is in its PostgreSQL: open the store for it
 
-    data_dir = Config.resolve(args.data_dir, args.policy).data_dir
-    vault = Vault(vault_path(data_dir), load_key(data_dir, os.environ))
-    return _ACTIONS[args.secrets_command](vault, args)
+    return anyio.run(_in_fleet, config, args)
+
+
+async def _in_fleet(config: Config, args: argparse.Namespace) -> int:
+    import anyio.to_thread
+
+    db = await open_store(config)
+    try:
+        vault = open_vault(config, db, os.environ)
+        return await anyio.to_thread.run_sync(_ACTIONS[args.secrets_command], vault, args)
+    finally:
+        await db.close()
 
 
 def _set(vault: Vault, args: argparse.Namespace) -> int:
