@@ -62,7 +62,7 @@ def _common() -> argparse.ArgumentParser:
         metavar="URL",
         help=f"where the records live, as a database URL (postgresql://USER:PASSWORD@HOST/DB "
         f"for a fleet, or sqlite:///PATH); default: ${ENV_STORE_URL}, else the data dir's "
-        "SQLite file. Blobs stay in the data dir",
+        "SQLite file. A PostgreSQL store also keeps the blobs and the vault (a fleet)",
     )
     common.add_argument("-v", "--verbose", action="store_true", help="log debug details to stderr")
     common.add_argument(

@@ -127,7 +127,11 @@ async def serving(
         await background.start(claim.serve)
         # Sessions first (their runs are cancelled, their containers removed), then the
         # engine's background work (pool, pending removals).
-        undo.push_async_callback(_shielded(lambda: leases.end_all(reason="server shutdown")))
+        if config.fleet_url is None:
+            undo.push_async_callback(_shielded(lambda: leases.end_all(reason="server shutdown")))
+        else:
+            # A fleet's sessions outlive any one replica: the others serve them on.
+            undo.push_async_callback(_shielded(leases.leave_all))
         background.start_soon(engine.serve)
         interval = min(map(_sweep_interval, every_policy))
         background.start_soon(_housekeeping, leases, engine, interval, claim)

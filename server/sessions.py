@@ -212,6 +212,26 @@ class Leases:
             for lease in leases:
                 tg.start_soon(self._teardown, lease, reason)
 
+    async def leave_all(self) -> None:
+        """Let go of every lease without ending its session: a replica of a fleet going
+        away, whose sessions live on at the others. Its calls in them are cancelled and its
+        containers of them removed; their records are left as they are."""
+        async with self._lock:
+            leases = list(self._live.values())
+            for lease in leases:
+                self._forget(lease)
+        async with anyio.create_task_group() as tg:
+            for lease in leases:
+                tg.start_soon(self._leave, lease)
+
+    async def _leave(self, lease: _Lease) -> None:
+        with anyio.CancelScope(shield=True):
+            try:
+                removed = await end_here(self._services, lease.tenant, lease.id)
+            finally:
+                self._ending.discard(lease.id)
+        log.info("left session %s to the fleet; %d container(s) removed", lease.id, removed)
+
     async def sweep(self) -> int:
         """End every lease past its idle TTL or maximum lifetime, and let go of those another
         server of the fleet ended (its runs here cancelled, its containers here removed);

@@ -106,3 +106,25 @@ async def test_a_replica_with_another_vault_key_is_refused_at_start(
         assert await db.list_runs(limit=10) == []  # nothing half-written by the refused one
     finally:
         await db.close()
+
+
+async def test_a_replica_that_shuts_down_leaves_its_sessions_to_the_others(
+    replica: Callable[[str], MCPServer], postgres_url: str
+) -> None:
+    async with Client(replica("b")) as on_b:
+        async with Client(replica("a")) as on_a:
+            ran = await call(
+                on_a, "run_code", session_id="new", language="bash", code="echo kept > f.txt"
+            )
+            session = ran["session_id"]
+        # A is gone (its lifespan ended); the session lives on at B, files and all.
+        again = await call(on_b, "run_code", session_id=session, language="bash", code="cat f.txt")
+        assert again["stdout"]["text"] == "kept\n"
+    db = await Database.open(postgres_url)
+    try:
+        record = await db.get_session(session)
+    finally:
+        await db.close()
+    assert record is not None
+    # B's own shutdown leaves it too: only end_session or expiry ends a fleet's session.
+    assert record.ended_at is None
