@@ -26,7 +26,7 @@ import httpx2
 import pytest
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
-from support import AIRLOCK, NO_POOL_TOML, ROOT, airlock_main
+from support import AIRLOCK, NO_POOL_TOML, ROOT, airlock_main, free_port
 
 from airlock.policies import Policy
 from airlock.server.auth import load_auth_config
@@ -294,3 +294,84 @@ async def test_the_http_quick_start_runs_as_written(tmp_path: Path) -> None:
             await server.wait()
     assert refused.status_code == 401
     assert "run_code" in tools
+
+
+@pytest.mark.docker
+@pytest.mark.anyio
+async def test_the_fleet_block_runs_as_written_and_replicas_share_a_session(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    """ "Serve a fleet", on two replicas: its two exports with this test's own values (a real
+    PostgreSQL, a real key file), its serve line verbatim but for the port, each replica with
+    a data dir of its own; a session started through one is used and ended through the other."""
+    store_line, key_line, serve_line = _section_commands("## Serve a fleet")
+    assert store_line.startswith("export AIRLOCK_STORE_URL=")
+    assert key_line.startswith("export AIRLOCK_VAULT_KEY_FILE=")
+    keys_line, _ = _section_commands("## Serve a team over HTTP")
+    clone = tmp_path / "clone"
+    (clone / ".venv" / "bin").mkdir(parents=True)
+    (clone / ".venv" / "bin" / "airlock").symlink_to(AIRLOCK)
+    no_pool = tmp_path / "no-pool.toml"
+    no_pool.write_text(NO_POOL_TOML)
+    key_file = tmp_path / "vault.key"
+    await anyio.run_process(
+        ["bash", "-c", f"head -c 32 /dev/urandom | base64 > {key_file}; chmod 600 {key_file}"]
+    )
+    env = {**os.environ, "HOME": str(tmp_path / "home"), "AIRLOCK_POLICY": str(no_pool)}
+    made = await anyio.run_process(["bash", "-c", keys_line], cwd=clone, env=env, check=False)
+    assert made.returncode == 0, made.stderr.decode()
+    key = (clone / "acme.key").read_text().strip()
+    exports = (
+        f"export AIRLOCK_STORE_URL={shlex.quote(postgres_url)}; "
+        f"export AIRLOCK_VAULT_KEY_FILE={shlex.quote(str(key_file))}; "
+    )
+    ports = [free_port(), free_port()]
+    replicas = [
+        await anyio.open_process(
+            ["bash", "-c", exports + "exec " + serve_line.replace("--port 8765", f"--port {port}")],
+            cwd=clone,
+            env={**env, "AIRLOCK_DATA_DIR": str(tmp_path / f"data-{port}")},
+            stderr=None,
+        )
+        for port in ports
+    ]
+    headers = {"Authorization": f"Bearer {key}"}
+    try:
+        for port in ports:
+            await _until_healthy(port)
+        url_a, url_b = (f"http://127.0.0.1:{port}/mcp" for port in ports)
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=120) as http_a,
+            httpx2.AsyncClient(headers=headers, timeout=120) as http_b,
+            Client(streamable_http_client(url_a, http_client=http_a)) as a,
+            Client(streamable_http_client(url_b, http_client=http_b)) as b,
+        ):
+            first = await a.call_tool(
+                "run_code", {"language": "bash", "code": "echo fleet > f.txt"}
+            )
+            assert first.structured_content is not None, first.content
+            session = first.structured_content["session_id"]
+            second = await b.call_tool(
+                "run_code", {"language": "bash", "code": "cat f.txt", "session_id": session}
+            )
+            assert second.structured_content is not None, second.content
+            assert second.structured_content["stdout"]["text"] == "fleet\n"
+            ended = await b.call_tool("end_session", {"session_id": session})
+            assert not ended.is_error, ended.content
+            gone = await a.call_tool("list_workspace", {"session_id": session})
+            assert gone.is_error
+    finally:
+        for replica in replicas:
+            replica.terminate()
+            with anyio.fail_after(60):
+                await replica.wait()
+
+
+async def _until_healthy(port: int) -> None:
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as http:
+        with anyio.fail_after(60):
+            while True:
+                with contextlib.suppress(httpx.TransportError):
+                    if (await http.get("/healthz")).status_code == 200:
+                        return
+                await anyio.sleep(0.1)
