@@ -56,7 +56,7 @@ T = TypeVar("T")
 
 # Tests that watch a session's containers by their `airlock.session` label run without
 # the warm pool: pooled containers are created before any session and carry no session
-# label. tests/test_backend_contract.py covers pooled containers' teardown.
+# label. tests/rooms/sandbox/test_backend_contract.py covers pooled containers' teardown.
 NO_POOL: dict[str, Any] = {"pool": {"size": 0}}
 NO_POOL_TOML = "[pool]\nsize = 0\n"
 
@@ -677,7 +677,7 @@ def windows_spellings(path: str) -> list[str]:
 
 
 # ---- egress: the upstream's capability and the programs that report on it -------------------
-# Shared by tests/test_egress.py and the fleet tests that revoke or end what it grants.
+# Shared by tests/rooms/egress/test_egress.py and the fleet tests that revoke or end what it grants.
 
 EGRESS_SECRET_NAME = "test_token"
 EGRESS_SECRET = "sk-e2e-" + secrets.token_urlsafe(24)

@@ -819,7 +819,7 @@ async def test_ask_capability_not_approved_is_a_error_text(
 async def test_ask_capability_from_a_client_without_elicitation_waits_for_the_operator(
     ask_server: Callable[[], MCPServer], mode: str
 ) -> None:
-    # tests/test_approvals.py follows such a request to its grant.
+    # tests/rooms/server/test_approvals.py follows such a request to its grant.
     async with Client(ask_server(), mode=mode) as c:
         refused = await call(
             c, "request_capability", {"capability": ASK, "reason": "r", "params": {"org": "acme"}}

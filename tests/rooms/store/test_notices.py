@@ -1,7 +1,8 @@
 """Fleet notices: in-process delivery, and LISTEN/NOTIFY on the real PostgreSQL
 (two listeners on one database, a listener whose backend is terminated, a stranger's
 malformed NOTIFY). The effects the notices drive are tested with the tools that cause
-them (tests/test_egress.py, tests/test_teardown.py, tests/test_approvals.py).
+them (tests/rooms/egress/test_egress.py, tests/rooms/sandbox/test_teardown.py,
+tests/rooms/server/test_approvals.py).
 """
 
 from __future__ import annotations

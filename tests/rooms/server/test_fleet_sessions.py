@@ -3,8 +3,9 @@ servers in this process on one data directory, the store every replica reads) al
 by call, and what one did the other sees.
 
 The fleet over PostgreSQL (what one server changes reaching the others) is
-tests/test_fleet_effects.py and tests/test_fleet_quotas.py; this is the session rule's own
-part of it, cheap enough to run without containers where no code runs.
+tests/rooms/server/test_fleet_effects.py and tests/rooms/server/test_fleet_quotas.py; this
+is the session rule's own part of it, cheap enough to run without containers where no code
+runs.
 """
 
 from __future__ import annotations
