@@ -111,7 +111,7 @@ class Decision:
 
 def _deny(reason: str, rule_id: str | None = None, status: int = 403) -> Decision:
     # Every 403 reason says which capability would allow the request or that none would
-    # (finding 7); the table tests in tests/test_egress_decision.py check each branch.
+    # (finding 7); the table tests in tests/rooms/egress/test_egress_decision.py check each branch.
     return Decision(allow=False, reason=reason, rule_id=rule_id, status=status)
 
 

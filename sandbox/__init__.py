@@ -10,7 +10,8 @@ checked by `lint-imports`).
 
 The code that runs inside the containers (the entrypoint, the runner, the code's process)
 is the subpackage `inside`: standard library only, copied into the image byte for byte.
-The rest of this room imports only its `wire` module (tests/test_inside.py checks both).
+The rest of this room imports only its `wire` module (tests/rooms/inside/test_inside.py checks
+both).
 
 The names below are imported on first use (`airlock.lazy`), so a module of this room
 that needs no engine (`gitdiff`, `patch_apply` for `airlock patch`) loads without docker.

@@ -2,7 +2,8 @@
 
 A run takes one sandbox (`Backend.sandbox`), binds the run's egress proxy into the
 sandbox's egress directory when it has egress, and hands the sandbox its one job.
-docs/backends.md describes the contract every backend passes (tests/test_backend_contract.py).
+docs/backends.md describes the contract every backend passes
+(tests/rooms/sandbox/test_backend_contract.py).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ closes it again (or warns) whenever that object is collected. Taking the descrip
 closing the response gives the stream one owner. That needs the SDK's private `_post`,
 `_url` and `_raise_for_status`, and the response's `raw._fp.fp.raw._sock` (urllib3, then
 http.client, then the socket), hence `docker` pinned to 7.x. If any of it moves, `attach`
-raises naming this module, and tests/test_docker_attach.py fails loudly.
+raises naming this module, and tests/rooms/sandbox/test_docker_attach.py fails loudly.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ ending on one fails with "'NoneType' object has no attribute 'qsize'". Keyed by 
 engine's address instead, every request shares one pool, as requests' own adapter would
 do. That replaces the adapter's `get_connection_with_tls_context` and relies on its
 `get_connection` and `pools`, hence `docker` pinned to 7.x; if they move,
-`share_one_pool` raises naming this module, and tests/test_docker_connections.py fails
+`share_one_pool` raises naming this module, and tests/rooms/sandbox/test_docker_connections.py fails
 loudly.
 
 The pool's connections to a unix socket also close their socket when connecting fails:

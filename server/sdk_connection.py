@@ -6,7 +6,7 @@ idle timeout) has an `exit_stack` the SDK closes when the connection ends, reach
 as `ctx.request_context.session._connection`. On 2026-07-28 a connection lasts one request,
 so nothing is worth binding to it and this adapter is not consulted. Hence `mcp` is pinned
 to 2.3.*; if the SDK changes shape, `connection_exit_stack` raises naming this module rather
-than quietly never ending a lease, and tests/test_sdk_connection.py fails loudly.
+than quietly never ending a lease, and tests/rooms/server/test_sdk_connection.py fails loudly.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ registration and rewrites argument errors into one sentence built from the tool'
 
 Closing the model touches SDK internals (`MCPServer._tool_manager`, `Tool.fn_metadata.arg_model`,
 `Tool.parameters`); `_close` checks their shape and fails at registration, not at a call, if
-the SDK changes (hence `mcp` pinned to 2.3.*; tests/test_arguments.py watches it too).
+the SDK changes (hence `mcp` pinned to 2.3.*; tests/rooms/server/test_arguments.py watches it too).
 Nothing else here touches the SDK beyond its public `add_tool` and `call_tool`, and the
 tools/list handler (`_handle_list_tools`, bound by the SDK at construction), which a server
 whose session rule depends on the caller's protocol era overrides to say that era's rule.

@@ -5,8 +5,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
+import json
 import logging
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -47,13 +49,14 @@ from airlock.server.auth import generate_api_key
 from airlock.server.cli import main
 from airlock.server.engine import Engine
 from airlock.store import BlobStore, Database, RunRecord, SessionRecord, WorkspaceFile
+from airlock.store.pg_notices import PostgresNotices
 from airlock.tools import Services
 
 T = TypeVar("T")
 
 # Tests that watch a session's containers by their `airlock.session` label run without
 # the warm pool: pooled containers are created before any session and carry no session
-# label. tests/test_backend_contract.py covers pooled containers' teardown.
+# label. tests/rooms/sandbox/test_backend_contract.py covers pooled containers' teardown.
 NO_POOL: dict[str, Any] = {"pool": {"size": 0}}
 NO_POOL_TOML = "[pool]\nsize = 0\n"
 
@@ -671,3 +674,126 @@ def windows_spellings(path: str) -> list[str]:
         "/".join([short_name(segments[0]), *segments[1:]]),
         "/".join([*segments[:-1], short_name(segments[-1])]),
     ]
+
+
+# ---- egress: the upstream's capability and the programs that report on it -------------------
+# Shared by tests/rooms/egress/test_egress.py and the fleet tests that revoke or end what it grants.
+
+EGRESS_SECRET_NAME = "test_token"
+EGRESS_SECRET = "sk-e2e-" + secrets.token_urlsafe(24)
+
+LOOPBACK = ["127.0.0.0/8", "::1/128"]
+EGRESS_CAP = "local-api"
+
+# Helpers every sandbox program starts with; each program prints one JSON line (report).
+EGRESS_PRELUDE = r"""
+import base64, json, os, socket, subprocess, urllib.error, urllib.request
+
+def fetch(url, method="GET", data=None, headers=None):
+    request = urllib.request.Request(url, data=data, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=20) as response:
+            return {"status": response.status, "body": response.read().decode()}
+    except urllib.error.HTTPError as exc:
+        return {"status": exc.code, "reason": exc.headers.get("X-Airlock-Reason")}
+    except OSError as exc:
+        return {"status": None, "error": str(exc)}
+
+def curl(url, *args):
+    done = subprocess.run(
+        ["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code} %{http_connect}",
+         "--max-time", "20", *args, url],
+        capture_output=True, text=True,
+    )
+    code, connect = done.stdout.split()
+    return {"exit": done.returncode, "code": code, "connect": connect,
+            "stderr": done.stderr.strip()}
+
+def raw_connect(authority, token=None):
+    token = os.environ.get("AIRLOCK_TOKEN", "") if token is None else token
+    auth = base64.b64encode(f"airlock:{token}".encode()).decode()
+    head = (f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n"
+            f"Proxy-Authorization: Basic {auth}\r\n\r\n")
+    with socket.create_connection(("127.0.0.1", 3128), timeout=20) as s:
+        s.sendall(head.encode())
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    lines = data.split(b"\r\n\r\n")[0].decode("latin-1").split("\r\n")
+    fields = dict(line.split(": ", 1) for line in lines[1:] if ": " in line)
+    return {"status": int(lines[0].split()[1]), "reason": fields.get("x-airlock-reason")}
+
+def report(**facts):
+    print(json.dumps(facts))
+"""
+
+
+def egress_policy(
+    port: int,
+    ca_file: Path,
+    *,
+    allow_private: bool = True,
+    hosts: tuple[str, ...] = ("localhost",),
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    local_api: dict[str, Any] = {
+        "description": "the test upstream",
+        "hosts": list(hosts),
+        "ports": [port],
+        "methods": ["GET"],
+        "paths": ["/api/**"],
+        "secret": EGRESS_SECRET_NAME,
+        "inject": {"header": "Authorization", "format": "Bearer {secret}"},
+        "approval": "auto",
+        "ttl": "5m",
+        "max_ttl": "10m",
+    }
+    if allow_private:
+        local_api["allow_private"] = LOOPBACK
+    return {
+        "capabilities": {EGRESS_CAP: local_api, **(extra or {})},
+        "egress": {"upstream_ca_file": str(ca_file)},
+        "limits": {"timeout_s": 40, "memory_mb": 256},
+    }
+
+
+async def grant(c: Client, capability: str = EGRESS_CAP, **args: Any) -> dict[str, Any]:
+    """request_capability that must succeed (`EGRESS_CAP` unless told); the grant."""
+    return await ok(c, "request_capability", {"capability": capability, "reason": "test", **args})
+
+
+async def egress_run(
+    c: Client, code: str, capabilities: list[str] | None = None, **args: Any
+) -> dict[str, Any]:
+    """run_code with the prelude; the structured result (it must not be a tool error)."""
+    return await run(c, EGRESS_PRELUDE + code, capabilities=capabilities or [], **args)
+
+
+def report(result: dict[str, Any]) -> Any:
+    """The one JSON line an `EGRESS_PRELUDE` program printed last (its `report`)."""
+    assert result["status"] == "ok", (result["stdout"], result["stderr"])
+    return json.loads(result["stdout"]["text"].strip().splitlines()[-1])
+
+
+def is_tunnel(record: dict[str, Any]) -> bool:
+    """A tunnel's own record, written when it ends (the requests inside have their own)."""
+    return record["method"] == "CONNECT" and "ended: " in record["reason"]
+
+
+def requests_of(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A run's egress records without its tunnels' own."""
+    return [r for r in records if not is_tunnel(r)]
+
+
+@asynccontextmanager
+async def listening(url: str, origin: str) -> AsyncIterator[PostgresNotices]:
+    """Notices on the PostgreSQL at `url` as the server `origin`, listening until the block ends."""
+    notices = PostgresNotices(url, origin)
+    async with anyio.create_task_group() as tg:
+        with anyio.fail_after(10):
+            await tg.start(notices.serve)
+        yield notices
+        tg.cancel_scope.cancel()

@@ -930,7 +930,7 @@ async def test_artifact_traversal_and_foreign_runs_are_refused(
 ) -> None:
     # Another tenant's run in the same data directory, holding something worth stealing:
     # made by a run here, then handed to tenant "victim" in the store (over HTTP a key's
-    # tenant does that; tests/test_http.py covers the real thing).
+    # tenant does that; tests/rooms/server/test_http.py covers the real thing).
     async with Client(make_server(SMALL), mode=mode) as v:
         stolen = await run(v, "open('secret.txt','w').write('root:x:0:0:victim secret')")
         assert stolen["status"] == "ok"

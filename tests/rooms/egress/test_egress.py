@@ -21,15 +21,24 @@ from typing import Any
 
 import anyio
 import pytest
-import support
 from mcp.client import Client
 from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult, ElicitRequestParams, ElicitResult
 from support import (
+    EGRESS_CAP,
+    EGRESS_PRELUDE,
+    EGRESS_SECRET,
+    EGRESS_SECRET_NAME,
+    LOOPBACK,
     airlock_async,
     call,
+    egress_policy,
+    egress_run,
     error_text,
-    ok,
+    grant,
+    is_tunnel,
+    report,
+    requests_of,
     text_of,
     wait_until,
     without_airlock_settings,
@@ -43,11 +52,7 @@ from airlock.server import Config, build_server
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
 
 MODES = pytest.mark.parametrize("mode", ["auto", "legacy"])
-SECRET_NAME = "test_token"
-SECRET = "sk-e2e-" + secrets.token_urlsafe(24)
 QUERY_VALUE = "qv-" + secrets.token_hex(8)
-LOOPBACK = ["127.0.0.0/8", "::1/128"]
-CAP = "local-api"
 ASK = "ask-api"
 BASE_ENV = {
     "PATH": "/usr/local/bin:/usr/bin:/bin",
@@ -66,82 +71,8 @@ CA_VARIABLES = (
     "PIP_CERT",
 )
 
-# Helpers every sandbox program starts with; each program prints one JSON line (report).
-PRELUDE = r"""
-import base64, json, os, socket, subprocess, urllib.error, urllib.request
-
-def fetch(url, method="GET", data=None, headers=None):
-    request = urllib.request.Request(url, data=data, method=method, headers=headers or {})
-    try:
-        with urllib.request.urlopen(request, timeout=20) as response:
-            return {"status": response.status, "body": response.read().decode()}
-    except urllib.error.HTTPError as exc:
-        return {"status": exc.code, "reason": exc.headers.get("X-Airlock-Reason")}
-    except OSError as exc:
-        return {"status": None, "error": str(exc)}
-
-def curl(url, *args):
-    done = subprocess.run(
-        ["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code} %{http_connect}",
-         "--max-time", "20", *args, url],
-        capture_output=True, text=True,
-    )
-    code, connect = done.stdout.split()
-    return {"exit": done.returncode, "code": code, "connect": connect,
-            "stderr": done.stderr.strip()}
-
-def raw_connect(authority, token=None):
-    token = os.environ.get("AIRLOCK_TOKEN", "") if token is None else token
-    auth = base64.b64encode(f"airlock:{token}".encode()).decode()
-    head = (f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n"
-            f"Proxy-Authorization: Basic {auth}\r\n\r\n")
-    with socket.create_connection(("127.0.0.1", 3128), timeout=20) as s:
-        s.sendall(head.encode())
-        data = b""
-        while b"\r\n\r\n" not in data:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-    lines = data.split(b"\r\n\r\n")[0].decode("latin-1").split("\r\n")
-    fields = dict(line.split(": ", 1) for line in lines[1:] if ": " in line)
-    return {"status": int(lines[0].split()[1]), "reason": fields.get("x-airlock-reason")}
-
-def report(**facts):
-    print(json.dumps(facts))
-"""
-
 
 # ---- fixtures and helpers -----------------------------------------------------------------
-
-
-def egress_policy(
-    port: int,
-    ca_file: Path,
-    *,
-    allow_private: bool = True,
-    hosts: tuple[str, ...] = ("localhost",),
-    extra: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    local_api: dict[str, Any] = {
-        "description": "the test upstream",
-        "hosts": list(hosts),
-        "ports": [port],
-        "methods": ["GET"],
-        "paths": ["/api/**"],
-        "secret": SECRET_NAME,
-        "inject": {"header": "Authorization", "format": "Bearer {secret}"},
-        "approval": "auto",
-        "ttl": "5m",
-        "max_ttl": "10m",
-    }
-    if allow_private:
-        local_api["allow_private"] = LOOPBACK
-    return {
-        "capabilities": {CAP: local_api, **(extra or {})},
-        "egress": {"upstream_ca_file": str(ca_file)},
-        "limits": {"timeout_s": 40, "memory_mb": 256},
-    }
 
 
 MakeEgressServer = Callable[..., MCPServer]
@@ -155,7 +86,9 @@ def egress_server(
     upstream_ca_file: Path,
 ) -> MakeEgressServer:
     """Servers whose policy names `upstream`, with the secret in the vault beforehand."""
-    Vault(vault_path(data_dir), load_key(data_dir, {})).set(SECRET_NAME, SECRET, ["localhost"])
+    Vault(vault_path(data_dir), load_key(data_dir, {})).set(
+        EGRESS_SECRET_NAME, EGRESS_SECRET, ["localhost"]
+    )
 
     def make(clock: Callable[[], float] = time.time, **options: Any) -> MCPServer:
         return make_server(egress_policy(upstream.port, upstream_ca_file, **options), clock=clock)
@@ -163,36 +96,11 @@ def egress_server(
     return make
 
 
-async def grant(c: Client, capability: str = CAP, **args: Any) -> dict[str, Any]:
-    return await ok(c, "request_capability", {"capability": capability, "reason": "test", **args})
-
-
-async def run(
-    c: Client, code: str, capabilities: list[str] | None = None, **args: Any
-) -> dict[str, Any]:
-    """run_code with the prelude; the structured result (it must not be a tool error)."""
-    return await support.run(c, PRELUDE + code, capabilities=capabilities or [], **args)
-
-
-def report(result: dict[str, Any]) -> Any:
-    assert result["status"] == "ok", (result["stdout"], result["stderr"])
-    return json.loads(result["stdout"]["text"].strip().splitlines()[-1])
-
-
 async def assert_alive(c: Client) -> None:
     result = await call(c, "run_code", {"code": "print('alive')"})
     assert not result.is_error, result.content
     assert result.structured_content is not None
     assert result.structured_content["stdout"]["text"] == "alive\n"
-
-
-def is_tunnel(record: dict[str, Any]) -> bool:
-    """A tunnel's own record, written when it ends (the requests inside have their own)."""
-    return record["method"] == "CONNECT" and "ended: " in record["reason"]
-
-
-def requests_of(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [r for r in records if not is_tunnel(r)]
 
 
 def only(records: list[dict[str, Any]], **match: Any) -> dict[str, Any]:
@@ -215,7 +123,7 @@ async def test_urllib_and_curl_reach_the_granted_upstream_with_the_secret_inject
     url = f"https://localhost:{upstream.port}"
     async with Client(egress_server(), mode=mode) as c:
         cap = await grant(c)
-        result = await run(
+        result = await egress_run(
             c,
             f'report(urllib=fetch("{url}/api/urllib?token={QUERY_VALUE}"), '
             f'curl=curl("{url}/api/curl?token={QUERY_VALUE}"))',
@@ -228,7 +136,7 @@ async def test_urllib_and_curl_reach_the_granted_upstream_with_the_secret_inject
     assert sorted(upstream.paths()) == sorted(
         [f"/api/urllib?token={QUERY_VALUE}", f"/api/curl?token={QUERY_VALUE}"]
     )
-    assert auth_seen(upstream) == [[f"Bearer {SECRET}"]] * 2
+    assert auth_seen(upstream) == [[f"Bearer {EGRESS_SECRET}"]] * 2
     for seen in upstream.seen:
         assert seen.all("Proxy-Authorization") == []
     assert len(requests_of(result["egress"])) == 2
@@ -243,7 +151,7 @@ async def test_urllib_and_curl_reach_the_granted_upstream_with_the_secret_inject
         assert record["decision"] == "allow"
         assert "with its secret injected" in record["reason"]
     assert QUERY_VALUE not in json.dumps(result["egress"])
-    assert SECRET not in json.dumps(result)
+    assert EGRESS_SECRET not in json.dumps(result)
 
 
 @pytest.mark.parametrize("library", ["requests", "httpx"])
@@ -261,13 +169,13 @@ else:
 """
     async with Client(egress_server()) as c:
         cap = await grant(c)
-        result = await run(c, code, [cap["capability_id"]])
+        result = await egress_run(c, code, [cap["capability_id"]])
     out = report(result)
     if "missing" in out:
         assert out["missing"] == f"No module named '{library}'"
         pytest.skip(f"{library} is not installed in the sandbox image")
     assert out["status"] == 200
-    assert auth_seen(upstream) == [[f"Bearer {SECRET}"]]
+    assert auth_seen(upstream) == [[f"Bearer {EGRESS_SECRET}"]]
     assert only(result["egress"], path=f"/api/{library}")["status"] == 200
 
 
@@ -278,7 +186,9 @@ async def test_egress_works_with_a_data_dir_of_60_characters(
     data = root / ("d" * (60 - len(str(root)) - 1))
     assert len(str(data)) == 60
     try:
-        Vault(vault_path(data), load_key(data, {})).set(SECRET_NAME, SECRET, ["localhost"])
+        Vault(vault_path(data), load_key(data, {})).set(
+            EGRESS_SECRET_NAME, EGRESS_SECRET, ["localhost"]
+        )
         policy = Policy.model_validate(egress_policy(upstream.port, upstream_ca_file))
         async with Client(build_server(Config(data_dir=data), policy)) as c:
             cap = await grant(c)
@@ -287,7 +197,7 @@ async def test_egress_works_with_a_data_dir_of_60_characters(
                 c,
                 "run_code",
                 {
-                    "code": PRELUDE + f'report(s=fetch("{url}")["status"])',
+                    "code": EGRESS_PRELUDE + f'report(s=fetch("{url}")["status"])',
                     "capabilities": [cap["capability_id"]],
                 },
             )
@@ -353,11 +263,11 @@ async def test_secret_appears_nowhere_in_the_sandbox_results_store_or_logs(
 ) -> None:
     caplog.set_level(logging.DEBUG)
     canary = "canary-" + secrets.token_hex(8)
-    needles = {"secret": SECRET.encode()[::-1].hex(), "canary": canary.encode()[::-1].hex()}
+    needles = {"secret": EGRESS_SECRET.encode()[::-1].hex(), "canary": canary.encode()[::-1].hex()}
     code = f"NEEDLES = {needles!r}\nURL = 'https://localhost:{upstream.port}/api/scan'\n" + SCAN
     results: list[CallToolResult] = []
     async with Client(egress_server()) as c:
-        granted = await call(c, "request_capability", {"capability": CAP, "reason": "scan"})
+        granted = await call(c, "request_capability", {"capability": EGRESS_CAP, "reason": "scan"})
         assert granted.structured_content is not None
         results.append(granted)
         cap_id = granted.structured_content["capability_id"]
@@ -366,7 +276,7 @@ async def test_secret_appears_nowhere_in_the_sandbox_results_store_or_logs(
                 c,
                 "run_code",
                 {
-                    "code": PRELUDE + code,
+                    "code": EGRESS_PRELUDE + code,
                     "capabilities": [cap_id],
                     "files": [{"path": "canary.txt", "content": canary}],
                 },
@@ -386,19 +296,19 @@ async def test_secret_appears_nowhere_in_the_sandbox_results_store_or_logs(
         assert "/proc/self/environ" in out["environs"] and len(out["environs"]) >= 3
         assert out["bundle"]
     # The secret did go out, from the proxy, during these runs.
-    assert auth_seen(upstream) == [[f"Bearer {SECRET}"]] * 2
+    assert auth_seen(upstream) == [[f"Bearer {EGRESS_SECRET}"]] * 2
 
     for result in results:
-        assert SECRET not in result.model_dump_json()
+        assert EGRESS_SECRET not in result.model_dump_json()
     assert (data_dir / "airlock.db").is_file()
     for path in files_under(data_dir):
-        assert SECRET.encode() not in path.read_bytes(), path
+        assert EGRESS_SECRET.encode() not in path.read_bytes(), path
     # The byte scan works: the canary file of the workspace is in a blob.
     assert any(canary.encode() in p.read_bytes() for p in files_under(data_dir / "blobs"))
     assert caplog.records, "nothing was logged, so the log check proves nothing"
-    assert SECRET not in caplog.text
+    assert EGRESS_SECRET not in caplog.text
     for record in caplog.records:
-        assert SECRET not in repr(record.args)
+        assert EGRESS_SECRET not in repr(record.args)
 
 
 async def test_an_upstream_echoing_the_secret_hands_the_code_only_a_mask(
@@ -411,14 +321,14 @@ with urllib.request.urlopen("https://localhost:{upstream.port}/api/echo", timeou
 """
     async with Client(egress_server()) as c:
         cap = await grant(c)
-        result = await run(c, code, [cap["capability_id"]])
+        result = await egress_run(c, code, [cap["capability_id"]])
     # The upstream got the secret and handed it back; the code saw a mask in its place.
-    assert auth_seen(upstream) == [[f"Bearer {SECRET}"]]
+    assert auth_seen(upstream) == [[f"Bearer {EGRESS_SECRET}"]]
     text = result["stdout"]["text"]
-    assert text.splitlines()[0] == "Bearer " + "*" * len(SECRET)
-    assert SECRET not in json.dumps(result)
+    assert text.splitlines()[0] == "Bearer " + "*" * len(EGRESS_SECRET)
+    assert EGRESS_SECRET not in json.dumps(result)
     for path in files_under(data_dir):
-        assert SECRET.encode() not in path.read_bytes(), path
+        assert EGRESS_SECRET.encode() not in path.read_bytes(), path
 
 
 # ---- 3. the exact environment -------------------------------------------------------------
@@ -443,8 +353,8 @@ async def test_environment_is_exactly_the_documented_set_with_and_without_egress
 ) -> None:
     async with Client(egress_server(), mode=mode) as c:
         cap = await grant(c)
-        with_egress = report(await run(c, ENV_PROBE, [cap["capability_id"]]))
-        without = report(await run(c, ENV_PROBE))
+        with_egress = report(await egress_run(c, ENV_PROBE, [cap["capability_id"]]))
+        without = report(await egress_run(c, ENV_PROBE))
     env = with_egress["env"]
     token = env.get("AIRLOCK_TOKEN", "")
     assert len(token) >= 43 and token.replace("-", "").replace("_", "").isalnum()
@@ -478,7 +388,7 @@ async def test_host_not_granted_is_refused_403_and_the_proxy_keeps_serving(
     other = f"localhost:{other_upstream.port}"
     async with Client(egress_server()) as c:
         cap = await grant(c)
-        result = await run(
+        result = await egress_run(
             c,
             f'report(denied=fetch("https://{other}/api/x"), '
             f'allowed=fetch("https://localhost:{upstream.port}/api/after"))',
@@ -505,7 +415,7 @@ async def test_method_outside_the_grant_is_refused_403(
     url = f"https://localhost:{upstream.port}/api/x"
     async with Client(egress_server()) as c:
         cap = await grant(c)
-        result = await run(
+        result = await egress_run(
             c, f'report(post=fetch("{url}", method="POST", data=b"{{}}"))', [cap["capability_id"]]
         )
         await assert_alive(c)
@@ -523,7 +433,7 @@ async def test_path_outside_the_grant_is_refused_403(
 ) -> None:
     async with Client(egress_server()) as c:
         cap = await grant(c)
-        result = await run(
+        result = await egress_run(
             c,
             f'report(admin=fetch("https://localhost:{upstream.port}/admin?k={QUERY_VALUE}"))',
             [cap["capability_id"]],
@@ -542,7 +452,7 @@ async def test_plaintext_http_to_the_host_whose_secret_needs_tls_is_refused_403(
 ) -> None:
     async with Client(egress_server()) as c:
         cap = await grant(c)
-        result = await run(
+        result = await egress_run(
             c,
             f'report(plain=fetch("http://localhost:{upstream.port}/api/x"))',
             [cap["capability_id"]],
@@ -560,7 +470,7 @@ async def test_name_resolving_to_loopback_without_allow_private_is_refused_403(
 ) -> None:
     async with Client(egress_server(allow_private=False)) as c:
         cap = await grant(c)
-        result = await run(
+        result = await egress_run(
             c,
             f'report(local=fetch("https://localhost:{upstream.port}/api/x"))',
             [cap["capability_id"]],
@@ -601,7 +511,7 @@ report(
     }
     async with Client(egress_server(extra={"loopback": loopback})) as c:
         cap = await grant(c, "loopback")
-        result = await run(c, code, [cap["capability_id"]])
+        result = await egress_run(c, code, [cap["capability_id"]])
         await assert_alive(c)
     out = report(result)
     # curl rewrites these to 127.0.0.1 before asking the proxy, which refuses loopback.
@@ -639,7 +549,7 @@ report(http=fetch("http://169.254.169.254/latest/meta-data/"),
 """
     async with Client(egress_server(extra={"metadata": metadata})) as c:
         cap = await grant(c, "metadata")
-        result = await run(c, code, [cap["capability_id"]])
+        result = await egress_run(c, code, [cap["capability_id"]])
         await assert_alive(c)
     out = report(result)
     assert out["http"]["status"] == 403
@@ -666,7 +576,7 @@ report(curl=curl("https://[::ffff:127.0.0.1]:{upstream.port}/api/x"),
 """
     async with Client(egress_server(extra={"mapped": mapped})) as c:
         cap = await grant(c, "mapped")
-        result = await run(c, code, [cap["capability_id"]])
+        result = await egress_run(c, code, [cap["capability_id"]])
         await assert_alive(c)
     out = report(result)
     assert out["curl"]["code"] == "403"
@@ -722,13 +632,13 @@ report(held=fetch("{url}/api/hold")["status"])
         cap = (await grant(c))["capability_id"]
 
         async def first_run() -> None:
-            first.update(await run(c, first_code, [cap]))
+            first.update(await egress_run(c, first_code, [cap]))
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(first_run)
             token = await wait_until(lambda: dropped_token(upstream), within=60)
             # Run 1 is live and holds a request open; run 2 of the session tries its token.
-            second = await run(c, replay_code(token, upstream.port), [cap])
+            second = await egress_run(c, replay_code(token, upstream.port), [cap])
             upstream.release.set()
     assert_replay_refused(second, upstream)
     assert report(first)["held"] == 200
@@ -740,8 +650,10 @@ async def test_run_token_after_its_run_ended_is_refused_407(
 ) -> None:
     async with Client(egress_server()) as c:
         cap = (await grant(c))["capability_id"]
-        token = report(await run(c, 'report(token=os.environ["AIRLOCK_TOKEN"])', [cap]))["token"]
-        second = await run(c, replay_code(token, upstream.port), [cap])
+        token = report(await egress_run(c, 'report(token=os.environ["AIRLOCK_TOKEN"])', [cap]))[
+            "token"
+        ]
+        second = await egress_run(c, replay_code(token, upstream.port), [cap])
     assert_replay_refused(second, upstream)
 
 
@@ -771,7 +683,7 @@ report(one=fetch("{url}/api/one")["status"], hold=fetch("{url}/api/hold")["statu
         cap = (await grant(c))["capability_id"]
 
         async def the_run() -> None:
-            done.update(await run(c, code, [cap]))
+            done.update(await egress_run(c, code, [cap]))
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(the_run)
@@ -793,7 +705,7 @@ async def test_end_session_forgets_the_capability_and_its_run_tokens(
 ) -> None:
     async with Client(egress_server()) as c:
         cap = (await grant(c))["capability_id"]
-        first = await run(c, 'report(token=os.environ["AIRLOCK_TOKEN"])', [cap])
+        first = await egress_run(c, 'report(token=os.environ["AIRLOCK_TOKEN"])', [cap])
         token = report(first)["token"]
         ended = await call(c, "end_session", {"session_id": first["session_id"]})
         assert not ended.is_error, ended.content
@@ -801,7 +713,7 @@ async def test_end_session_forgets_the_capability_and_its_run_tokens(
         assert "unknown, expired or revoked" in error_text(refused)
         fresh = (await grant(c))["capability_id"]
         assert fresh != cap
-        second = await run(c, replay_code(token, upstream.port), [fresh])
+        second = await egress_run(c, replay_code(token, upstream.port), [fresh])
     assert second["session_id"] != first["session_id"]
     assert_replay_refused(second, upstream)
 
@@ -867,7 +779,7 @@ async def test_ask_capability_approved_by_the_user_is_granted_and_scoped_to_its_
     url = f"https://localhost:{upstream.port}"
     async with Client(ask_server(), mode=mode, elicitation_callback=human) as c:
         granted = await grant(c, ASK, params={"org": "acme"}, reason="read acme")
-        result = await run(
+        result = await egress_run(
             c,
             f'report(own=fetch("{url}/api/acme/x")["status"], '
             f'other=fetch("{url}/api/evil/x")["status"])',
@@ -907,7 +819,7 @@ async def test_ask_capability_not_approved_is_a_error_text(
 async def test_ask_capability_from_a_client_without_elicitation_waits_for_the_operator(
     ask_server: Callable[[], MCPServer], mode: str
 ) -> None:
-    # tests/test_approvals.py follows such a request to its grant.
+    # tests/rooms/server/test_approvals.py follows such a request to its grant.
     async with Client(ask_server(), mode=mode) as c:
         refused = await call(
             c, "request_capability", {"capability": ASK, "reason": "r", "params": {"org": "acme"}}
@@ -924,7 +836,7 @@ async def test_ask_capability_from_a_client_without_elicitation_waits_for_the_op
         ),
         pytest.param(
             {"capability": "nope"},
-            f"unknown capability 'nope'; this server offers: {ASK}, deny-api, {CAP}",
+            f"unknown capability 'nope'; this server offers: {ASK}, deny-api, {EGRESS_CAP}",
             id="unknown",
         ),
         pytest.param(
@@ -932,9 +844,11 @@ async def test_ask_capability_from_a_client_without_elicitation_waits_for_the_op
         ),
         pytest.param({"capability": ASK}, f"capability '{ASK}'", id="missing-param"),
         pytest.param(
-            {"capability": CAP, "ttl_s": 601}, "above the maximum of 600 s", id="ttl-above-max"
+            {"capability": EGRESS_CAP, "ttl_s": 601},
+            "above the maximum of 600 s",
+            id="ttl-above-max",
         ),
-        pytest.param({"capability": CAP, "ttl_s": 0}, "at least 1", id="ttl-zero"),
+        pytest.param({"capability": EGRESS_CAP, "ttl_s": 0}, "at least 1", id="ttl-zero"),
     ],
 )
 async def test_capability_request_outside_the_policy_is_a_tool_error_without_asking(
@@ -978,7 +892,7 @@ async def test_audit_shows_egress_decisions_and_grants_without_secrets_or_query_
     url = f"https://localhost:{upstream.port}"
     async with Client(egress_server()) as c:
         cap = (await grant(c, reason="audit me"))["capability_id"]
-        result = await run(
+        result = await egress_run(
             c,
             f'report(ok=fetch("{url}/api/audit?k={QUERY_VALUE}"), no=fetch("{url}/admin"))',
             [cap],
@@ -991,17 +905,17 @@ async def test_audit_shows_egress_decisions_and_grants_without_secrets_or_query_
     lines = egress.splitlines()
     allowed = [line for line in lines if f"GET localhost:{upstream.port}/api/audit?k=" in line]
     assert len(allowed) == 1 and " allow " in allowed[0] and " 200 " in allowed[0]
-    assert f"[injected {SECRET_NAME}]" in allowed[0]
+    assert f"[injected {EGRESS_SECRET_NAME}]" in allowed[0]
     assert "127.0.0.1" in allowed[0]
     denied = [line for line in lines if f"GET localhost:{upstream.port}/admin" in line]
     assert len(denied) == 1 and " deny " in denied[0] and " 403 " in denied[0]
     assert result["run_id"] in allowed[0]
     grants = await airlock_cli("audit", "capabilities", "--data-dir", str(data_dir))
-    (row,) = [line for line in grants.splitlines() if CAP in line]
+    (row,) = [line for line in grants.splitlines() if EGRESS_CAP in line]
     assert "policy" in row and "audit me" in row and result["session_id"] in row
     assert row.split()[5] != "-", "the revocation time is missing"
     for text in (egress, grants):
-        assert SECRET not in text
+        assert EGRESS_SECRET not in text
         assert QUERY_VALUE not in text
 
 
@@ -1035,7 +949,9 @@ async def test_a_tenants_stricter_egress_settings_hold_not_the_servers(
 
     def serve(tenant: str) -> MCPServer:
         data = tmp_path / tenant
-        Vault(vault_path(data), load_key(data, {})).set(SECRET_NAME, SECRET, ["localhost"])
+        Vault(vault_path(data), load_key(data, {})).set(
+            EGRESS_SECRET_NAME, EGRESS_SECRET, ["localhost"]
+        )
         return build_server(
             Config(data_dir=data),
             Policy.model_validate(server_policy),
@@ -1044,12 +960,12 @@ async def test_a_tenants_stricter_egress_settings_hold_not_the_servers(
         )
 
     async with Client(serve("globex")) as globex:  # no policy of its own: the server's
-        served = report(await run(globex, f'report(open=fetch("{url}/open/globex"))'))
+        served = report(await egress_run(globex, f'report(open=fetch("{url}/open/globex"))'))
     assert served["open"]["status"] == 200
     async with Client(serve("acme")) as acme:
-        bare = await run(acme, f'report(open=fetch("{url}/open/bare"))')
+        bare = await egress_run(acme, f'report(open=fetch("{url}/open/bare"))')
         cap = await grant(acme)
-        result = await run(
+        result = await egress_run(
             acme,
             f'report(open=fetch("{url}/open/granted"), api=fetch("{url}/api/granted"))',
             [cap["capability_id"]],

@@ -2,7 +2,7 @@
 
 The other servers are real processes holding (or having held) a real claim: one that waits
 stays alive, one that got SIGKILL is dead. The end to end version, with `airlock serve`
-and containers, is in tests/test_stdio.py.
+and containers, is in tests/rooms/server/test_stdio.py.
 """
 
 from __future__ import annotations

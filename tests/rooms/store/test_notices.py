@@ -1,17 +1,16 @@
 """Fleet notices: in-process delivery, and LISTEN/NOTIFY on the real PostgreSQL
 (two listeners on one database, a listener whose backend is terminated, a stranger's
 malformed NOTIFY). The effects the notices drive are tested with the tools that cause
-them (tests/test_egress.py, tests/test_teardown.py, tests/test_approvals.py).
+them (tests/rooms/egress/test_egress.py, tests/rooms/sandbox/test_teardown.py,
+tests/rooms/server/test_approvals.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-
 import anyio
 import postgres
 import pytest
+from support import listening
 
 from airlock.errors import StoreError
 from airlock.store import AnyNotice, ApprovalRecord
@@ -46,16 +45,6 @@ class Inbox:
                 await self._arrived.wait()
                 self._arrived = anyio.Event()
         return self.got.pop(0)
-
-
-@asynccontextmanager
-async def listening(url: str, origin: str) -> AsyncIterator[PostgresNotices]:
-    notices = PostgresNotices(url, origin)
-    async with anyio.create_task_group() as tg:
-        with anyio.fail_after(10):
-            await tg.start(notices.serve)
-        yield notices
-        tg.cancel_scope.cancel()
 
 
 async def test_in_process_notices_reach_subscribers_before_publish_returns() -> None:

@@ -135,7 +135,7 @@ async def test_a_run_whose_input_cannot_be_kept_ends_with_an_error_not_running(
     make_server: MakeServer, data_dir: Path
 ) -> None:
     # The call's own files are kept before the sandbox starts, for the audit. (A failure
-    # to keep what the run wrote: tests/test_workspace.py.)
+    # to keep what the run wrote: tests/rooms/tools/test_workspace.py.)
     block_blob(data_dir, KEPT)
     async with Client(make_server()) as client:
         args = {"code": "print(1)", "files": [{"path": "in.txt", "content": KEPT.decode()}]}

@@ -493,7 +493,7 @@ async def test_a_pooled_sandbox_has_the_codes_process_started_before_it_is_given
     harness: Harness,
 ) -> None:
     """The interpreter that will run the code is up before the job, as the sandbox user;
-    the code then runs in it (tests/test_prestart.py: as in a fresh one)."""
+    the code then runs in it (tests/rooms/inside/test_prestart.py: as in a fresh one)."""
     async with harness.backend(1) as backend:
         job = harness.job(
             "import os, sys\n"

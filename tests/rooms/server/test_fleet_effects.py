@@ -25,18 +25,23 @@ import postgres
 import pytest
 from mcp.client import Client
 from mcp.types import CallToolResult
-from support import containers, none_left, running, text_of, wait_for_containers, wait_until
-from test_egress import (
-    PRELUDE,
-    SECRET,
-    SECRET_NAME,
+from support import (
+    EGRESS_PRELUDE,
+    EGRESS_SECRET,
+    EGRESS_SECRET_NAME,
+    containers,
     egress_policy,
+    egress_run,
     grant,
+    listening,
+    none_left,
     report,
     requests_of,
-    run,
+    running,
+    text_of,
+    wait_for_containers,
+    wait_until,
 )
-from test_notices import listening
 from upstream import Upstream
 
 from airlock.policies import Policy
@@ -69,7 +74,7 @@ def fleet_server(
         db = await Database.open(postgres_url)
         try:
             vault = open_vault(Config(data_dir=data_dir, store_url=postgres_url), db, {})
-            vault.set(SECRET_NAME, SECRET, ["localhost"])
+            vault.set(EGRESS_SECRET_NAME, EGRESS_SECRET, ["localhost"])
         finally:
             await db.close()
 
@@ -120,7 +125,9 @@ async def held_then_cut(c: Client, upstream: Upstream, cut: Callable[[str], Any]
     done: dict[str, Any] = {}
 
     async def the_run() -> None:
-        done.update(await run(c, HOLD.format(url=f"https://localhost:{upstream.port}"), [cap]))
+        done.update(
+            await egress_run(c, HOLD.format(url=f"https://localhost:{upstream.port}"), [cap])
+        )
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(the_run)
@@ -160,10 +167,10 @@ async def test_a_revocation_whose_notice_was_missed_is_refused_at_the_next_run(
         # Recorded by the other server, its notice lost: the records still say no.
         await db.mark_grants_revoked([cap], at=time.time())
         with anyio.fail_after(WITHIN_S):
-            refused = await c.call_tool("run_code", {"code": PRELUDE, "capabilities": [cap]})
+            refused = await c.call_tool("run_code", {"code": EGRESS_PRELUDE, "capabilities": [cap]})
         assert refused.is_error and "unknown, expired or revoked" in text_of(refused)
         # And it is revoked here now: a later run is refused without the records' help.
-        again = await c.call_tool("run_code", {"code": PRELUDE, "capabilities": [cap]})
+        again = await c.call_tool("run_code", {"code": EGRESS_PRELUDE, "capabilities": [cap]})
         assert again.is_error and "unknown, expired or revoked" in text_of(again)
 
 
@@ -193,7 +200,7 @@ async def test_a_session_end_another_server_announces_kills_its_containers_here(
     docker_client: docker.DockerClient,
 ) -> None:
     async with Client(fleet_server()) as c, peer(data_dir, postgres_url) as (db, notices):
-        first = await run(c, "print(1)")
+        first = await egress_run(c, "print(1)")
         session_id = first["session_id"]
         label = f"airlock.session={session_id}"
         results: list[CallToolResult] = []
@@ -222,7 +229,7 @@ async def test_a_listener_that_reconnects_rereads_a_missed_session_end(
     docker_client: docker.DockerClient,
 ) -> None:
     async with Client(fleet_server()) as c, peer(data_dir, postgres_url) as (db, _):
-        session_id = (await run(c, "print(1)"))["session_id"]
+        session_id = (await egress_run(c, "print(1)"))["session_id"]
         label = f"airlock.session={session_id}"
         results: list[CallToolResult] = []
         async with anyio.create_task_group() as tg:
@@ -257,7 +264,7 @@ async def test_a_server_that_loses_its_database_refuses_calls_until_it_is_back(
         return await anyio.to_thread.run_sync(postgres.psql, url, sql)
 
     async with Client(fleet_server()) as c:
-        assert report(await run(c, "report(up=1)")) == {"up": 1}
+        assert report(await egress_run(c, "report(up=1)")) == {"up": 1}
         # Nobody may connect again, and the server's claim connection is cut.
         await psql(admin, f"ALTER DATABASE {name} ALLOW_CONNECTIONS false")
         try:
@@ -283,7 +290,7 @@ async def test_a_server_that_loses_its_database_refuses_calls_until_it_is_back(
         finally:
             await psql(admin, f"ALTER DATABASE {name} ALLOW_CONNECTIONS true")
         await call_until(c, ok=True, within=20)
-        assert report(await run(c, "report(up=2)")) == {"up": 2}
+        assert report(await egress_run(c, "report(up=2)")) == {"up": 2}
 
 
 # ---- two real servers on one store and one channel -----------------------------------------
@@ -299,7 +306,7 @@ async def test_a_revoke_on_one_server_cuts_a_tunnel_held_open_through_another(
         code = HOLD.format(url=f"https://localhost:{upstream.port}")
 
         async def the_run() -> None:
-            done.update(await run(on_b, code, [cap], session_id=session))
+            done.update(await egress_run(on_b, code, [cap], session_id=session))
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(the_run)

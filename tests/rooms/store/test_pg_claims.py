@@ -2,8 +2,9 @@
 replica's claim frees and a live replica ends its runs, never a live one's; a replica whose
 claim connection is killed refuses calls until it holds its lock again.
 
-The other replicas are real processes holding a real claim (as in tests/test_instances.py
-for the flock); the runs are in the SQLite records the claims' `end_runs` writes to.
+The other replicas are real processes holding a real claim (as in
+tests/rooms/store/test_instances.py for the flock); the runs are in the SQLite records the
+claims' `end_runs` writes to.
 """
 
 from __future__ import annotations

@@ -2,8 +2,10 @@
 servers in this process on one data directory, the store every replica reads) alternate call
 by call, and what one did the other sees.
 
-The fleet over PostgreSQL and HTTP is tests/test_fleet.py; this is the session rule's own part
-of it, cheap enough to run without containers where no code runs.
+The fleet over PostgreSQL (what one server changes reaching the others) is
+tests/rooms/server/test_fleet_effects.py and tests/rooms/server/test_fleet_quotas.py; this
+is the session rule's own part of it, cheap enough to run without containers where no code
+runs.
 """
 
 from __future__ import annotations
