@@ -17,11 +17,14 @@ import logging
 import sys
 import time
 from argparse import Namespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airlock.broker import approvals
 from airlock.errors import InvalidRequest, NotFound
 from airlock.store import ApprovalDecided, ApprovalRecord, Database, Notices
+
+if TYPE_CHECKING:
+    from airlock.store.pg_notices import PostgresNotices
 from airlock.tools.context import iso_time
 from airlock.tools.envelope import sanitize
 
@@ -44,10 +47,10 @@ async def decide(
     """Approve or deny a pending approval (of `tenant`, when given); the record after.
     Whether it may move is `broker.approvals`'; this says why not to the operator.
 
-    The decision is announced on `notices` (the serving server's: every server of its fleet
-    hears it), releasing the request that waits on it wherever it waits. None for the CLI:
-    another process, with no channel of its own; the waiting request re-reads the record
-    (`tools.fleet.REREAD_S`)."""
+    The decision is announced on `notices` (the serving server's, or the CLI's fleet
+    channel: every server of the fleet hears it), releasing the request that waits on it
+    wherever it waits. None for the CLI on one server's SQLite: the waiting request
+    re-reads the record (`tools.fleet.REREAD_S`)."""
     record = await db.get_approval(approval_id)
     if record is None or (tenant is not None and record.tenant != tenant):
         raise NotFound(f"no approval {approval_id!r}; `airlock approvals list` shows pending ones")
@@ -129,6 +132,17 @@ async def approvals_text(db: Database, *, every: bool, now: float) -> str:
     return "\n".join(lines)
 
 
+def _fleet_channel(config: Config) -> PostgresNotices | None:
+    """A fleet's channel to announce the decision on, releasing the waiting request at once
+    wherever it waits; None on one server's SQLite (another process than the server's, with
+    no channel: the waiting request re-reads the record, `tools.fleet.REREAD_S`)."""
+    if config.fleet_url is None:
+        return None
+    from airlock.store.pg_notices import PostgresNotices  # psycopg: for a fleet only
+
+    return PostgresNotices(config.fleet_url, f"cli-{getpass.getuser()}")
+
+
 async def approvals_command(config: Config, action: str, args: Namespace) -> int:
     """`airlock approvals list|approve|deny`, against the server's database."""
     db = await open_records(config)
@@ -137,15 +151,19 @@ async def approvals_command(config: Config, action: str, args: Namespace) -> int
         if action == "list":
             sys.stdout.write(await approvals_text(db, every=args.all, now=now) + "\n")
             return 0
-        record = await decide(
-            db,
-            args.approval_id,
-            approve=action == "approve",
-            by=f"cli:{getpass.getuser()}",
-            now=now,
-            # Another process than the server's: the waiting request re-reads the record.
-            notices=None,
-        )
+        notices = _fleet_channel(config)
+        try:
+            record = await decide(
+                db,
+                args.approval_id,
+                approve=action == "approve",
+                by=f"cli:{getpass.getuser()}",
+                now=now,
+                notices=notices,
+            )
+        finally:
+            if notices is not None:
+                await notices.aclose()
     finally:
         await db.close()
     sys.stdout.write(

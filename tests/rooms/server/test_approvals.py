@@ -21,7 +21,7 @@ import pytest
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult, ElicitRequestParams, ElicitResult
-from support import airlock_async, ask, serving_http, text_of
+from support import airlock_async, ask, listening, serving_http, text_of
 
 from airlock.broker import approvals as approval_moves
 from airlock.errors import InvalidRequest
@@ -30,7 +30,7 @@ from airlock.server import Config, build_server
 from airlock.server.approvals import decide
 from airlock.server.auth import generate_api_key
 from airlock.server.bearer import OPERATOR_TOKEN_FILE
-from airlock.store import ApprovalRecord, Database, SessionRecord
+from airlock.store import AnyNotice, ApprovalDecided, ApprovalRecord, Database, SessionRecord
 
 pytestmark = pytest.mark.anyio
 
@@ -518,3 +518,32 @@ async def test_every_path_that_moves_an_approval_refuses_an_illegal_move(tmp_pat
     }
     used_record = after[used]
     assert used_record is not None and used_record.grant_id is not None
+
+
+async def test_a_decision_on_the_cli_against_a_fleets_store_is_announced_to_the_fleet(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    """`airlock approvals approve --store postgresql://...` tells every replica at once (the
+    request waiting on it is released by the notice, not by its next re-read)."""
+    data_dir = tmp_path / "data"
+    server = build_server(
+        Config(data_dir=data_dir, store_url=postgres_url), Policy.model_validate(POLICY)
+    )
+    heard: list[AnyNotice] = []
+    arrived = anyio.Event()
+
+    async def note(notice: AnyNotice) -> None:
+        heard.append(notice)
+        arrived.set()
+
+    async with Client(server) as c, listening(postgres_url, "srv_replica") as notices:
+        notices.subscribe(note, "approval_decided")
+        approval, session = await pending_id(c)
+        code, _, err = await approvals(data_dir, "approve", approval, store=postgres_url)
+        assert code == 0, err
+        with anyio.fail_after(10):
+            await arrived.wait()
+    (notice,) = heard
+    assert isinstance(notice, ApprovalDecided)
+    assert (notice.approval_id, notice.session_id, notice.status) == (approval, session, "approved")
+    assert notice.origin.startswith("cli-")
