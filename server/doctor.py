@@ -273,9 +273,14 @@ def _data_dir(path: Path) -> Check:
 
 
 def _store(config: Config) -> Iterator[Check]:
-    """The records' database: reachable, and of a schema this Airlock can use. (A fleet's
-    notification channel, PostgreSQL's LISTEN/NOTIFY, is checked here too, after it.)"""
+    """The records' database: reachable, and of a schema this Airlock can use; for a fleet,
+    then its notification channel (PostgreSQL's LISTEN/NOTIFY)."""
     from airlock.store.status import store_status  # SQLAlchemy: only when doctor runs
 
     status = store_status(config.store)
     yield Check("store", status.ok, status.detail, status.fix)
+    if status.ok and config.fleet_url is not None:
+        from airlock.store.status import channel_status
+
+        channel = channel_status(config.fleet_url)
+        yield Check("fleet", channel.ok, channel.detail, channel.fix)

@@ -3,7 +3,8 @@ PostgreSQL counterpart of `instances.py`'s `flock`.
 
 Each replica holds, for its whole life, a session-level advisory lock on a key derived
 from its instance id (`lock_key`), on a connection of its own, and lists itself in the
-`airlock_instances` table. However a replica dies (SIGKILL, the OOM killer, its machine
+`airlock_instances` table (made by the store's migrations: the store is opened, and
+migrated, before a replica claims). However a replica dies (SIGKILL, the OOM killer, its machine
 lost) its connection ends and PostgreSQL frees the lock: at once when the socket closes,
 after the TCP keepalives give up when the network is cut. A live replica that can take a
 listed instance's lock (`end_runs_of_dead`) knows that instance is dead: it ends its
@@ -46,12 +47,6 @@ log = logging.getLogger(__name__)
 HEARTBEAT_S = 1.0
 HEARTBEAT_TIMEOUT_S = 3.0
 ENDED_BY_DEATH = "the server running it stopped before the run ended (found by a live replica)"
-
-_TABLE = """CREATE TABLE IF NOT EXISTS airlock_instances (
-    id TEXT PRIMARY KEY,
-    lock_key BIGINT NOT NULL,
-    claimed_at DOUBLE PRECISION NOT NULL
-)"""
 
 EndRuns = Callable[[Sequence[str], float], Awaitable[int]]
 """End `killed` the unfinished runs of these instances at this time; how many."""
@@ -106,7 +101,6 @@ class AdvisoryClaim:
         claim = cls(url, instance_id, end_runs, conn, clock)
         now = clock()
         try:
-            await conn.execute(_TABLE)
             if not await claim._hold(conn, now):
                 raise StoreError(
                     f"instance {instance_id} is already claimed on {where(url)} by a live server"
@@ -232,7 +226,6 @@ class AdvisoryClaim:
             except psycopg.Error:
                 continue
             try:
-                await conn.execute(_TABLE)
                 held = await self._hold(conn, self._clock())
             except BaseException as exc:
                 with anyio.CancelScope(shield=True):

@@ -306,3 +306,13 @@ documents = Table(
     Column("body", LargeBinary),
     Column("updated_at", Seconds),
 )
+
+# A fleet's live replicas (pg_claims.py): each holds the advisory lock `lock_key` while it
+# lives; a row whose lock is free names a dead one. Empty on SQLite, whose claims are flocks.
+airlock_instances = Table(
+    "airlock_instances",
+    metadata,
+    Column("id", Text, primary_key=True),
+    Column("lock_key", BigInteger, nullable=False),
+    Column("claimed_at", Seconds, nullable=False),
+)

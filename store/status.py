@@ -52,3 +52,32 @@ def store_status(where: Path | str) -> StoreStatus:
     return StoreStatus(
         True, f"{place.shown}: {before}; the next start upgrades it to {migrations.HEAD}"
     )
+
+
+def channel_status(url: str) -> StoreStatus:
+    """Whether a fleet's notices can travel through the PostgreSQL at `url`: a LISTEN on a
+    channel of doctor's own hears this connection's NOTIFY (a pooler in transaction mode, or
+    a role without the right, would break the fleet's revocations and ends). Blocking."""
+    import psycopg  # for a fleet only
+
+    from .pg_notices import CHANNEL, CONNECT_TIMEOUT_S, where
+
+    channel = f"{CHANNEL}_doctor"
+    try:
+        with psycopg.connect(url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S) as conn:
+            conn.execute(f"LISTEN {channel}")
+            conn.execute("SELECT pg_notify(%s, 'ping')", (channel,))
+            heard = any(n.payload == "ping" for n in conn.notifies(timeout=5, stop_after=1))
+    except psycopg.Error as exc:
+        return StoreStatus(
+            False,
+            f"notices: {where(url)}: {type(exc).__name__}",
+            "check the --store URL and that the database accepts connections",
+        )
+    if not heard:
+        return StoreStatus(
+            False,
+            f"notices: {where(url)} delivered no LISTEN/NOTIFY within 5 s",
+            "connect the fleet to PostgreSQL directly or through a session-mode pooler",
+        )
+    return StoreStatus(True, f"notices: LISTEN/NOTIFY works on {where(url)}")

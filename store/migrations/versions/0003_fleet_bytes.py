@@ -1,4 +1,5 @@
-"""A fleet's shared bytes: blob contents in chunks and named documents (the vault).
+"""A fleet's shared bytes (blob contents in chunks, named documents: the vault) and its
+replicas' claims (`airlock_instances`).
 
 A fleet's replicas read the blobs and the vault any replica wrote, so on PostgreSQL they
 live here (`store/pg_blobs.py`, `store/pg_documents.py`); a single server keeps them as
@@ -42,4 +43,10 @@ def upgrade() -> None:
         sa.Column("name", sa.Text(), primary_key=True),
         sa.Column("body", sa.LargeBinary()),
         sa.Column("updated_at", Seconds),
+    )
+    op.create_table(
+        "airlock_instances",
+        sa.Column("id", sa.Text(), primary_key=True),
+        sa.Column("lock_key", sa.BigInteger(), nullable=False),
+        sa.Column("claimed_at", Seconds, nullable=False),
     )

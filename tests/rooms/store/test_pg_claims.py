@@ -46,6 +46,14 @@ asyncio.run(main())
 """
 
 
+@pytest.fixture(autouse=True)
+async def _migrated(postgres_url: str) -> None:
+    """The test's database as a fleet's store has it: migrated (`airlock_instances` is made
+    by the store's migrations, before any replica claims)."""
+    db = await Database.open(postgres_url)
+    await db.close()
+
+
 @asynccontextmanager
 async def holder(url: str, instance_id: str) -> AsyncIterator[Process]:
     """A process holding `instance_id`'s claim until it is killed or the block ends."""

@@ -80,11 +80,14 @@ def test_doctor_checks_the_stores_connection_and_schema(tmp_path: Path, postgres
     anyio.run(_write_a_run, postgres_url)
     current = airlock("doctor", "--data-dir", str(tmp_path), "--store", postgres_url)
     assert f"schema {SCHEMA_REVISION} (this Airlock's)" in current.stdout
+    # A fleet's store: its notices must travel (LISTEN hears NOTIFY on that database).
+    assert "[ok ] fleet: notices: LISTEN/NOTIFY works on 127.0.0.1:" in current.stdout
     down = airlock("doctor", "--data-dir", str(tmp_path), "--store", UNREACHABLE)
     assert (
         "[MISSING] store: cannot reach database postgresql://airlock:***@127.0.0.1:1" in down.stdout
     )
     assert "fix: check the store URL" in down.stdout
+    assert "fleet:" not in down.stdout  # no channel to check on a store that is not there
     assert "hunter2" not in down.stdout + down.stderr
     password = postgres_url.split("@")[0].rsplit(":", 1)[1]
     assert password not in fresh.stdout + current.stdout + fresh.stderr + current.stderr
