@@ -86,6 +86,15 @@ ratio of two things measured in the same run, interleaved:
   once idle (engine ready, pool full, no call yet), then after every block of calls, each
   reading taken once the engine is quiet. Calls are issued 8 at a time to keep the run
   short; the number judged is RSS after the last block against RSS after the first.
+* fleet (per runtime, the default pool): two servers side by side for the whole section,
+  one on the default SQLite store, one on a throwaway PostgreSQL cluster (`--store`,
+  started with tests/postgres.py as .ci/run does); paced warm `print(1)` calls alternate
+  between them ABBA, each after its engine is quiet. Judged: PostgreSQL p50 / SQLite p50
+  at most 1.3x. Then the concurrency count of calls at once, all on one PostgreSQL replica,
+  then split over two (a second replica on the same database and engine, the same vault
+  key): wall time, reported. Each replica has its own warm pool, so two replicas hold twice
+  the warm containers; on 2 cores no other gain is expected. Notice latency between
+  replicas is bench/fleet.py's.
 * patch: no containers. `sandbox.gitdiff.build_patch` in this process, writing to a file,
   on three changes: a 125 KB lock-style file with every fifth version bumped, 1 MiB of
   random two-symbol lines replaced by others (past the diff's budget), and 32 MiB of new
@@ -97,6 +106,7 @@ ratio of two things measured in the same run, interleaved:
 from __future__ import annotations
 
 import argparse
+import base64
 import importlib.metadata
 import json
 import math
@@ -112,8 +122,8 @@ import tempfile
 import time
 import traceback
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO, TypeVar
@@ -136,10 +146,11 @@ DEFAULT_OUT = ROOT / "bench" / "results" / "latest.json"
 SECTIONS = (
     *("warm", "cold", "concurrency", "egress-run", "egress", "teardown", "rss", "patch"),
     "browse",
+    "fleet",
 )
 RUNTIMES = ("runc", "runsc")
 # Sections measured once per runtime; the others use the default runtime ("auto").
-PER_RUNTIME = ("warm", "cold", "concurrency", "egress-run", "browse")
+PER_RUNTIME = ("warm", "cold", "concurrency", "egress-run", "browse", "fleet")
 LABEL_PID = "airlock.pid"
 LABEL_SESSION = "airlock.session"
 DEFAULT_POOL = Policy().pool.size
@@ -375,8 +386,12 @@ class Server:
         runtime: str | None = None,
         egress: bool = False,
         extra_policy: str = "",
+        store: str | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.name = name
+        self.store = store
+        self.env = env or {}
         self.pool = DEFAULT_POOL if pooled else 0
         self.policy = "version = 1\n" + ("" if pooled else NO_POOL)
         if runtime is not None:
@@ -403,8 +418,15 @@ class Server:
         policy.write_text(self.policy, encoding="utf-8")
         params = StdioServerParameters(
             command=str(AIRLOCK),
-            args=["serve", "--data-dir", str(data), "--policy", str(policy)],
-            env=docker_env(),
+            args=[
+                "serve",
+                "--data-dir",
+                str(data),
+                "--policy",
+                str(policy),
+                *(["--store", self.store] if self.store else []),
+            ],
+            env=docker_env() | self.env,
         )
         errlog = _open_log(self.dir / "server.log")
         self._stack.callback(errlog.close)
@@ -1169,6 +1191,87 @@ def _egress_throughput_rows(
     }
 
 
+@contextmanager
+def _postgres() -> Iterator[str]:
+    """A throwaway PostgreSQL cluster (tests/postgres.py, as .ci/run starts one); its URL."""
+    directory = Path(tempfile.mkdtemp(prefix="postgres-", dir="/tmp"))
+    script = str(ROOT / "tests" / "postgres.py")
+    done = subprocess.run(
+        [sys.executable, script, "start", str(directory)], capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"cannot start PostgreSQL: {done.stderr.strip()[-300:]}")
+    try:
+        yield done.stdout.strip()
+    finally:
+        subprocess.run([sys.executable, script, "stop", str(directory)], capture_output=True)
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+async def section_fleet(b: Bench, runtime: str) -> dict[str, Any]:
+    """Warm run_code through a replica on PostgreSQL against one on SQLite (the default),
+    ABBA, each call after its engine is quiet; both servers up for the whole section."""
+    n = b.counts.warm
+    # Replicas of one fleet share the vault key (another key is refused at start).
+    key = Path(tempfile.mkdtemp(prefix="fleet-key-", dir=b.temp)) / "vault.key"
+    key.write_bytes(base64.b64encode(os.urandom(32)) + b"\n")
+    key.chmod(0o600)
+    shared = {"AIRLOCK_VAULT_KEY_FILE": str(key)}
+    with _postgres() as url:
+        async with (
+            b.server(f"fleet-sqlite-{runtime}", runtime=runtime) as lite,
+            b.server(f"fleet-pg-{runtime}", runtime=runtime, store=url, env=shared) as pg,
+            b.server(f"fleet-pg2-{runtime}", runtime=runtime, store=url, env=shared) as pg2,
+        ):
+            for srv in (lite, pg):
+                for _ in range(3):
+                    await srv.run_print()
+            progress(f"fleet {runtime}: {n} paced warm calls each, SQLite and PostgreSQL, ABBA")
+            times: dict[str, list[float]] = {"sqlite": [], "postgresql": []}
+            for i in range(n):
+                order = (("sqlite", lite), ("postgresql", pg))
+                for kind, srv in order if i % 2 == 0 else order[::-1]:
+                    await srv.settle()
+                    times[kind].append((await srv.run_print()).elapsed)
+            load = b.counts.concurrent
+            progress(f"fleet {runtime}: {load} calls at once on one replica, then on two")
+            spread = {
+                "one": await _at_once([pg] * load),
+                "two": await _at_once([pg, pg2] * (load // 2)),
+            }
+    lite_s, pg_s = summary(times["sqlite"]), summary(times["postgresql"])
+    ratio = pg_s["p50"] / lite_s["p50"]
+    section = f"9 fleet {runtime}"
+    b.row(
+        section, f"warm p50 SQLite / PostgreSQL (n={n})", f"{ms(lite_s['p50'])} / {ms(pg_s['p50'])}"
+    )
+    b.ratio(section, "PostgreSQL / SQLite p50", ratio, 1.3)
+    b.row(
+        section,
+        f"{b.counts.concurrent} calls at once: one replica / two (wall)",
+        f"{ms(spread['one'])} / {ms(spread['two'])}",
+    )
+    return {
+        "runtime": runtime,
+        "times_s": times,
+        "sqlite": lite_s,
+        "postgresql": pg_s,
+        "ratio_p50": ratio,
+        "concurrent_wall_s": spread,
+    }
+
+
+async def _at_once(servers: Sequence[Server]) -> float:
+    """Wall time of one print(1) call on each of `servers` (repeats allowed), all at once."""
+    for srv in set(servers):
+        await srv.settle()
+    started = time.perf_counter()
+    async with anyio.create_task_group() as tg:
+        for srv in servers:
+            tg.start_soon(srv.run_print)
+    return time.perf_counter() - started
+
+
 async def section_egress_run(b: Bench, runtime: str) -> dict[str, Any]:
     n = b.counts.warm
     async with b.server(f"egress-run-{runtime}", runtime=runtime, egress=True) as srv:
@@ -1362,6 +1465,7 @@ SECTION_FUNCS: dict[str, Callable[[Bench], Awaitable[dict[str, Any]]]] = {
     "rss": section_rss,
     "patch": section_patch,
     "browse": per_runtime(section_browse),
+    "fleet": per_runtime(section_fleet),
 }
 
 
