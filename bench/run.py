@@ -93,8 +93,11 @@ ratio of two things measured in the same run, interleaved:
   at most 1.3x. Then the concurrency count of calls at once, all on one PostgreSQL replica,
   then split over two (a second replica on the same database and engine, the same vault
   key): wall time, reported. Each replica has its own warm pool, so two replicas hold twice
-  the warm containers; on 2 cores no other gain is expected. Notice latency between
-  replicas is bench/fleet.py's.
+  the warm containers; on 2 cores no other gain is expected. Last, revocation across
+  replicas: a capability granted on one replica, a run of its session on the other
+  requesting through it in a loop, and the time from `revoke_capability` on the first to
+  the run's first refused request (the container reads the host's clock). Judged: p99 at
+  most 1 s. Notice latency alone is bench/fleet.py's.
 * patch: no containers. `sandbox.gitdiff.build_patch` in this process, writing to a file,
   on three changes: a 125 KB lock-style file with every fifth version bumped, 1 MiB of
   random two-symbol lines replaced by others (past the diff's budget), and 32 MiB of new
@@ -1219,9 +1222,22 @@ async def section_fleet(b: Bench, runtime: str) -> dict[str, Any]:
     shared = {"AIRLOCK_VAULT_KEY_FILE": str(key)}
     with _postgres() as url:
         async with (
+            _upstream(b) as (port, ca_file, upstream_stdin),
             b.server(f"fleet-sqlite-{runtime}", runtime=runtime) as lite,
-            b.server(f"fleet-pg-{runtime}", runtime=runtime, store=url, env=shared) as pg,
-            b.server(f"fleet-pg2-{runtime}", runtime=runtime, store=url, env=shared) as pg2,
+            b.server(
+                f"fleet-pg-{runtime}",
+                runtime=runtime,
+                store=url,
+                env=shared,
+                extra_policy=_fleet_api(port, ca_file),
+            ) as pg,
+            b.server(
+                f"fleet-pg2-{runtime}",
+                runtime=runtime,
+                store=url,
+                env=shared,
+                extra_policy=_fleet_api(port, ca_file),
+            ) as pg2,
         ):
             for srv in (lite, pg):
                 for _ in range(3):
@@ -1239,6 +1255,10 @@ async def section_fleet(b: Bench, runtime: str) -> dict[str, Any]:
                 "one": await _at_once([pg] * load),
                 "two": await _at_once([pg, pg2] * (load // 2)),
             }
+            repeats = b.counts.egress_big_repeats * 2
+            progress(f"fleet {runtime}: {repeats} revocations on one replica, cut on the other")
+            cuts = [await _revocation_to_cut(pg, pg2, port) for _ in range(repeats)]
+            await upstream_stdin.aclose()
     lite_s, pg_s = summary(times["sqlite"]), summary(times["postgresql"])
     ratio = pg_s["p50"] / lite_s["p50"]
     section = f"9 fleet {runtime}"
@@ -1251,6 +1271,14 @@ async def section_fleet(b: Bench, runtime: str) -> dict[str, Any]:
         f"{b.counts.concurrent} calls at once: one replica / two (wall)",
         f"{ms(spread['one'])} / {ms(spread['two'])}",
     )
+    cut = summary(cuts)
+    b.row(
+        section,
+        f"revoke on one replica to refusal on another p50 / p99 (n={len(cuts)})",
+        f"{ms(cut['p50'])} / {ms(cut['p99'])}",
+        "p99 <= 1 s",
+        cut["p99"] <= 1.0,
+    )
     return {
         "runtime": runtime,
         "times_s": times,
@@ -1258,7 +1286,87 @@ async def section_fleet(b: Bench, runtime: str) -> dict[str, Any]:
         "postgresql": pg_s,
         "ratio_p50": ratio,
         "concurrent_wall_s": spread,
+        "revocation_to_cut_s": cuts,
     }
+
+
+@asynccontextmanager
+async def _upstream(b: Bench) -> AsyncIterator[tuple[int, Path, Any]]:
+    """The egress section's HTTPS upstream process (a trustme certificate): its port, the
+    CA file that verifies it, and its stdin (closing it stops the upstream)."""
+    import trustme  # a dev extra, like the rest of the test tooling
+
+    tmp = Path(tempfile.mkdtemp(prefix="fleet-upstream-", dir=b.temp))
+    ca = trustme.CA()
+    leaf = ca.issue_cert("localhost", "127.0.0.1")
+    cert, key, ca_file = tmp / "cert.pem", tmp / "key.pem", tmp / "ca.pem"
+    leaf.cert_chain_pems[0].write_to_path(str(cert))
+    leaf.private_key_pem.write_to_path(str(key))
+    ca.cert_pem.write_to_path(str(ca_file))
+    async with await anyio.open_process(
+        [sys.executable, str(WORKER), "upstream", str(cert), str(key)], stderr=None
+    ) as upstream:
+        assert upstream.stdout is not None and upstream.stdin is not None
+        with anyio.fail_after(10):
+            port = int((await upstream.stdout.receive()).decode().split()[0])
+        yield port, ca_file, upstream.stdin
+
+
+def _fleet_api(port: int, ca_file: Path) -> str:
+    return (
+        "[capabilities.fleet-api]\n"
+        f'hosts = ["localhost"]\nports = [{port}]\nmethods = ["GET"]\npaths = ["/**"]\n'
+        'approval = "auto"\nallow_private = ["127.0.0.0/8", "::1/128"]\n'
+        f'[egress]\nupstream_ca_file = "{ca_file}"\n'
+    )
+
+
+_HAMMER = """
+import json, time, urllib.request
+deadline, ok = time.time() + 60, 0
+while time.time() < deadline:
+    try:
+        urllib.request.urlopen("https://localhost:{port}/small", timeout=10).read()
+        ok += 1
+    except Exception as exc:
+        print(json.dumps({{"cut_at": time.time(), "ok": ok, "error": str(exc)[:80]}}))
+        break
+"""
+
+
+async def _revocation_to_cut(granting: Server, running: Server, port: int) -> float:
+    """Seconds from revoke_capability on `granting` to the first refused request of a run
+    of the same session on `running` (one clock: the host's, which the container reads)."""
+    _, granted = await granting.call(
+        "request_capability", {"capability": "fleet-api", "reason": "bench"}
+    )
+    data = granted.structured_content or {}
+    if granted.is_error:
+        raise RuntimeError(f"request_capability failed: {granted.content}")
+    session, cap = data["session_id"], data["capability_id"]
+    result: dict[str, Any] = {}
+
+    async def run() -> None:
+        _, done = await running.call(
+            "run_code",
+            {"code": _HAMMER.format(port=port), "session_id": session, "capabilities": [cap]},
+        )
+        result.update(done.structured_content or {})
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run)
+        await anyio.sleep(3)  # the run is up and its requests go through
+        revoked_at = time.time()
+        _, revoked = await granting.call(
+            "revoke_capability", {"capability_id": cap, "session_id": session}
+        )
+        if revoked.is_error:
+            raise RuntimeError(f"revoke_capability failed: {revoked.content}")
+    facts = json.loads(result["stdout"]["text"].strip().splitlines()[-1])
+    if facts["ok"] == 0 or facts["cut_at"] < revoked_at:
+        raise RuntimeError(f"the run was refused before the revocation: {facts}")
+    await running.call("end_session", {"session_id": session})
+    return float(facts["cut_at"]) - revoked_at
 
 
 async def _at_once(servers: Sequence[Server]) -> float:
