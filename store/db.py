@@ -24,8 +24,17 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from airlock.errors import StoreError
 
-from . import connection, migrations
-from .connection import Location
+from .connection import (
+    CHECK_URL,
+    Location,
+    begin_sqlite,
+    create,
+    location,
+    switch_to_wal,
+    translate,
+)
+from .migrations import HEAD, refuse_newer, upgrade
+from .migrations import SCHEMA_VERSION as SCHEMA_VERSION
 from .queries import audit, runs, workspace
 from .records import (
     ApprovalRecord,
@@ -45,8 +54,7 @@ from .workspace import WorkspaceCommit, WorkspaceDelta, WorkspaceHead
 
 _T = TypeVar("_T")
 
-SCHEMA_VERSION = migrations.SCHEMA_VERSION
-SCHEMA_REVISION = migrations.HEAD
+SCHEMA_REVISION = HEAD
 
 # Two servers opening one new PostgreSQL database at once: one migrates, the other waits.
 _MIGRATION_LOCK = 0x61_69_72_6C_6F_63_6B  # "airlock"
@@ -72,7 +80,7 @@ def _transaction(conn: Connection, place: Location, *, write: bool) -> Iterator[
         return
     conn.begin()
     try:
-        connection.begin_sqlite(conn, write=write)
+        begin_sqlite(conn, write=write)
         yield
     except BaseException:
         # SQLite may already have rolled back on its own (e.g. disk full), or never have
@@ -85,18 +93,18 @@ def _transaction(conn: Connection, place: Location, *, write: bool) -> Iterator[
 def _prepare(place: Location) -> tuple[Engine, Connection | None]:
     """Make the engine, refuse a newer schema (writing nothing), then migrate to the head.
     For SQLite, also the one connection every call then uses."""
-    engine = connection.create(place)
+    engine = create(place)
     try:
         conn = engine.connect()
         try:
             with _transaction(conn, place, write=False):
-                migrations.refuse_newer(conn, place.shown)
+                refuse_newer(conn, place.shown)
             if place.is_sqlite:
-                connection.switch_to_wal(conn, place)
+                switch_to_wal(conn, place)
             with _transaction(conn, place, write=True):
                 if not place.is_sqlite:
                     conn.execute(_TAKE_MIGRATION_LOCK, {"key": _MIGRATION_LOCK})
-                migrations.upgrade(conn, place.shown)
+                upgrade(conn, place.shown)
         except BaseException:
             conn.close()
             raise
@@ -129,12 +137,12 @@ class Database:
         """Open the store `where` names: a path is a SQLite file (made, with its parent
         directory, if missing); a string is a URL, `postgresql://…` or `sqlite:///PATH`.
         Its schema is brought to this Airlock's; a newer one is refused, untouched."""
-        place = connection.location(where)
+        place = location(where)
         try:
             engine, conn = await anyio.to_thread.run_sync(_prepare, place)
         except (SQLAlchemyError, sqlite3.Error) as exc:
-            fix = "" if place.is_sqlite else f"; {connection.CHECK_URL}"
-            raise StoreError(f"cannot open {connection.translate(exc, place)}{fix}") from exc
+            fix = "" if place.is_sqlite else f"; {CHECK_URL}"
+            raise StoreError(f"cannot open {translate(exc, place)}{fix}") from exc
         except OSError as exc:
             raise StoreError(f"cannot open database {place.shown}: {exc}") from exc
         return cls(place, engine, conn)
@@ -176,10 +184,10 @@ class Database:
                 except DBAPIError as exc:
                     code = getattr(exc.orig, "sqlstate", None)
                     if not (serializable and code in _RETRYABLE and attempt < _SERIALIZABLE_TRIES):
-                        raise connection.translate(exc, self._place) from exc
+                        raise translate(exc, self._place) from exc
                 except (SQLAlchemyError, sqlite3.Error) as exc:
                     # sqlite3's own: the BEGIN sent on the driver's connection.
-                    raise connection.translate(exc, self._place) from exc
+                    raise translate(exc, self._place) from exc
                 attempt += 1
 
     def _once(self, fn: Callable[[Connection], _T], write: bool, serializable: bool) -> _T:

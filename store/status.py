@@ -13,7 +13,8 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from airlock.errors import StoreError
 
-from . import connection, migrations
+from .connection import CHECK_URL, create_reader, location, translate
+from .migrations import HEAD, current, refuse_newer
 
 
 @dataclass(frozen=True)
@@ -26,32 +27,30 @@ class StoreStatus:
 def store_status(where: Path | str) -> StoreStatus:
     """The state of the store `where` names (blocking: call it off the event loop)."""
     try:
-        place = connection.location(where)
+        place = location(where)
     except StoreError as exc:
         return StoreStatus(False, str(exc), "correct the --store URL (or AIRLOCK_STORE_URL)")
     if place.path is not None and not place.path.is_file():
         return StoreStatus(True, f"{place.shown}: no records yet (made at the first start)")
-    engine = connection.create_reader(place)
+    engine = create_reader(place)
     try:
         with engine.connect() as conn:
-            revision = migrations.current(conn)
-            migrations.refuse_newer(conn, place.shown)
+            revision = current(conn)
+            refuse_newer(conn, place.shown)
     except StoreError as exc:
         return StoreStatus(False, str(exc), "upgrade Airlock to the version that wrote it")
     except SQLAlchemyError as exc:
         return StoreStatus(
             False,
-            f"cannot reach {connection.translate(exc, place)}",
-            connection.CHECK_URL,
+            f"cannot reach {translate(exc, place)}",
+            CHECK_URL,
         )
     finally:
         engine.dispose()
-    if revision == migrations.HEAD:
+    if revision == HEAD:
         return StoreStatus(True, f"{place.shown}: schema {revision} (this Airlock's)")
     before = f"schema {revision}" if revision else "no Airlock schema yet, or a pre-Alembic one"
-    return StoreStatus(
-        True, f"{place.shown}: {before}; the next start upgrades it to {migrations.HEAD}"
-    )
+    return StoreStatus(True, f"{place.shown}: {before}; the next start upgrades it to {HEAD}")
 
 
 def channel_status(url: str) -> StoreStatus:

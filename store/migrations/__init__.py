@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import sqlalchemy as sa
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
@@ -76,7 +77,11 @@ def upgrade(connection: Connection, where: str) -> None:
     refuse_newer(connection, where)
     revision = current(connection)
     if revision != HEAD:
-        log.info("store %s: schema %s, upgrading to %s", where, revision or "pre-Alembic", HEAD)
+        if revision is None and not sa.inspect(connection).get_table_names():
+            log.info("store %s: new, making schema %s", where, HEAD)
+        else:
+            was = revision or "pre-Alembic"
+            log.info("store %s: schema %s, upgrading to %s", where, was, HEAD)
         command.upgrade(_config(connection), "head")
     if connection.dialect.name == "sqlite":
         version = connection.exec_driver_sql("PRAGMA user_version").scalar_one()

@@ -257,7 +257,7 @@ def test_serving_on_a_taken_port_says_so_and_exits_2(tmp_path: Path) -> None:
         )
     assert result.returncode == 2
     assert result.stderr.strip().endswith(f"port {port} is in use; pick another with --port")
-    assert "serving" not in result.stderr and "Traceback" not in result.stderr
+    assert "serving MCP" not in result.stderr and "Traceback" not in result.stderr
 
 
 def _auth_file(tmp_path: Path, jwt: bool) -> AuthConfig:
