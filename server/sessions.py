@@ -135,14 +135,12 @@ class Leases:
                 if session_id is None and connection is not None:
                     self._defaults[(tenant, connection)] = lease.id
             lease.expires_at = self._idle_end(lease, now)
-            live = await self._services.db.touch_session(
-                lease.id, last_used_at=now, expires_at=lease.expires_at
-            )
-            if not live:
-                # Ended on another server of the fleet since this one last heard of it.
-                self._forget(lease)
-        if not live:
-            await self._teardown(lease, "ended elsewhere")
+        # Outside the lock: every call writes here, and no call should wait on another's.
+        if not await self._services.db.touch_session(
+            lease.id, last_used_at=now, expires_at=lease.expires_at
+        ):
+            # Ended on another server of the fleet since this one last heard of it.
+            await self._let_go(lease.id, lease.tenant, "found on its next call")
             raise NotFound(
                 f"unknown session {lease.id!r} (it may have ended or expired); {rule.start_hint}"
             )
@@ -216,48 +214,36 @@ class Leases:
         """Let go of every lease without ending its session: a replica of a fleet going
         away, whose sessions live on at the others. Its calls in them are cancelled and its
         containers of them removed; their records are left as they are."""
-        async with self._lock:
-            leases = list(self._live.values())
-            for lease in leases:
-                self._forget(lease)
         async with anyio.create_task_group() as tg:
-            for lease in leases:
-                tg.start_soon(self._leave, lease)
-
-    async def _leave(self, lease: _Lease) -> None:
-        with anyio.CancelScope(shield=True):
-            try:
-                removed = await end_here(self._services, lease.tenant, lease.id)
-            finally:
-                self._ending.discard(lease.id)
-        log.info("left session %s to the fleet; %d container(s) removed", lease.id, removed)
+            for lease in list(self._live.values()):
+                tg.start_soon(self._let_go, lease.id, lease.tenant, "left to the fleet")
 
     async def sweep(self) -> int:
         """End every lease past its idle TTL or maximum lifetime, and let go of those another
         server of the fleet ended (its runs here cancelled, its containers here removed);
         returns how many ended here."""
         now = self._services.clock()
-        ended: list[tuple[_Lease, str]] = []
+        # The records are read outside the lock: calls resolving meanwhile do not wait.
+        for lease in list(self._live.values()):
+            record = await self._services.db.get_session(lease.id)
+            if record is not None and record.ended_at is not None:
+                await self._let_go(lease.id, lease.tenant, "found on re-reading")
+            elif record is not None:
+                # Another server may have used it since: its record has the later expiry.
+                lease.expires_at = max(lease.expires_at, record.expires_at)
         async with self._lock:
-            for lease in list(self._live.values()):
-                record = await self._services.db.get_session(lease.id)
-                if record is not None and record.ended_at is not None:
-                    ended.append((lease, record.end_reason or "ended"))
-                    continue
-                if record is not None:
-                    # Another server may have used it since: its record has the later expiry.
-                    lease.expires_at = max(lease.expires_at, record.expires_at)
-                # A call still running is activity: idle expiry waits for it (max lifetime
-                # doesn't).
-                if now >= self._hard_end(lease) or (
-                    not lease.running and self._expired(lease, now)
-                ):
-                    ended.append((lease, "expired"))
-            for lease, _ in ended:
+            # A call still running is activity: idle expiry waits for it (max lifetime
+            # doesn't).
+            expired = [
+                lease
+                for lease in self._live.values()
+                if now >= self._hard_end(lease) or (not lease.running and self._expired(lease, now))
+            ]
+            for lease in expired:
                 self._forget(lease)
-        for lease, reason in ended:
-            await self._teardown(lease, reason)
-        return sum(1 for _, reason in ended if reason == "expired")
+        for lease in expired:
+            await self._teardown(lease, "expired")
+        return len(expired)
 
     def end_with(self, stack: AsyncExitStack, session: Session) -> None:
         """End `session` when `stack` closes (a handshake-era connection going away)."""
@@ -275,31 +261,31 @@ class Leases:
         mine = notice.origin == self._services.notices.origin
         if not isinstance(notice, SessionEndNotice) or mine:
             return
-        await self._end_here(notice.session_id, notice.tenant, "announced")
+        await self._let_go(notice.session_id, notice.tenant, "ended on another server")
 
     async def _reread(self) -> None:
         """End here every lease whose session the records say ended (its notice may have
         been missed)."""
-        for lease_id in list(self._live):
-            record = await self._services.db.get_session(lease_id)
+        for lease in list(self._live.values()):
+            record = await self._services.db.get_session(lease.id)
             if record is not None and record.ended_at is not None:
-                await self._end_here(lease_id, record.tenant, "found on re-reading")
+                await self._let_go(lease.id, lease.tenant, "found on re-reading")
 
-    async def _end_here(self, session_id: str, tenant: str, how: str) -> None:
-        """The local half of a session another server ended: its calls here cancelled
-        first (so they answer that the session ended), then what this server holds of it."""
+    async def _let_go(self, session_id: str, tenant: str, how: str) -> None:
+        """The local half of a session that goes on, or ended, elsewhere: its calls here
+        cancelled first (so they answer that the session ended), then what this server
+        holds of it (grants, run tokens, containers). Its record is not touched."""
         async with self._lock:
             lease = self._live.get(session_id)
-            if lease is not None and lease.tenant == tenant:
-                self._forget(lease)
+            if lease is None or lease.tenant != tenant:
+                return
+            self._forget(lease)
         with anyio.CancelScope(shield=True):
-            removed = await end_here(self._services, tenant, session_id)
-        log.info(
-            "session %s ended on another server (%s); %d container(s) removed here",
-            session_id,
-            how,
-            removed,
-        )
+            try:
+                removed = await end_here(self._services, tenant, session_id)
+            finally:
+                self._ending.discard(session_id)
+        log.info("session %s: let go here (%s); %d container(s) removed", session_id, how, removed)
 
     @property
     def services(self) -> Services:
