@@ -101,14 +101,20 @@ def hidden(text: str) -> str:
 
 
 def translate(exc: BaseException, place: Location) -> StoreError:
-    """The `StoreError` for a database failure: the driver's own sentence (never the SQL's
-    parameters, which SQLAlchemy's text carries), and which store failed."""
+    """The `StoreError` for a database failure: the driver's own sentence, and which store
+    failed."""
+    return StoreError(f"database {place.shown}: {driver_sentence(exc)}")
+
+
+def driver_sentence(exc: BaseException) -> str:
+    """What the driver said of a database failure, on one line: never the SQL's parameters,
+    which SQLAlchemy's text carries (a blob's bytes, a vault's ciphertext)."""
     if isinstance(exc, DBAPIError) and exc.orig is not None:
         detail = str(exc.orig)
     else:
         detail = str(exc).split("\n", 1)[0]
     # One line: libpq's messages carry a tab-indented hint on a line of their own.
-    return StoreError(f"database {place.shown}: {' '.join(detail.split())}")
+    return " ".join(detail.split())
 
 
 def create(place: Location) -> Engine:

@@ -26,6 +26,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from airlock.errors import StoreError
 
+from .connection import driver_sentence
 from .schema import blob_chunks, blob_contents
 
 _T = TypeVar("_T")
@@ -97,8 +98,9 @@ class PostgresContents:
             with self._engine.connect() as conn:
                 return work(conn)
         except SQLAlchemyError as exc:
-            cause = getattr(exc, "orig", None) or exc
-            raise StoreError(f"cannot reach the blobs in {self.where}: {cause}") from exc
+            raise StoreError(
+                f"cannot reach the blobs in {self.where}: {driver_sentence(exc)}"
+            ) from exc
 
 
 class _ChunkReader(io.RawIOBase):

@@ -18,6 +18,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from airlock.errors import StoreError
 
+from .connection import driver_sentence
 from .documents import DocumentUpdate
 from .schema import documents
 
@@ -37,7 +38,9 @@ class PostgresDocuments:
             with self._engine.connect() as conn:
                 body = conn.execute(query).scalar_one_or_none()
         except SQLAlchemyError as exc:
-            raise StoreError(f"cannot read {name!r} in {self.where}: {_cause(exc)}") from exc
+            raise StoreError(
+                f"cannot read {name!r} in {self.where}: {driver_sentence(exc)}"
+            ) from exc
         return None if body is None else bytes(body)
 
     @contextmanager
@@ -62,8 +65,6 @@ class PostgresDocuments:
                         )
                     )
         except SQLAlchemyError as exc:
-            raise StoreError(f"cannot write {name!r} in {self.where}: {_cause(exc)}") from exc
-
-
-def _cause(exc: SQLAlchemyError) -> object:
-    return getattr(exc, "orig", None) or exc
+            raise StoreError(
+                f"cannot write {name!r} in {self.where}: {driver_sentence(exc)}"
+            ) from exc
