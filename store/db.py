@@ -245,13 +245,10 @@ class Database:
 
     async def create_run(self, rec: RunRecord, *, max_running: int | None = None) -> bool:
         """Insert a new run, unless its tenant already has `max_running` runs `running`
-        (of every server on these records: counted and inserted in one serializable
-        transaction, so concurrent servers cannot overshoot); whether it was inserted. Its
-        session must exist and its id must be new (else `StoreError`)."""
-        return await self._write(
-            lambda conn: runs.create_run(conn, rec, max_running=max_running),
-            serializable=max_running is not None,
-        )
+        (of every server on these records: counted and inserted in one transaction under
+        the tenant's quota lock, so concurrent servers cannot overshoot); whether it was
+        inserted. Its session must exist and its id must be new (else `StoreError`)."""
+        return await self._write(lambda conn: runs.create_run(conn, rec, max_running=max_running))
 
     async def finish_run(self, rec: RunRecord) -> None:
         """Overwrite the outcome fields of the run `rec.id` (status through error).
@@ -354,14 +351,12 @@ class Database:
     ) -> str | None:
         """Insert `rec`, unless its session already holds `max_per_session` grants live at
         `rec.created_at` (unrevoked, unexpired) or its tenant `max_live_per_tenant`, of every
-        server on these records: counted and inserted in one serializable transaction. The
+        server on these records: counted and inserted under the tenant's quota lock. The
         quota that refused it ("max_per_session" or "max_live_per_tenant"), or None."""
-        quotas = max_per_session is not None or max_live_per_tenant is not None
         return await self._write(
             lambda conn: audit.record_grant(
                 conn, rec, max_per_session=max_per_session, max_live_per_tenant=max_live_per_tenant
             ),
-            serializable=quotas,
         )
 
     async def mark_grants_revoked(self, grant_ids: Sequence[str], *, at: float) -> None:

@@ -19,7 +19,7 @@ from sqlalchemy import (
 
 from ..records import ApprovalRecord, DrillRecord, EgressCount, EgressRecord, GrantRecord
 from ..schema import approvals, drills, egress_log, grants
-from .rows import from_json_fields, json_fields, matching, record_columns
+from .rows import from_json_fields, json_fields, lock_tenant, matching, record_columns
 
 _INSERT_EGRESS = insert(egress_log)
 _EGRESS_COLUMNS = record_columns(egress_log)
@@ -123,8 +123,10 @@ def record_grant(
     max_per_session: int | None = None,
     max_live_per_tenant: int | None = None,
 ) -> str | None:
-    """Insert `rec` unless a quota of live grants at `rec.created_at` is full (the caller runs
-    this serializable); the quota that refused it, or None."""
+    """Insert `rec` unless a quota of live grants at `rec.created_at` is full (counted under
+    the tenant's quota lock); the quota that refused it, or None."""
+    if max_per_session is not None or max_live_per_tenant is not None:
+        lock_tenant(conn, rec.tenant)
     live = (
         select(func.count())
         .select_from(grants)

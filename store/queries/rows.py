@@ -8,7 +8,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import ColumnElement, Table, and_, true
+from sqlalchemy import ColumnElement, Connection, Table, and_, text, true
 
 from ..records import RunRecord
 
@@ -44,3 +44,16 @@ def matching(table: Table, filters: Mapping[str, Any]) -> ColumnElement[bool]:
 def record_columns(table: Table, *, without: tuple[str, ...] = ("seq",)) -> list[Any]:
     """The columns a record is read from: all but the store's own bookkeeping."""
     return [c for c in table.c if c.name not in without]
+
+
+_TENANT_LOCK = text(
+    "SELECT pg_advisory_xact_lock(hashtextextended('airlock-quota:' || :tenant, 0))"
+)
+
+
+def lock_tenant(conn: Connection, tenant: str) -> None:
+    """Hold `tenant`'s quota lock until the transaction ends, so servers counting and
+    inserting that tenant's runs or grants take turns (other tenants are not held up).
+    SQLite needs none: its writing transactions already take the database's one lock."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(_TENANT_LOCK, {"tenant": tenant})

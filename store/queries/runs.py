@@ -8,7 +8,7 @@ from sqlalchemy import Connection, bindparam, func, insert, select, update
 
 from ..records import ArtifactRecord, RunRecord, RunStatus, SessionRecord, WorkspaceFile
 from ..schema import artifacts, run_inputs, runs, sessions
-from .rows import matching, record_columns, run_from_row, run_params
+from .rows import lock_tenant, matching, record_columns, run_from_row, run_params
 
 _INSERT_SESSION = insert(sessions)
 _GET_SESSION = select(*sessions.c).where(sessions.c.id == bindparam("id"))
@@ -91,9 +91,10 @@ def end_session(
 
 
 def create_run(conn: Connection, rec: RunRecord, *, max_running: int | None = None) -> bool:
-    """Insert `rec` unless its tenant already has `max_running` runs running (the caller
-    runs this serializable, so the count holds across servers); whether it was inserted."""
+    """Insert `rec` unless its tenant already has `max_running` runs running (counted under
+    the tenant's quota lock, so the count holds across servers); whether it was inserted."""
     if max_running is not None:
+        lock_tenant(conn, rec.tenant)
         running = conn.execute(
             select(func.count())
             .select_from(runs)
