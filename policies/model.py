@@ -244,6 +244,15 @@ class BrowserSettings(_Section):
         return self
 
 
+class ConsoleSettings(_Section):
+    """The operator console (`/console`): how long a sign-in lasts. Set by the server's
+    policy only; a tenant's policy may not change it."""
+
+    session_s: int = Field(default=28800, gt=0, le=7 * 86400)
+    """Seconds a console sign-in stays valid (its signed cookie expires then, and the
+    server refuses it after); sign out to end it sooner. At most 7 days."""
+
+
 class PoolSettings(_Section):
     """The warm pool of started, never-used containers (used once the pool exists)."""
 
@@ -1090,3 +1099,6 @@ class Policy(_Section):
 
     hatch: HatchSettings = HatchSettings()
     """Repositories agents may have copied in, and paths their patches may not touch."""
+
+    console: ConsoleSettings = ConsoleSettings()
+    """The operator console's sign-in (the server's policy only)."""

@@ -75,14 +75,18 @@ def build_server(
     metrics: Metrics | None = None,
     clock: Callable[[], float] = time.time,
     operator_token: str | None = None,
+    for_routes: ForRoutes | None = None,
 ) -> MCPServer:
     """The Airlock MCP server. Over HTTP every call's tenant comes from its bearer token
     (the local user when serving loopback without auth); over stdio there is one local user.
     Which session a call gets follows `SessionRule`; over HTTP the rule depends on the
     caller's protocol era, so the session_id sentences in tools/list are chosen per request.
     `clock` (Unix seconds) is the tools' and the broker's now; tests pass one they move.
-    /metrics and /approvals answer the `operator_token` and the verifier's tokens only."""
-    for_routes, meter, tenants = ForRoutes(), metrics or Metrics(), tenant_policies or {}
+    /metrics and /approvals answer the `operator_token` and the verifier's tokens only.
+    The lifespan leaves what it built in `for_routes` (given by a caller that mounts the
+    console beside MCP) while it serves."""
+    meter, tenants = metrics or Metrics(), tenant_policies or {}
+    for_routes = for_routes if for_routes is not None else ForRoutes()
     mcp = _AirlockServer(
         "airlock",
         version=__version__,

@@ -16,17 +16,17 @@ from airlock.tools.models import STREAM_PATHS
 from .terminal import safe_block, safe_line, table
 
 
-def _cpu(run: RunRecord) -> str:
+def cpu_text(run: RunRecord) -> str:
     return f"{run.cpu_seconds:.2f}s" if run.cpu_seconds is not None else "-"
 
 
-def _memory(run: RunRecord) -> str:
+def memory_text(run: RunRecord) -> str:
     if run.peak_memory_bytes is None:
         return "-"
     return f"{run.peak_memory_bytes / (1024 * 1024):.1f}MiB"
 
 
-def _duration(run: RunRecord) -> str:
+def duration_text(run: RunRecord) -> str:
     return f"{run.duration_ms}ms" if run.duration_ms is not None else "-"
 
 
@@ -51,9 +51,9 @@ async def runs_table(
                 run.language,
                 run.status,
                 "-" if run.exit_code is None else str(run.exit_code),
-                _duration(run),
-                _cpu(run),
-                _memory(run),
+                duration_text(run),
+                cpu_text(run),
+                memory_text(run),
             )
             for run in runs
         ],
@@ -130,8 +130,8 @@ async def run_detail(db: Database, blobs: BlobStore, run_id: str) -> str:
         f"language   {run.language}   code sha256 {run.code_sha256}",
         f"runtime    {run.runtime or '-'}",
         f"status     {run.status}   exit {run.exit_code if run.exit_code is not None else '-'}",
-        f"duration   {_duration(run)} (timeout {run.timeout_s}s)",
-        f"usage      cpu {_cpu(run)}, peak memory {_memory(run)}",
+        f"duration   {duration_text(run)} (timeout {run.timeout_s}s)",
+        f"usage      cpu {cpu_text(run)}, peak memory {memory_text(run)}",
         f"limits     {', '.join(f'{k}={v}' for k, v in sorted(run.limits.items()))}",
     ]
     lines = [safe_line(line) for line in lines]

@@ -1,4 +1,5 @@
-"""Who calls Airlock's own HTTP routes (/metrics, /approvals): the operator or a tenant.
+"""Who calls Airlock's own HTTP routes (/metrics, /approvals): the operator or a tenant;
+and whether a credential is the operator token (the console's sign-in asks `is_operator`).
 
 The SDK checks tokens on /mcp only; these routes ask `RouteAuth.caller`, which accepts
 the operator token (the file `operator-token` in the data directory: random, 0600, made
@@ -54,15 +55,20 @@ class RouteAuth:
         self._verifier = verifier
         self._operator = operator_token.encode() if operator_token else None
 
+    def is_operator(self, credential: str) -> bool:
+        """Whether `credential` is the operator token (compared in constant time); the one
+        check of it, for these routes and the console's sign-in."""
+        return self._operator is not None and hmac.compare_digest(
+            credential.encode("utf-8", "surrogatepass"), self._operator
+        )
+
     async def caller(self, request: Request) -> RouteCaller | None:
         """The verified caller, or None when the request has no good credential."""
         scheme, _, credential = request.headers.get("authorization", "").partition(" ")
         credential = credential.strip()
         if scheme.lower() != "bearer" or not credential:
             return None
-        if self._operator is not None and hmac.compare_digest(
-            credential.encode("utf-8", "surrogatepass"), self._operator
-        ):
+        if self.is_operator(credential):
             return RouteCaller(tenant=None, by="http:operator", admin=True)
         if self._verifier is None:
             return None

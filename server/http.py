@@ -3,7 +3,8 @@
 Binds loopback by default and refuses any other address without authentication.
 Every request passes `guard.RequestGuard` first (Host/Origin checks, DNS-rebinding
 protection, on every route, and no CSRF); /metrics and /approvals need the operator token
-of the data directory or a bearer key (`bearer`). uvicorn's own SIGINT and SIGTERM
+of the data directory or a bearer key (`bearer`); the operator console is mounted at
+/console (`console`), signed in with that token. uvicorn's own SIGINT and SIGTERM
 handling runs the server's lifespan to its end, which ends every session; its log records
 go to the one handler `logs.setup_logging` installed, like every other library's.
 """
@@ -28,10 +29,12 @@ from airlock.sandbox.image import image_inputs
 
 from .app import build_server
 from .auth import AirlockTokenVerifier, AuthConfig
-from .bearer import operator_token
+from .bearer import RouteAuth, operator_token
 from .config import Config
+from .console import CONSOLE_PATH, console_for
 from .guard import RequestGuard
 from .metrics import Metrics
+from .registration.lifespan import ForRoutes
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +72,7 @@ def serve_http(
             "or bind 127.0.0.1"
         )
     # Bound before anything starts, so a taken port is one clear sentence and nothing else.
-    listener = _listen(host, port)
+    listener = listen_socket(host, port)
     app = http_app(
         config,
         policy,
@@ -81,10 +84,11 @@ def serve_http(
         metrics=metrics,
     )
     log.info(
-        "serving MCP on http://%s%s (%s); data in %s",
+        "serving MCP on http://%s%s (%s), the operator console on %s; data in %s",
         _authority(host, port),
         MCP_PATH,
         "bearer tokens required" if auth else "no authentication: loopback only",
+        CONSOLE_PATH,
         config.data_dir,
     )
     # uvicorn shuts down gracefully on SIGINT/SIGTERM (our lifespan ends every session),
@@ -116,6 +120,7 @@ def http_app(
     verifier = AirlockTokenVerifier(auth) if auth is not None else None
     settings = _auth_settings(auth, base) if auth is not None else None
     tenant_policies = _tenant_policies(auth, policy)
+    token, for_routes = operator_token(config.data_dir), ForRoutes()
     mcp = build_server(
         config,
         policy,
@@ -124,22 +129,31 @@ def http_app(
         auth=settings,
         tenant_policies=tenant_policies,
         metrics=metrics,
-        operator_token=operator_token(config.data_dir),
+        operator_token=token,
+        for_routes=for_routes,
     )
-    hosts = [_authority(host, port), f"localhost:{port}", f"127.0.0.1:{port}", *allowed_hosts]
-    origins = [f"http://localhost:{port}", f"http://127.0.0.1:{port}", *allowed_origins]
-    security = TransportSecuritySettings(
-        enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins
-    )
+    security = security_settings(host, port, allowed_hosts, allowed_origins)
     app = mcp.streamable_http_app(
         streamable_http_path=MCP_PATH,
         session_idle_timeout=float(policy.sessions.idle_ttl_s),
         transport_security=security,
         host=host,
     )
+    app.mount(CONSOLE_PATH, console_for(config, policy, for_routes, RouteAuth(verifier, token)))
     # Outermost of the app's middleware: before the SDK's bearer auth and every route.
-    app.add_middleware(RequestGuard, security=security)
+    app.add_middleware(RequestGuard, security=security, forms_under=CONSOLE_PATH)
     return app
+
+
+def security_settings(
+    host: str, port: int, allowed_hosts: list[str], allowed_origins: list[str]
+) -> TransportSecuritySettings:
+    """The Host and Origin values a server on host:port answers (DNS-rebinding protection)."""
+    hosts = [_authority(host, port), f"localhost:{port}", f"127.0.0.1:{port}", *allowed_hosts]
+    origins = [f"http://localhost:{port}", f"http://127.0.0.1:{port}", *allowed_origins]
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins
+    )
 
 
 def _auth_settings(auth: AuthConfig, base: str) -> AuthSettings:
@@ -164,7 +178,7 @@ def _auth_settings(auth: AuthConfig, base: str) -> AuthSettings:
     )
 
 
-def _listen(host: str, port: int) -> socket.socket:
+def listen_socket(host: str, port: int) -> socket.socket:
     """A listening socket on host:port; `AddressInUse` (exit 2) when the port is taken."""
     try:
         family, kind, proto, _, address = socket.getaddrinfo(
@@ -200,10 +214,17 @@ def _tenant_policies(auth: AuthConfig | None, default: Policy) -> dict[str, Poli
         if path is None:
             continue
         loaded = load_policy(path)
-        if loaded.sandbox != default.sandbox or loaded.pool != default.pool:
+        if (loaded.sandbox, loaded.pool, loaded.console) != (
+            default.sandbox,
+            default.pool,
+            default.console,
+        ):
             raise PolicyInvalid(
                 str(path),
-                ["sandbox and pool are set by the server's policy; remove them from this file"],
+                [
+                    "sandbox, pool and console are set by the server's policy; remove them "
+                    "from this file"
+                ],
             )
         # A tenant's [image] is built on its first run; its lock file is checked now.
         image_inputs(loaded.image)

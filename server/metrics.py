@@ -177,14 +177,14 @@ class _TenantView(Collector):
                 yield mine
 
 
-def parse_listen(value: str) -> tuple[str, int]:
-    """`HOST:PORT` (or `[v6]:PORT`) for `--metrics-listen`."""
+def parse_listen(
+    value: str, option: str = "--metrics-listen", example: str = "127.0.0.1:9464"
+) -> tuple[str, int]:
+    """`HOST:PORT` (or `[v6]:PORT`) for `--metrics-listen` (or another such `option`)."""
     host, sep, port = value.rpartition(":")
     host = host.strip("[]")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise InvalidRequest(
-            f"--metrics-listen {value!r} is not HOST:PORT; write e.g. 127.0.0.1:9464"
-        )
+        raise InvalidRequest(f"{option} {value!r} is not HOST:PORT; write e.g. {example}")
     return host, int(port)
 
 

@@ -3,7 +3,8 @@
 SIGINT and SIGTERM (Claude Code stops a stdio server with SIGINT) cancel the
 server, whose lifespan then ends every session. The SDK reads stdin in a worker
 thread that no cancellation can interrupt, so once the lifespan has finished the
-process exits without waiting for that thread.
+process exits without waiting for that thread. With `--console-listen`, the operator
+console (`console.listen`) is served in the same event loop, showing this server's records.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from airlock.policies import Policy
 from .app import build_server
 from .config import Config
 from .metrics import Metrics
+from .registration.lifespan import ForRoutes
 
 log = logging.getLogger(__name__)
 
@@ -30,10 +32,19 @@ def _exit_now() -> None:
     os._exit(0)
 
 
-async def _serve(config: Config, policy: Policy, metrics: Metrics | None) -> None:
-    stopped = anyio.Event()
-    mcp = build_server(config, policy, on_stopped=stopped.set, metrics=metrics)
+async def _serve(
+    config: Config, policy: Policy, metrics: Metrics | None, console_listen: str | None
+) -> None:
+    stopped, routes = anyio.Event(), ForRoutes()
+    mcp = build_server(config, policy, on_stopped=stopped.set, metrics=metrics, for_routes=routes)
+    console = None
+    if console_listen is not None:
+        from .console.listen import ConsoleListener  # uvicorn and the console: only if asked
+
+        console = ConsoleListener(config, policy, routes, console_listen)
     async with anyio.create_task_group() as tg:
+        if console is not None:
+            tg.start_soon(console.serve)
 
         async def stop_on_signal() -> None:
             with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -50,6 +61,12 @@ async def _serve(config: Config, policy: Policy, metrics: Metrics | None) -> Non
         tg.cancel_scope.cancel()
 
 
-def serve_stdio(config: Config, policy: Policy, metrics: Metrics | None = None) -> None:
-    anyio.run(_serve, config, policy, metrics)
+def serve_stdio(
+    config: Config,
+    policy: Policy,
+    metrics: Metrics | None = None,
+    console_listen: str | None = None,
+) -> None:
+    """Serve MCP on stdin/stdout (and the operator console on `console_listen`, if given)."""
+    anyio.run(_serve, config, policy, metrics, console_listen)
     _exit_now()

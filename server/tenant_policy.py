@@ -13,13 +13,18 @@ from airlock.policies import Policy, load_policy
 from .config import ENV_AUTH, Config
 
 
+def server_policy_label(config: Config) -> str:
+    """Words naming the server's policy, for a report."""
+    return f"the server policy ({config.policy_path or 'built-in default'})"
+
+
 def target_policies(
     config: Config, tenant: str | None, auth: Path | None
 ) -> tuple[Policy, Policy | None, str]:
     """The server policy, the tenant's own policy (None: it uses the server's) and words
     naming what applies."""
     policy = load_policy(config.policy_path)
-    target = f"the server policy ({config.policy_path or 'built-in default'})"
+    target = server_policy_label(config)
     if tenant is None:
         return policy, None, target
     if auth is None:

@@ -35,7 +35,7 @@ from .connection import (
 )
 from .migrations import HEAD, refuse_newer, upgrade
 from .migrations import SCHEMA_VERSION as SCHEMA_VERSION
-from .queries import audit, runs, workspace
+from .queries import audit, replicas, runs, workspace
 from .records import (
     ApprovalRecord,
     ArtifactRecord,
@@ -45,6 +45,7 @@ from .records import (
     GrantRecord,
     HatchCopyRecord,
     PatchRecord,
+    ReplicaRecord,
     RunRecord,
     RunStatus,
     SessionRecord,
@@ -153,6 +154,11 @@ class Database:
         return self._place.shown
 
     @property
+    def is_fleet(self) -> bool:
+        """Whether the records are on PostgreSQL, where a fleet's replicas meet."""
+        return not self._place.is_sqlite
+
+    @property
     def engine(self) -> Engine:
         """The engine of a PostgreSQL store, for what a fleet keeps beside its records on the
         same database (`pg_blobs`, `pg_documents`, its pool); a SQLite store has none to
@@ -215,6 +221,15 @@ class Database:
 
     async def get_session(self, session_id: str) -> SessionRecord | None:
         return await self._read(lambda conn: runs.get_session(conn, session_id))
+
+    async def list_sessions(
+        self, *, live_at: float | None = None, tenant: str | None = None, limit: int = 100
+    ) -> list[SessionRecord]:
+        """Sessions, newest first: with `live_at`, only those neither ended nor expired then."""
+        limit = _limit(limit)
+        return await self._read(
+            lambda conn: runs.list_sessions(conn, live_at=live_at, tenant=tenant, limit=limit)
+        )
 
     async def touch_session(
         self, session_id: str, *, last_used_at: float, expires_at: float
@@ -404,12 +419,19 @@ class Database:
         return await self._read(lambda conn: audit.get_approval(conn, approval_id))
 
     async def list_approvals(
-        self, *, tenant: str | None = None, status: str | None = None, limit: int = 100
+        self,
+        *,
+        tenant: str | None = None,
+        status: str | None = None,
+        limit: int = 100,
+        newest_first: bool = False,
     ) -> list[ApprovalRecord]:
-        """Approvals, oldest first."""
+        """Approvals, oldest first (or, with `newest_first`, the latest `limit` of them)."""
         filters = {"tenant": tenant, "status": status}
         limit = _limit(limit)
-        return await self._read(lambda conn: audit.list_approvals(conn, filters, limit))
+        return await self._read(
+            lambda conn: audit.list_approvals(conn, filters, limit, newest_first=newest_first)
+        )
 
     async def move_approval(
         self,
@@ -445,6 +467,15 @@ class Database:
         return await self._write(
             lambda conn: audit.expire_approvals(conn, now=now, session_id=session_id)
         )
+
+    # A fleet's replicas
+
+    async def list_replicas(self) -> list[ReplicaRecord]:
+        """The replicas a fleet's PostgreSQL lists, oldest claim first, each with whether its
+        lock is held and its last heartbeat; empty on SQLite, which has no fleet."""
+        if self._place.is_sqlite:
+            return []
+        return await self._read(replicas.list_replicas)
 
     # Drills
 

@@ -211,6 +211,24 @@ ApprovalStatus = Literal["pending", "approved", "denied", "expired", "used"]
 closed); `used` once the asking session turned the approval into a grant."""
 
 
+class ReplicaRecord(BaseModel):
+    """A replica of a fleet listed in `airlock_instances`, with what PostgreSQL says of its
+    claim (`queries/replicas.py`)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    claimed_at: float
+    live: bool
+    """Its advisory lock is held: the replica's claim connection lives."""
+    holder_pid: int | None
+    """The PostgreSQL backend holding the lock; None when no one holds it (a dead replica
+    not yet found by a live one)."""
+    last_heartbeat: float | None
+    """When the holding connection last ran a query (the claim's heartbeat); None when no
+    one holds it, or PostgreSQL does not show this role another backend's activity."""
+
+
 class ApprovalRecord(BaseModel):
     """A capability request waiting for (or decided by) the operator, because the
     client could not ask its human. `reason` is the agent's text: untrusted."""

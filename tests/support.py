@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import functools
 import io
@@ -385,6 +386,14 @@ async def ask(c: Client, capability: str, **args: Any) -> CallToolResult:
         {"capability": capability, "reason": "read acme", "params": {"org": "acme"}, **args},
         within=30,
     )
+
+
+def vault_key_file(path: Path) -> Path:
+    """A new vault key (32 random bytes, base64) at `path`, mode 0600: what every replica
+    of a test fleet is given (`AIRLOCK_VAULT_KEY_FILE`)."""
+    path.write_bytes(base64.b64encode(os.urandom(32)) + b"\n")
+    path.chmod(0o600)
+    return path
 
 
 # ---- `airlock serve --http` with API keys ----------------------------------------------

@@ -27,13 +27,13 @@ from airlock.policies import BrowserSettings, Policy
 from airlock.sandbox import EXCHANGE_GRACE_S, ArtifactCaps, EgressMount, JobOutcome, JobSpec
 from airlock.sandbox.environment import sandbox_environment
 from airlock.sandbox.spec import BrowseJob, ContainerLimits
-from airlock.store import ArtifactRecord, EgressRecord, RunRecord, Staging
+from airlock.store import ArtifactRecord, BlobStore, EgressRecord, RunRecord, Staging
 
 from .artifacts import IMAGES_ARE_DATA, artifact_uri, classify, image_block
 from .capabilities import live_grants
 from .context import Services, Session
 from .envelope import clean_field, clip, new_nonce, wrap
-from .images import MAX_IMAGE_BYTES, sniff_image
+from .images import MAX_IMAGE_BYTES, Picture, sniff_image
 from .progress import Progress, run_reporting
 from .run_record import recorded_run
 
@@ -373,16 +373,28 @@ async def _findings(services: Services, kept: dict[str, ArtifactRecord]) -> Page
         return PageFindings(error="the browser box's report was malformed; nothing of it shown")
 
 
-async def _screenshot(
-    services: Services, kept: dict[str, ArtifactRecord], run_id: str
-) -> ImageContent | None:
-    record = kept.get(SCREENSHOT_FILE)
+async def screenshot_png(
+    blobs: BlobStore, record: ArtifactRecord | None
+) -> tuple[bytes, Picture] | None:
+    """A browse run's screenshot artifact `record`, when its bytes are a well-formed PNG
+    (`images.sniff_image`) of at most `MAX_IMAGE_BYTES`: the one check before a screenshot is
+    shown, to the agent here and to the operator's console."""
     if record is None or record.size > MAX_IMAGE_BYTES:
         return None
-    data = await services.blobs.read(record.sha256)
+    data = await blobs.read(record.sha256)
     picture = sniff_image(data)
     if picture is None or picture.mime_type != "image/png":
         return None
+    return data, picture
+
+
+async def _screenshot(
+    services: Services, kept: dict[str, ArtifactRecord], run_id: str
+) -> ImageContent | None:
+    found = await screenshot_png(services.blobs, kept.get(SCREENSHOT_FILE))
+    if found is None:
+        return None
+    data, picture = found
     return image_block(data, picture, run_id=run_id)
 
 

@@ -42,6 +42,12 @@ def add_parser(commands: Subparsers, common: argparse.ArgumentParser) -> None:
         "(over --http, /metrics next to /mcp takes the same bearer tokens)",
     )
     serve.add_argument(
+        "--console-listen",
+        metavar="HOST:PORT",
+        help="stdio only: also serve the operator console on http://HOST:PORT/console "
+        "(over --http it is on /console already); sign in with the operator token",
+    )
+    serve.add_argument(
         "--allowed-host",
         action="append",
         default=[],
@@ -63,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
     import anyio
 
     from airlock import __version__
+    from airlock.errors import InvalidRequest
     from airlock.policies import load_policy
 
     from ..auth import load_auth_config
@@ -71,6 +78,11 @@ def run(args: argparse.Namespace) -> int:
     from ..stdio import serve_stdio
     from ..terminal import registration_hint, stdin_is_terminal
 
+    if args.http and args.console_listen:
+        raise InvalidRequest(
+            "--console-listen is for a stdio server; over --http the console is on /console "
+            "of the same address: drop --console-listen"
+        )
     config = Config.resolve(args.data_dir, args.policy, args.store)
     policy = load_policy(config.policy_path)
     # A store that cannot be used (a wrong URL, a database down, a newer schema) stops the
@@ -95,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
     log.info("airlock %s serving MCP on stdio; data in %s", __version__, config.data_dir)
     if stdin_is_terminal():
         sys.stderr.write(registration_hint(sys.argv[0], _given_locations(args)))
-    serve_stdio(config, policy, metrics)
+    serve_stdio(config, policy, metrics, args.console_listen)
     return 0
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from mcp.server.mcpserver import MCPServer
 
 from airlock.policies import Policy
+from airlock.tools import Services
 
 from ..config import Config
 from ..metrics import Metrics
@@ -23,9 +24,14 @@ from ..running import Running, serving
 class ForRoutes:
     """What the lifespan built, for the plain HTTP routes (/healthz, /approvals): the SDK
     hands its lifespan context to MCP requests only, so the lifespan also leaves it here
-    while it serves. Tools and resources read the SDK's context (`AirlockContext`)."""
+    while it serves (for /healthz, /approvals and the console). Tools and resources read
+    the SDK's context (`AirlockContext`)."""
 
     running: Running | None = None
+
+    def services(self) -> Services | None:
+        """What the running server is made of, or None while it starts or stops."""
+        return self.running.services if self.running is not None else None
 
 
 def lifespan(

@@ -36,12 +36,7 @@ def register(mcp: MCPServer, routes: ForRoutes, auth: RouteAuth, metrics: Metric
             return unauthorized()
         return Response(metrics.render(who.tenant), media_type=METRICS_CONTENT_TYPE)
 
-    _add_approval_routes(
-        mcp,
-        lambda: routes.running.services if routes.running is not None else None,
-        auth,
-        time.time,
-    )
+    _add_approval_routes(mcp, routes.services, auth, time.time)
 
 
 def _add_approval_routes(

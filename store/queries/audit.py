@@ -221,12 +221,13 @@ def get_approval(conn: Connection, approval_id: str) -> ApprovalRecord | None:
 
 
 def list_approvals(
-    conn: Connection, filters: dict[str, str | None], limit: int
+    conn: Connection, filters: dict[str, str | None], limit: int, *, newest_first: bool = False
 ) -> list[ApprovalRecord]:
+    order = (approvals.c.created_at, approvals.c.id)
     query = (
         select(*approvals.c)
         .where(matching(approvals, filters))
-        .order_by(approvals.c.created_at, approvals.c.id)
+        .order_by(*(column.desc() for column in order) if newest_first else order)
         .limit(limit)
     )
     return [_approval(row) for row in conn.execute(query).mappings()]

@@ -71,6 +71,16 @@ def get_session(conn: Connection, session_id: str) -> SessionRecord | None:
     return SessionRecord.model_validate(dict(row)) if row is not None else None
 
 
+def list_sessions(
+    conn: Connection, *, live_at: float | None, tenant: str | None, limit: int
+) -> list[SessionRecord]:
+    query = select(*sessions.c).where(matching(sessions, {"tenant": tenant}))
+    if live_at is not None:
+        query = query.where(sessions.c.ended_at.is_(None), sessions.c.expires_at > live_at)
+    query = query.order_by(sessions.c.created_at.desc(), sessions.c.id).limit(limit)
+    return [SessionRecord.model_validate(dict(row)) for row in conn.execute(query).mappings()]
+
+
 def touch_session(
     conn: Connection, session_id: str, *, last_used_at: float, expires_at: float
 ) -> bool:

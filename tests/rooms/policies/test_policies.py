@@ -359,6 +359,7 @@ def test_json_schema_describes_the_sections() -> None:
         "broker",
         "tenants",
         "hatch",
+        "console",
     }
     assert schema["additionalProperties"] is False
     limits = schema["$defs"]["Limits"]["properties"]

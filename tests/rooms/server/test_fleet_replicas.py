@@ -7,8 +7,6 @@ another vault key than the fleet's is refused at start with the fix named."""
 
 from __future__ import annotations
 
-import base64
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,7 +14,7 @@ from typing import Any
 import pytest
 from mcp.client import Client
 from mcp.server.mcpserver import MCPServer
-from support import text_of
+from support import text_of, vault_key_file
 
 from airlock.broker.vault import KEY_FILE_ENV
 from airlock.errors import VaultError
@@ -35,17 +33,11 @@ async def call(client: Client, tool: str, **args: Any) -> dict[str, Any]:
     return dict(result.structured_content)
 
 
-def key_file(path: Path) -> Path:
-    path.write_bytes(base64.b64encode(os.urandom(32)) + b"\n")
-    path.chmod(0o600)
-    return path
-
-
 @pytest.fixture
 def replica(
     tmp_path: Path, postgres_url: str, sandbox_runtime: str, monkeypatch: pytest.MonkeyPatch
 ) -> Callable[[str], MCPServer]:
-    monkeypatch.setenv(KEY_FILE_ENV, str(key_file(tmp_path / "fleet.key")))
+    monkeypatch.setenv(KEY_FILE_ENV, str(vault_key_file(tmp_path / "fleet.key")))
     policy = Policy.model_validate({"sandbox": {"runtime": sandbox_runtime}, "pool": {"size": 0}})
 
     def make(name: str) -> MCPServer:
@@ -95,7 +87,7 @@ async def test_a_replica_with_another_vault_key_is_refused_at_start(
 ) -> None:
     async with Client(replica("a")) as on_a:
         await call(on_a, "list_workspace", session_id="new")  # the first replica marks the vault
-    monkeypatch.setenv(KEY_FILE_ENV, str(key_file(tmp_path / "other.key")))
+    monkeypatch.setenv(KEY_FILE_ENV, str(vault_key_file(tmp_path / "other.key")))
     config = Config(data_dir=tmp_path / "c", store_url=postgres_url)
     with pytest.raises(VaultError) as info:
         async with serving(config, Policy(), tenant_policies={}, clock=lambda: 0.0):

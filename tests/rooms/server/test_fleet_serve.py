@@ -5,9 +5,7 @@ and its container is reaped when a server starts again on that engine."""
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import os
 import signal
 from pathlib import Path
 from typing import Any
@@ -16,7 +14,7 @@ import anyio
 import docker
 import pytest
 from mcp.client import Client
-from support import NO_POOL_TOML, serving_http, text_of, wait_until
+from support import NO_POOL_TOML, serving_http, text_of, vault_key_file, wait_until
 
 from airlock.broker.vault import KEY_FILE_ENV
 from airlock.store import Database
@@ -72,10 +70,7 @@ async def test_a_replica_sigkilled_mid_run_loses_nothing_the_others_cannot_carry
     docker_client: docker.DockerClient,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    key = tmp_path / "fleet.key"
-    key.write_bytes(base64.b64encode(os.urandom(32)) + b"\n")
-    key.chmod(0o600)
-    monkeypatch.setenv(KEY_FILE_ENV, str(key))
+    monkeypatch.setenv(KEY_FILE_ENV, str(vault_key_file(tmp_path / "fleet.key")))
     policy = tmp_path / "policy.toml"
     policy.write_text(NO_POOL_TOML)
 

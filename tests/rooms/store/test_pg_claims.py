@@ -172,3 +172,38 @@ async def test_a_replica_whose_claim_connection_dies_refuses_calls_until_it_hold
             await mine.release()
     finally:
         await db.close()
+
+
+async def test_the_fleets_replicas_show_which_claims_are_held_and_when_they_last_beat(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    db = await Database.open(postgres_url)
+    sqlite = await Database.open(tmp_path / "airlock.db")
+    try:
+        assert db.is_fleet and not sqlite.is_fleet
+        assert await sqlite.list_replicas() == []
+        async with holder(postgres_url, "inst_alive"), holder(postgres_url, "inst_dead") as dead:
+            before = time.time()
+            replicas = await db.list_replicas()
+            assert [(r.id, r.live) for r in replicas] == [("inst_alive", True), ("inst_dead", True)]
+            assert all(r.holder_pid and r.last_heartbeat for r in replicas)
+            dead.send_signal(signal.SIGKILL)
+            with anyio.fail_after(60):
+                await dead.wait()
+
+            async def freed() -> bool:
+                return [r.live for r in await db.list_replicas()] == [True, False]
+
+            for _ in range(200):  # polled: PostgreSQL frees the lock once it sees the close
+                if await freed():
+                    break
+                await anyio.sleep(0.05)
+            else:
+                pytest.fail("the SIGKILLed replica's lock was not freed within 10 s")
+            alive, gone = await db.list_replicas()
+            assert alive.holder_pid is not None and alive.last_heartbeat is not None
+            assert alive.last_heartbeat <= before
+            assert (gone.holder_pid, gone.last_heartbeat) == (None, None)
+    finally:
+        await db.close()
+        await sqlite.close()

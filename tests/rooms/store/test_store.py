@@ -20,6 +20,7 @@ from support import run_record, session_record, ws_file
 from airlock.errors import StoreError
 from airlock.store import (
     SCHEMA_VERSION,
+    ApprovalRecord,
     ArtifactRecord,
     BlobStore,
     Database,
@@ -96,6 +97,35 @@ async def test_ending_twice_keeps_the_first_end(db: Database) -> None:
     got = await db.get_session("s1")
     assert got is not None
     assert (got.ended_at, got.end_reason, got.containers_removed) == (120.0, "end_session", 2)
+
+
+async def test_list_sessions_newest_first_and_only_live_ones_when_asked(db: Database) -> None:
+    # s1 expires at 700 and s2 at 800; s3 (another tenant) ended; s4 expired at 710.
+    for name, tenant, created in (("s1", "t1", 100.0), ("s2", "t1", 200.0), ("s3", "t2", 150.0)):
+        await db.create_session(session_record(name, tenant=tenant, created_at=created))
+    await db.create_session(session_record("s4", created_at=110.0))
+    await db.end_session("s3", ended_at=160.0, reason="end_session", containers_removed=0)
+    every = await db.list_sessions()
+    assert [s.id for s in every] == ["s2", "s3", "s4", "s1"]
+    assert [s.id for s in await db.list_sessions(live_at=705.0)] == ["s2", "s4"]
+    assert [s.id for s in await db.list_sessions(live_at=705.0, tenant="t2")] == []
+    assert [s.id for s in await db.list_sessions(tenant="t1", limit=1)] == ["s2"]
+
+
+async def test_list_approvals_gives_the_latest_ones_newest_first_when_asked(
+    db: Database,
+) -> None:
+    await db.create_session(session_record())
+    for n in range(3):
+        created = 100.0 + n
+        record = ApprovalRecord(
+            id=f"apr_{n}", tenant="t1", session_id="s1", capability="c", params={}, ttl_s=60,
+            reason="r", status="pending", created_at=created, expires_at=created + 60,
+        )  # fmt: skip
+        assert await db.create_approval(record) is None
+    assert [a.id for a in await db.list_approvals(limit=2)] == ["apr_0", "apr_1"]
+    latest = await db.list_approvals(limit=2, newest_first=True)
+    assert [a.id for a in latest] == ["apr_2", "apr_1"]
 
 
 async def test_duplicate_session_id_raises_store_error_from_the_driver(db: Database) -> None:
