@@ -313,6 +313,8 @@ async def browse(
             backend.sandbox(job, egress=True) as box,
             services.egress.open(
                 settings=policy.egress,
+                # Never a secret in a browser box: its page decides what its browser sends.
+                secrets="withhold",
                 capabilities=policy.capabilities,
                 tenant=session.tenant,
                 session_id=session.id,
