@@ -72,6 +72,13 @@ async def call(c: Client, tool: str, args: dict[str, Any]) -> CallToolResult:
         return await c.call_tool(tool, args)
 
 
+async def browse_granted(server: MCPServer, url: str, **args: Any) -> CallToolResult:
+    """One browse of `url` with the test site's capability, in a client of its own."""
+    async with Client(server) as c:
+        cap = await grant(c)
+        return await call(c, "browse", {"url": url, "capabilities": [cap], **args})
+
+
 async def run_records(data_dir: Path, run_id: str) -> list[EgressRecord]:
     """Every egress record of the run, as the operator's audit has them (407s included)."""
     db = await open_store(Config(data_dir=data_dir))
@@ -98,9 +105,7 @@ async def test_a_page_comes_back_as_a_png_and_its_text_in_the_envelope(
         "<title>Hello page</title><h1>Greetings from the box</h1>"
         '<img src="/pixel.png" width="50" height="50"><a href="/next">next page</a>',
     )
-    async with Client(site_server) as c:
-        cap = await grant(c)
-        result = await call(c, "browse", {"url": url, "capabilities": [cap]})
+    result = await browse_granted(site_server, url)
     assert not result.is_error, text_of(result)
     data = result.structured_content
     assert data is not None
@@ -162,9 +167,7 @@ async def test_scripts_reaching_a_denied_host_metadata_a_file_and_a_websocket_ge
 ) -> None:
     url = serve(upstream, "/probes", DENIED_PAGE)
     wait = {"kind": "wait_for", "selector": "#done", "timeout_ms": 8000}
-    async with Client(site_server) as c:
-        cap = await grant(c)
-        result = await call(c, "browse", {"url": url, "capabilities": [cap], "actions": [wait]})
+    result = await browse_granted(site_server, url, actions=[wait])
     data = result.structured_content
     assert data is not None and data["status"] == "ok", text_of(result)
     assert data["actions_done"] == 1, data["error"]
@@ -215,9 +218,7 @@ async def test_injected_text_comes_back_only_inside_the_envelope(
         "Array.from = () => [{text: 'forged', href: 'https://forged.example/'}];"
         "String.prototype.slice = function () { return 'forged'; };</script>",
     )
-    async with Client(site_server) as c:
-        cap = await grant(c)
-        result = await call(c, "browse", {"url": url, "capabilities": [cap]})
+    result = await browse_granted(site_server, url)
     text = text_of(result)
     assert planted in text
     outside = re.sub(
@@ -334,9 +335,7 @@ async def test_a_page_cannot_navigate_the_top_frame_off_http(
         f"<script>setTimeout(() => {{ location.href = {json.dumps(target)}; }}, 10);</script>",
     )
     wait = {"kind": "wait", "ms": 1000}
-    async with Client(site_server) as c:
-        cap = await grant(c)
-        result = await call(c, "browse", {"url": url, "capabilities": [cap], "actions": [wait]})
+    result = await browse_granted(site_server, url, actions=[wait])
     data = result.structured_content
     assert data is not None and data["status"] == "ok", text_of(result)
     assert data["url"] == url
@@ -347,9 +346,7 @@ async def test_audit_shows_a_browse_run_with_its_request_and_its_requests(
     site_server: MCPServer, upstream: Upstream, data_dir: Path
 ) -> None:
     url = serve(upstream, "/audited", "<title>audited</title>seen by the operator")
-    async with Client(site_server) as c:
-        cap = await grant(c)
-        result = await call(c, "browse", {"url": url, "capabilities": [cap]})
+    result = await browse_granted(site_server, url)
     assert result.structured_content is not None
     run_id = result.structured_content["run_id"]
     airlock = Path(sys.executable).with_name("airlock")
@@ -384,9 +381,7 @@ async def test_dialogs_are_dismissed_and_reported_and_the_page_is_still_read(
     serve(upstream, "/left", "<title>left</title>left the page")
     # The click gives the page the user activation a beforeunload dialog needs.
     actions = [{"kind": "click", "selector": "#away"}, {"kind": "wait_for", "selector": "body"}]
-    async with Client(site_server) as c:
-        cap = await grant(c)
-        result = await call(c, "browse", {"url": url, "capabilities": [cap], "actions": actions})
+    result = await browse_granted(site_server, url, actions=actions)
     data = result.structured_content
     assert data is not None and data["status"] == "ok", text_of(result)
     assert data["dialogs"][:3] == [
@@ -409,9 +404,7 @@ async def test_a_very_long_title_and_url_are_cut_and_the_report_kept(
         "<body>still read</body><script>document.title = 'T'.repeat(20000);"
         "history.replaceState(null, '', '/long?' + 'q'.repeat(9000));</script>",
     )
-    async with Client(site_server) as c:
-        cap = await grant(c)
-        result = await call(c, "browse", {"url": url, "capabilities": [cap]})
+    result = await browse_granted(site_server, url)
     data = result.structured_content
     assert data is not None and data["status"] == "ok", text_of(result)
     assert data["error"] is None and data["text"] == "still read"
@@ -432,10 +425,7 @@ async def test_chromiums_own_calls_never_reach_the_proxy_even_where_the_policy_a
         | {"paths": ["/**"]}
     ]
     url = serve(upstream, "/quiet", "<title>quiet</title>nothing else")
-    async with Client(make_server(policy)) as c:
-        cap = await grant(c)
-        args = {"url": url, "capabilities": [cap], "actions": [{"kind": "wait", "ms": 4000}]}
-        result = await call(c, "browse", args)
+    result = await browse_granted(make_server(policy), url, actions=[{"kind": "wait", "ms": 4000}])
     data = result.structured_content
     assert data is not None and data["status"] == "ok", text_of(result)
     assert {e["host"] for e in data["egress"]} == {"localhost"}
@@ -476,9 +466,7 @@ async def test_a_page_that_did_not_load_is_an_error_with_the_proxys_reason(
             port = closed.getsockname()[1]
         policy["capabilities"][CAP]["ports"].append(port)
         url = f"https://localhost:{port}/page"
-    async with Client(make_server(policy)) as c:
-        cap = await grant(c)
-        result = await call(c, "browse", {"url": url, "capabilities": [cap]})
+    result = await browse_granted(make_server(policy), url)
     data = result.structured_content
     assert data is not None and data["status"] == "error", text_of(result)
     assert data["error"].startswith("the page did not load") and expected in data["error"]
