@@ -5,7 +5,10 @@ The drill builds the real server on the real data directory with the policy unde
 `run_code` with the SDK's in-memory client: the very path an agent's code takes. Its
 calls run as their own tenant (`airlock-drill`), each probe in a fresh session that it
 ends. One probe is derived from the policy (what its allow rules open, judged from the
-proxy's records in the database), and `policies.review` names the doors no probe can see.
+proxy's records in the database), the browser box is attacked through `browse`
+(`drill_browser`: pages under the policy, and a page of the drill's own on a server built
+with the drill's two extra capabilities), and `policies.review` names the doors no probe
+can see.
 Afterwards it checks that nothing was left behind (containers, live sessions, unrevoked
 grants) and records the whole table in the database (`airlock audit drills`). The table
 is printed through `terminal.table`, wrapped to about 100 columns.

@@ -3,11 +3,13 @@
 The box is a run (its own record, egress log, artifacts) in a container of the browser
 image: no session workspace, no hatch roots, no secrets, the [browser] limits, and the
 run's egress proxy as its only network (every browse has one: even the page itself is a
-request the proxy decides). What the page produced (text, title, URL, links, console,
-screenshot, downloads) comes back from the driver as files of the box's own empty
-/workspace, through the same hatch as a run's, and is kept as artifacts of the browse run
-only: nothing reaches the session's workspace. Text goes back in the untrusted envelope,
-the screenshot as image content marked untrusted.
+request the proxy decides), opened with secrets withheld whatever the capabilities carry
+(a capability with a secret is refused first, unless [browser] secrets = "withhold").
+What the page produced (text, title, URL, links, console, dialogs, screenshot, downloads)
+comes back from the driver as files of the box's own empty /workspace, through the same
+hatch as a run's, and is kept as artifacts of the browse run only: nothing reaches the
+session's workspace. Text goes back in the untrusted envelope, the screenshot as image
+content marked untrusted.
 """
 
 from __future__ import annotations
