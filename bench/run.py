@@ -934,6 +934,7 @@ class _EgressRig:
             grants=[self.grant if secret else self.plain],
             deadline=time.time() + 600,
             settings=self.settings,
+            secrets="inject",
         ) as run:
             config = {
                 "port": self.port,
@@ -975,6 +976,7 @@ class _EgressRig:
             settings=EgressSettings.model_validate(
                 {"upstream_ca_file": str(self.ca_file), "limits": {"max_requests": 50}}
             ),
+            secrets="inject",
         )
         async with flooding as flood_run:
             flood_config = {

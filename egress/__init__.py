@@ -21,7 +21,7 @@ from .conversation import Conversation, RunContext
 from .decision import Decision, RequestFacts, Rule, decide
 from .ledger import RunIdentity, RunLedger
 from .proxy import MAX_SOCKET_PATH, SOCKET_NAME, RunProxy
-from .runs import Egress, EgressPlan, RunEgress
+from .runs import Egress, EgressPlan, RunEgress, SecretUse
 
 __all__ = [
     "MAX_SOCKET_PATH",
@@ -37,5 +37,6 @@ __all__ = [
     "RunIdentity",
     "RunLedger",
     "RunProxy",
+    "SecretUse",
     "decide",
 ]

@@ -546,6 +546,9 @@ class Conversation:
             if isinstance(event, h11.InformationalResponse):
                 continue
             if isinstance(event, h11.Response):
+                unreadable = leg.scrubber.unreadable(event.headers)
+                if unreadable is not None:
+                    return [*actions, *self._fail_upstream(unreadable)]
                 leg.status = event.status_code
                 if header(event, b"transfer-encoding") is None:
                     length = header(event, b"content-length")

@@ -58,6 +58,9 @@ class Rule:
     secret: str | None = None
     inject_header: str | None = None
     inject_format: str | None = None
+    secret_withheld: bool = False
+    """The grant has a secret that this run does not inject (its egress was opened with
+    secrets withheld, as a browser box's is): the request goes out without it."""
 
 
 @dataclass(frozen=True)
@@ -318,7 +321,8 @@ def _decide_request(facts: RequestFacts, rules: Sequence[Rule], offers: Sequence
         )
     chosen = _best(matching)
     if chosen.secret is None:
-        return _allow(f"{_describe(chosen)} permits {target}", chosen)
+        withheld = " without its secret (this run injects none)" if chosen.secret_withheld else ""
+        return _allow(f"{_describe(chosen)} permits {target}{withheld}", chosen)
     if facts.scheme != "https":
         return _deny(
             f"{_describe(chosen)} allows this only over TLS, since it sends a secret; use "

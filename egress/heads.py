@@ -19,6 +19,7 @@ from .targets import TargetRejected, canonical_target_host, parse_authority
 
 MAX_HEAD_BYTES = 16 * 1024
 PROXY_NAME = "airlock"
+REASON_HEADER = b"x-airlock-reason"
 TOKEN_REFUSED = (
     "missing, expired or revoked run token; use the proxy settings Airlock put in "
     "the environment, and only during the run"
@@ -47,7 +48,7 @@ def refusal(conn: h11.Connection, status: int, reason: str) -> bytes:
         ("content-length", str(len(body))),
         ("connection", "close"),
         ("via", f"1.1 {PROXY_NAME}"),
-        ("x-airlock-reason", reason.encode("ascii", "replace").decode()),
+        (REASON_HEADER.decode(), reason.encode("ascii", "replace").decode()),
     ]
     if status == 407:
         headers.append(("proxy-authenticate", f'Basic realm="{PROXY_NAME}"'))
@@ -144,8 +145,12 @@ def response_headers(
     response: h11.Response, *, close: bool, scrub: Callable[[bytes], bytes]
 ) -> list[tuple[bytes, bytes]]:
     listed = connection_listed(response.headers)
+    # The reason header is the proxy's own (`refusal`): one from upstream is dropped, so a
+    # client may read it as the proxy's word.
     headers = [
-        (k, scrub(bytes(v))) for k, v in response.headers if k not in HOP_BY_HOP and k not in listed
+        (k, scrub(bytes(v)))
+        for k, v in response.headers
+        if k not in HOP_BY_HOP and k not in listed and k != REASON_HEADER
     ]
     length = next((v for k, v in response.headers if k == b"content-length"), None)
     if length is not None:

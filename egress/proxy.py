@@ -353,15 +353,26 @@ class RunProxy:
         try:
             stream: anyio.abc.ByteStream = await SocketChannel.connect(action.address, action.port)
             if action.tls:
-                stream = await TLSChannel.wrap(
-                    stream,
-                    self._upstream_tls,
-                    server_side=False,
-                    hostname=action.host,
-                    session=self._sessions.get(session_key),
-                )
+                connected = stream
+                try:
+                    stream = await TLSChannel.wrap(
+                        connected,
+                        self._upstream_tls,
+                        server_side=False,
+                        hostname=action.host,
+                        session=self._sessions.get(session_key),
+                    )
+                except BaseException:
+                    # A failed handshake leaves the socket to whoever connected it.
+                    with anyio.CancelScope(shield=True):
+                        await connected.aclose()
+                    raise
         except ssl.SSLError as exc:
-            return DialFailed(f"TLS verification of {action.host} failed ({exc.reason})")
+            return DialFailed(
+                f"TLS verification of {action.host} failed ({exc.reason}); if it serves a "
+                "certificate of a private CA, the operator adds that CA as [egress] "
+                "upstream_ca_file"
+            )
         except (TimeoutError, anyio.EndOfStream, anyio.BrokenResourceError):
             return DialFailed(f"the TLS handshake with {action.host}:{action.port} failed")
         except OSError as exc:

@@ -7,6 +7,10 @@ ends) it stops the proxy, revokes the token and deletes what it created. The
 rules a request is decided against are read from the broker on every request,
 and open connections are re-checked while data flows, so a revocation or an
 expiry takes effect at once.
+
+Whether the run's grants may inject their secrets is decided here, once, when the run's
+egress opens (`secrets`): a run opened with them withheld has rules that carry no secret
+and a proxy that can look none up, whatever grants it was given.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import anyio
 
@@ -36,6 +41,11 @@ from .tls import RunCA
 SOCKET_DIR = "socket"
 PRIVATE_DIR = "private"
 
+SecretUse = Literal["inject", "withhold"]
+"""Whether a run's proxy adds its grants' secrets ("inject": code the agent wrote) or sends
+their requests without them ("withhold": a browser box, whose page could make its browser
+send, and read back, any request to a granted host)."""
+
 
 @dataclass(frozen=True)
 class EgressPlan:
@@ -52,7 +62,9 @@ class RunEgress:
     records: list[EgressRecord] = field(default_factory=list)
 
 
-def _rule_of_grant(grant: Grant) -> Rule:
+def _rule_of_grant(grant: Grant, secrets: SecretUse) -> Rule:
+    # Withheld: the rule allows what the grant allows, with no secret to inject.
+    inject = secrets == "inject"
     return Rule(
         id=grant.id,
         kind="capability",
@@ -62,9 +74,10 @@ def _rule_of_grant(grant: Grant) -> Rule:
         paths=grant.scope.paths,
         tls=grant.tls,
         allow_private=grant.allow_private,
-        secret=grant.secret,
-        inject_header=grant.inject_header,
-        inject_format=grant.inject_format,
+        secret=grant.secret if inject else None,
+        inject_header=grant.inject_header if inject else None,
+        inject_format=grant.inject_format if inject else None,
+        secret_withheld=not inject and grant.secret is not None,
     )
 
 
@@ -159,6 +172,7 @@ class Egress:
         grants: Sequence[Grant],
         deadline: float,
         settings: EgressSettings,
+        secrets: SecretUse,
         capabilities: Mapping[str, Capability] | None = None,
         socket_dir: Path | None = None,
     ) -> AsyncIterator[RunEgress]:
@@ -169,6 +183,10 @@ class Egress:
         `socket_dir`: an existing, empty directory to listen in (the sandbox's egress
         directory, owned by the backend; only the socket is removed from it at the end).
         Missing: a directory of the run's own, removed at the end.
+        `secrets`: "inject" adds each grant's secret as its capability says; "withhold"
+        sends every request without one (no rule carries a secret, and the proxy can look
+        none up, so should one slip through the request is denied, never injected). No
+        default: every caller says which.
         """
         policy_rules = _policy_rules(settings)
         now = self._clock()
@@ -214,9 +232,9 @@ class Egress:
                 authorize=lambda presented: self._tokens.verify(
                     presented, run_id=run_id, now=self._clock()
                 ),
-                rules=lambda claims: self._rules(claims, policy_rules),
+                rules=lambda claims: self._rules(claims, policy_rules, secrets),
                 offers=_offers(capabilities or {}),
-                lookup_secret=self._lookup_secret,
+                lookup_secret=self._lookup_secret if secrets == "inject" else _no_secret,
                 upstream_tls=self._upstream_context(settings.upstream_ca_file),
                 resolver=self._resolver,
             )
@@ -243,10 +261,12 @@ class Egress:
             context = self._contexts[ca_file] = upstream_context(ca_file)
         return context
 
-    def _rules(self, claims: RunClaims, policy_rules: Sequence[Rule]) -> list[Rule]:
+    def _rules(
+        self, claims: RunClaims, policy_rules: Sequence[Rule], secrets: SecretUse
+    ) -> list[Rule]:
         now = self._clock()
         rules = [
-            _rule_of_grant(grant)
+            _rule_of_grant(grant, secrets)
             for grant_id in claims.grant_ids
             if (
                 grant := self._grants.get(
@@ -260,3 +280,9 @@ class Egress:
 
     async def _lookup_secret(self, name: str) -> tuple[Secret, tuple[str, ...]] | None:
         return await anyio.to_thread.run_sync(self._vault.get, name)
+
+
+async def _no_secret(name: str) -> None:
+    """The vault of a run whose secrets are withheld: it holds nothing, so the proxy fails
+    closed (denies) rather than injects, should a rule with a secret ever reach it."""
+    return None

@@ -3,18 +3,18 @@
 Belongs here: the spellings of a secret that are looked for (as is, URL-encoded, hex,
 base64 and base64url at each of the three byte alignments) and a streaming masker that
 replaces each occurrence with as many "*" as it had bytes, so Content-Length stays true
-and nothing is re-framed. Does not belong here: which secrets (the run's ledger knows
-the injected ones), HTTP framing, sockets.
+and nothing is re-framed, and which answers cannot be scrubbed at all (a body in a
+content coding: refused, never passed on unread). Does not belong here: which secrets (the
+run's ledger knows the injected ones), HTTP framing, sockets.
 
-What remains possible is stated in the README: a response body the upstream compressed
-anyway, or any spelling not listed here (reversed, split by the server, encrypted),
-carries the value through.
+What remains possible is stated in the README: any spelling not listed here (reversed,
+split by the server, encrypted) carries the value through.
 """
 
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from urllib.parse import quote, quote_plus
@@ -101,6 +101,31 @@ class Scrubber:
     @property
     def active(self) -> bool:
         return bool(self._needles.ordered)
+
+    def unreadable(self, headers: Sequence[tuple[bytes, bytes]]) -> str | None:
+        """Why an answer with these headers must be refused, or None to pass it on.
+
+        A body in a content coding (gzip, br, deflate: any but identity) hides every
+        spelling from the masker, and the client decodes it: while a secret is to be
+        masked, such an answer is refused rather than passed on unread. The proxy asks for
+        identity whenever it injects, so only an upstream that ignores that meets this.
+        """
+        if not self.active:
+            return None
+        codings = [
+            coding.strip().lower()
+            for key, value in headers
+            if key.lower() == b"content-encoding"
+            for coding in value.split(b",")
+        ]
+        encoded = [c for c in codings if c not in (b"", b"identity")]
+        if not encoded:
+            return None
+        return (
+            f"the upstream answered in the {encoded[0].decode('ascii', 'replace')!r} content "
+            "coding although the proxy asked for none, so the answer cannot be checked for "
+            "the secret sent to this host and is refused; ask the API for an uncompressed answer"
+        )
 
     def mask(self, data: bytes) -> bytes:
         """`data` with every whole spelling masked (no state: for header values)."""

@@ -232,6 +232,14 @@ class BrowserSettings(_Section):
     height: int = Field(default=800, ge=240, le=2160)
     """Viewport height in CSS pixels (the screenshot's height)."""
 
+    secrets: Literal["refuse", "withhold"] = "refuse"
+    """What `browse` does with a capability that has a secret. A browser box never carries
+    one, whatever this says: a page can make its browser send any request to a granted host
+    (a script's fetch, an image, a submitted form) and read the answer back, so a credential
+    there would be the page's to use. "refuse" (missing means this) answers such a call with
+    one sentence and starts no box; "withhold" lets the page reach the capability's hosts
+    without the secret (the egress record says so)."""
+
     @model_validator(mode="after")
     def _timeout_within_max(self) -> BrowserSettings:
         if self.timeout_s > self.max_timeout_s:

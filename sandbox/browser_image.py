@@ -49,7 +49,10 @@ BROWSER_PACKAGES = tuple(
 )
 # The driver imports the runner's machinery (privileges, relay, listing), so the runner's
 # modules come along.
-DRIVER_MODULES = ("__init__.py", "wire.py", "codeproc.py", "runner.py", "browser.py")
+DRIVER_MODULES = (
+    *("__init__.py", "wire.py", "codeproc.py", "runner.py"),
+    *("browser.py", "browser_page.py", "browser_gate.py", "devtools.py"),
+)
 BROWSER_LABEL = "airlock.browser"
 
 # Setuid bits are cleared as in the sandbox image (chromium's package brings none, the base

@@ -98,6 +98,11 @@ class BrowseJob(BaseModel):
     width: int
     height: int
     max_pages: int
+    max_title_chars: int
+    """What the report may hold of the title, the URL and the error: the box cuts each to
+    the host's limit, so a page with a long one loses its tail, never the whole report."""
+    max_url_chars: int
+    max_error_chars: int
 
 
 class JobSpec(BaseModel):

@@ -5,7 +5,10 @@ The drill builds the real server on the real data directory with the policy unde
 `run_code` with the SDK's in-memory client: the very path an agent's code takes. Its
 calls run as their own tenant (`airlock-drill`), each probe in a fresh session that it
 ends. One probe is derived from the policy (what its allow rules open, judged from the
-proxy's records in the database), and `policies.review` names the doors no probe can see.
+proxy's records in the database), the browser box is attacked through `browse`
+(`drill_browser`: pages under the policy, and a page of the drill's own on a server built
+with the drill's two extra capabilities), and `policies.review` names the doors no probe
+can see.
 Afterwards it checks that nothing was left behind (containers, live sessions, unrevoked
 grants) and records the whole table in the database (`airlock audit drills`). The table
 is printed through `terminal.table`, wrapped to about 100 columns.
@@ -34,7 +37,6 @@ from airlock.ids import new_id
 from airlock.policies import Policy
 from airlock.policies.review import review
 from airlock.sandbox import connect
-from airlock.sandbox.browser_image import ensure_browser_image
 from airlock.sandbox.docker import session_containers
 from airlock.sandbox.environment import sandbox_environment
 from airlock.store import DrillRecord
@@ -42,6 +44,15 @@ from airlock.tools.envelope import sanitize
 
 from .app import build_server
 from .config import DRILL_TENANT, Config, open_store
+from .drill_browser import (
+    BROWSER_ATTACK,
+    BROWSER_EXPECTED,
+    TRICKS_ATTACK,
+    TRICKS_EXPECTED,
+    denied_pages,
+    ensure_browser_image,
+    page_tricks,
+)
 from .drill_probes import (
     OPENINGS_ATTACK,
     OPENINGS_EXPECTED,
@@ -56,6 +67,7 @@ from .drill_probes import (
     openings_probe,
     protected_probe,
     replay_probe,
+    result_text,
     token_probe,
 )
 from .tenant_policy import target_policies
@@ -175,6 +187,7 @@ async def run_drill(
         rows.append(await _everyday(client, sessions))
         rows.append(await _browser(client, sessions))
         rows.append(await _openings(client, config, effective, sessions))
+    rows.append(await _browser_tricks(config, policy, effective, sessions))
     rows.append(policy_review(effective))
     rows.append(await _leftovers(config, sessions))
     report = DrillReport(id=drill_id, target=target, rows=rows, sessions=sessions)
@@ -189,7 +202,7 @@ async def _attack(client: Client, probe: Probe) -> tuple[CallFacts, str]:
         args["files"] = [{"path": p, "content": c} for p, c in probe.files]
     result = await _call(client, "run_code", args)
     structured = dict(result.structured_content or {})
-    text = _text(result)
+    text = result_text(result)
     if result.is_error:
         raise AirlockError(f"the drill could not run its probe {probe.name!r}: {sanitize(text)}")
     session = str(structured["session_id"])
@@ -228,50 +241,28 @@ async def _everyday(client: Client, sessions: list[str]) -> DrillRow:
     return _row(probe, probe.judge(facts))
 
 
-BROWSER_ATTACK = "browser: metadata address, another host, a local file"
-BROWSER_EXPECTED = "every request the page makes denied by the proxy, file: refused"
-BROWSER_TARGETS = ("http://169.254.169.254/latest/meta-data/", "https://drill-denied.invalid/")
-
-
-def _browser_image() -> None:
-    def report(line: str) -> None:
-        sys.stderr.write(f"browser image: {line}\n")
-
-    engine = connect()
-    try:
-        ensure_browser_image(engine, report)
-    finally:
-        engine.close()
-
-
 async def _browser(client: Client, sessions: list[str]) -> DrillRow:
-    """The browser box under the policy: pages at the metadata address and at a host no
-    capability names must load nothing, and a local file must be refused outright."""
     # The server would build a missing browser image in the background and answer "being
     # built"; the drill waits for it instead, once.
-    await anyio.to_thread.run_sync(_browser_image)
-    observed: list[str] = []
-    held = True
-    for url in BROWSER_TARGETS:
-        result = await _call(client, "browse", {"url": url, "timeout_s": PROBE_TIMEOUT_S})
-        data = dict(result.structured_content or {})
-        if result.is_error:
-            return DrillRow(
-                BROWSER_ATTACK, BROWSER_EXPECTED, f"browse failed: {_text(result)}", False
-            )
-        session = str(data["session_id"])
-        sessions.append(session)
-        await _call(client, "end_session", {"session_id": session})
-        # Judged by the proxy's records, not the page: for plain http the page shows the
-        # proxy's own 403 text.
-        requests = data.get("egress", [])
-        passed = [e for e in requests if e["decision"] != "deny"]
-        held = held and bool(requests) and not passed
-        observed.append(f"{url}: {len(requests)} request(s), {len(passed)} let through")
-    refused = await _call(client, "browse", {"url": "file:///etc/passwd"})
-    held = held and refused.is_error
-    observed.append("file:///etc/passwd: " + ("refused" if refused.is_error else "ACCEPTED"))
-    return DrillRow(BROWSER_ATTACK, BROWSER_EXPECTED, "; ".join(observed), held)
+    await anyio.to_thread.run_sync(ensure_browser_image)
+    verdict = await denied_pages(client, _call, sessions, PROBE_TIMEOUT_S)
+    return DrillRow(BROWSER_ATTACK, BROWSER_EXPECTED, verdict.observed, verdict.held)
+
+
+async def _browser_tricks(
+    config: Config, policy: Policy, effective: Policy, sessions: list[str]
+) -> DrillRow:
+    """The drill's own page, under the tenant's policy plus the drill's two capabilities,
+    on a server of its own (the policy under test stays as it is for every other row)."""
+
+    def client_of(tricks: Policy) -> Client:
+        server = build_server(
+            config, policy, tenant_policies={DRILL_TENANT: tricks}, local_tenant=DRILL_TENANT
+        )
+        return Client(server)
+
+    verdict = await page_tricks(client_of, effective, _call, sessions)
+    return DrillRow(TRICKS_ATTACK, TRICKS_EXPECTED, verdict.observed, verdict.held)
 
 
 COPY_DIR = "airlock-drill-copy"
@@ -305,7 +296,7 @@ async def _protected(client: Client, policy: Policy, sessions: list[str]) -> Dri
     root = sorted(policy.hatch.roots)[0]
     copied = await _call(client, "copy_in", {"root": root, "to": COPY_DIR})
     if copied.is_error or copied.structured_content is None:
-        return row(f"could not copy root {root} in: {sanitize(_text(copied))[:200]}", None)
+        return row(f"could not copy root {root} in: {sanitize(result_text(copied))[:200]}", None)
     session = str(copied.structured_content["session_id"])
     sessions.append(session)
     try:
@@ -318,11 +309,11 @@ async def _protected(client: Client, policy: Policy, sessions: list[str]) -> Dri
     finally:
         await _call(client, "end_session", {"session_id": session})
     if ran.is_error or patch.is_error or patch.structured_content is None:
-        return row(f"the probe could not run: {sanitize(_text(patch))[:200]}", False)
+        return row(f"the probe could not run: {sanitize(result_text(patch))[:200]}", False)
     held = {f["path"] for f in patch.structured_content["needs_human"]}
     carried = {f["path"] for f in patch.structured_content["files"]}
     leaked = [p for p in _PROTECTED_SAMPLES if p in carried or p not in held]
-    if leaked or PROTECTED_PAYLOAD in _text(patch):
+    if leaked or PROTECTED_PAYLOAD in result_text(patch):
         return row("the patch carries " + ", ".join(leaked or ["the payload"]), False)
     return row(
         f"copied root {root} in, wrote {len(_PROTECTED_SAMPLES)}; the patch held every one "
@@ -334,10 +325,6 @@ async def _protected(client: Client, policy: Policy, sessions: list[str]) -> Dri
 async def _call(client: Client, tool: str, args: dict[str, Any]) -> CallToolResult:
     with anyio.fail_after(CALL_TIMEOUT_S):
         return await client.call_tool(tool, args)
-
-
-def _text(result: CallToolResult) -> str:
-    return "\n".join(getattr(block, "text", "") for block in result.content)
 
 
 async def _openings(

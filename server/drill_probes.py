@@ -23,6 +23,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from mcp.types import CallToolResult
+
 from airlock.egress.addresses import forbidden_reason
 from airlock.policies import EgressRule, Policy, parse_ip_literal, path_matches
 from airlock.policies.review import Finding
@@ -268,6 +270,11 @@ def report_of(stdout: str) -> dict[str, Any]:
     except ValueError:
         return {}
     return found if isinstance(found, dict) else {}
+
+
+def result_text(result: CallToolResult) -> str:
+    """The text blocks of a tool result, joined: what the agent read."""
+    return "\n".join(getattr(block, "text", "") for block in result.content)
 
 
 @dataclass(frozen=True)

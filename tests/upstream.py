@@ -7,6 +7,7 @@ server's.
 
 from __future__ import annotations
 
+import gzip
 import http.server
 import json
 import socket
@@ -58,7 +59,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             if self.command != "HEAD":
                 self.wfile.write(payload)
             return
-        if self.path.startswith("/api/echo"):
+        more: list[tuple[str, str]] = []
+        if self.path.startswith("/api/gzecho"):
+            # The same, compressed whatever the request asked for and readable from any
+            # page (CORS *): what a scrubber that reads only identity bodies would miss.
+            payload = gzip.compress(json.dumps({"headers": dict(self.headers.items())}).encode())
+            more = [("Content-Encoding", "gzip"), ("Access-Control-Allow-Origin", "*")]
+        elif self.path.startswith("/api/echo"):
             # An upstream that hands the request's credentials back, as echo services do.
             echoed = self.headers.get("Authorization", "")
             payload = json.dumps({"headers": dict(self.headers.items())}).encode()
@@ -74,6 +81,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(payload)))
         if echoed is not None:
             self.send_header("X-Echo-Authorization", echoed)
+        for name, value in more:
+            self.send_header(name, value)
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(payload)
@@ -132,7 +141,8 @@ class Upstream:
 
     It answers JSON describing the method and path only (never a header value), except
     `/api/echo`, which hands the request's headers back in its body and its Authorization
-    in a header; it serves `/api/big/<n>` as n bytes, and holds `/api/hold` until
+    in a header, and `/api/gzecho`, which hands them back gzip-compressed whatever the
+    request accepts, with CORS `*`; it serves `/api/big/<n>` as n bytes, and holds `/api/hold` until
     `release` is set.
     """
 

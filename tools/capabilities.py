@@ -32,6 +32,10 @@ _RECORDED_QUOTAS = {
     "max_live_per_tenant": "max_live_grants_per_tenant",
 }
 
+# Longer than any grant id (`tenant/<t>/session/<s>/cap/<id>`): an error quotes only this
+# much of what the caller passed.
+MAX_SHOWN_ID_CHARS = 200
+
 # How the human answered, as the server learnt it from elicitation.
 Approval = Literal["approved", "declined", "cancelled", "unsupported", "not_asked"]
 
@@ -293,11 +297,19 @@ async def live_grants(
         grant = await held_grant(services, session, capability_id)
         if grant is None:
             raise NotFound(
-                f"capability {capability_id!r} is unknown, expired or revoked in this session; "
-                "request it again with request_capability"
+                f"capability {_shown_id(capability_id)} is unknown, expired or revoked in this "
+                "session; request it again with request_capability"
             )
         grants.append(grant)
     return grants
+
+
+def _shown_id(capability_id: str) -> str:
+    """The id as an error quotes it: whole when it could be one of ours, else its start."""
+    if len(capability_id) <= MAX_SHOWN_ID_CHARS:
+        return repr(capability_id)
+    shown = capability_id[:MAX_SHOWN_ID_CHARS]
+    return f"{shown!r} (the first {MAX_SHOWN_ID_CHARS} of {len(capability_id)} characters)"
 
 
 async def held_grant(services: Services, session: Session, capability_id: str) -> Grant | None:

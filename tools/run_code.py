@@ -162,6 +162,7 @@ async def run_code(
             if box.egress_dir is not None:
                 async with services.egress.open(
                     settings=policy.egress,
+                    secrets="inject",
                     capabilities=policy.capabilities,
                     tenant=session.tenant,
                     session_id=session.id,

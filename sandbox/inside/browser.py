@@ -15,13 +15,21 @@ compromised renderer can neither trace the driver nor write its report channel. 
 own sandbox is off (`--no-sandbox`: it needs user namespaces or a setuid helper, neither of
 which a hardened container has); gVisor is the sandbox, as for run_code.
 
-The network is the proxy's: `--proxy-server` names the in-container relay, and
-`--proxy-bypass-list=<-loopback>` removes Chromium's implicit loopback bypass, so every
-request, websocket included, goes to the run's proxy, which decides and records it. The
-run's token answers the proxy's 407 (Fetch.authRequired). Every request is paused before
-it leaves (Fetch): one whose scheme is not http(s) is failed there. The run's CA is
-trusted through an NSS database made in the sandbox user's fresh HOME (Chromium's own
-store on Linux), so TLS is verified as usual, against that CA and the system roots.
+The network is the proxy's, for the page alone: the page lives in a browser context of its
+own whose proxy is the gate (`browser_gate`) in front of the in-container relay, with
+`<-loopback>` removing Chromium's implicit loopback bypass, so every request of the page,
+websocket included, goes to the run's proxy, which decides and records it. Chromium's
+default context, and with it every background service it runs (sign-in, GCM, variations),
+has a proxy on a port nothing listens on: those calls end in the box and never reach the
+proxy or its records; the gate stops what Chromium opens of its own in the page's context
+(a preconnect to its search engine). The run's token answers the proxy's 407
+(Fetch.authRequired). Every request of the page is paused before it leaves (Fetch): one
+whose scheme is not http(s) is failed there. A JavaScript dialog is dismissed as it opens,
+and a main frame that did not load (Chromium's error, or the proxy's own refusal instead of
+the page) is reported as such, not read. The run's CA is trusted through an NSS database
+made in the sandbox user's fresh HOME (Chromium's own store on Linux), so TLS is verified as
+usual, against that CA and the system roots. The page's events and state are
+`browser_page`'s, the DevTools pipe `devtools`'.
 
 Only the standard library of the image's Python (3.11) may be used here.
 """
@@ -33,7 +41,6 @@ import contextlib
 import hashlib
 import json
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -43,6 +50,10 @@ if __name__ == "__main__" and not __package__:
     # Started as the image's entrypoint script, which -I leaves off the path (PEP 366).
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     __package__ = "inside"
+
+from .browser_gate import Gate
+from .browser_page import ALLOWED_SCHEMES, Page
+from .devtools import Cdp, Deadline, PageGone
 
 # The runner's own machinery, shared rather than copied: dropping privileges, the relay,
 # stopping everything, and the listing and tar of /workspace.
@@ -71,11 +82,12 @@ CHROMIUM_LOG = "/tmp/chromium.log"
 # How long the page may keep fetching after its load event before it is read anyway.
 SETTLE_S = 2.0
 LOG_TAIL = 4096
-MAX_CONSOLE = 200
-MAX_CONSOLE_CHARS = 1000
 MAX_LINKS = 200
 MAX_TEXT_CHARS = 200_000
-ALLOWED_SCHEMES = ("http:", "https:")
+# Chromium's own proxy, for its default context and with it every background service
+# (sign-in, GCM, variations): a port nothing in the box listens on, so those calls end at
+# once, in the box. Pages live in a browser context of their own whose proxy is the relay.
+NOWHERE_PORT = 9
 # Flags that close every way out but the proxy, and every background service.
 CLOSED_FLAGS = (
     "--headless=new",
@@ -92,6 +104,7 @@ CLOSED_FLAGS = (
     "--disable-client-side-phishing-detection",
     "--disable-default-apps",
     "--disable-extensions",
+    "--disable-component-extensions-with-background-pages",
     "--disable-breakpad",
     "--disable-crash-reporter",
     "--disable-field-trial-config",
@@ -104,8 +117,12 @@ CLOSED_FLAGS = (
     "NetworkPrediction,InterestFeedContentSuggestions,AutofillServerCommunication,"
     "CertificateTransparencyComponentUpdater,DnsOverHttps,PrivacySandboxSettings4,"
     "NetworkTimeServiceQuerying,LensOverlay,SafeBrowsing,PreconnectToSearch,"
-    "SearchPrefetchServicePrefetching,OmniboxSearchPrefetch",
+    "SearchPrefetchServicePrefetching,OmniboxSearchPrefetch,SearchEnginePreconnector,"
+    "SearchEnginePreconnect2,DsePreload2,Prewarm,PrewarmServiceWorkerRegistrationForDSE",
     "--dns-prefetch-disable",
+    # Whatever still calls out from the default context meets NOWHERE_PORT, loopback too.
+    f"--proxy-server=http://127.0.0.1:{NOWHERE_PORT}",
+    "--proxy-bypass-list=<-loopback>",
     "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
     # Nothing is resolved in the box; the proxy is named by its address.
     "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
@@ -126,195 +143,6 @@ KEYS = {
     "PageUp": ("", 33),
     "Home": ("", 36),
     "End": ("", 35),
-}
-
-
-class Deadline(Exception):
-    """The job's time ran out."""
-
-
-class PageGone(Exception):
-    """The page's renderer died (its memory limit, most often) or Chromium exited."""
-
-
-class Cdp:
-    """A blocking DevTools client over Chromium's pipe; events go to `on_event` as they come,
-    also while a call waits for its answer (a paused request must be let go meanwhile)."""
-
-    def __init__(self, to_chrome: int, from_chrome: int, deadline: float) -> None:
-        self._out = to_chrome
-        self._in = from_chrome
-        self._buffer = b""
-        self._next = 0
-        self.deadline = deadline
-        self.answers: dict[int, dict[str, Any]] = {}
-        self.on_event: Any = None
-
-    def send(self, method: str, params: dict[str, Any] | None = None, session: str = "") -> int:
-        self._next += 1
-        message: dict[str, Any] = {"id": self._next, "method": method, "params": params or {}}
-        if session:
-            message["sessionId"] = session
-        data = json.dumps(message).encode() + b"\0"
-        while data:
-            data = data[os.write(self._out, data) :]
-        return self._next
-
-    def call(self, method: str, params: dict[str, Any] | None = None, session: str = "") -> Any:
-        wanted = self.send(method, params, session)
-        self.pump(lambda: wanted in self.answers)
-        answer = self.answers.pop(wanted)
-        if "error" in answer:
-            raise RuntimeError(f"{method}: {answer['error'].get('message')}")
-        return answer.get("result", {})
-
-    def pump(self, done: Any, until: float | None = None) -> bool:
-        """Handle messages until `done()` or `until` (False then); the job's deadline raises."""
-        while not done():
-            now = time.monotonic()
-            if now >= self.deadline:
-                raise Deadline
-            if until is not None and now >= until:
-                return False
-            limit = min(self.deadline, until or self.deadline) - now
-            if select.select([self._in], [], [], limit)[0]:
-                self._read()
-        return True
-
-    def _read(self) -> None:
-        chunk = os.read(self._in, 1 << 20)
-        if not chunk:
-            raise PageGone("Chromium exited")
-        self._buffer += chunk
-        *messages, self._buffer = self._buffer.split(b"\0")
-        for raw in messages:
-            message = json.loads(raw)
-            if "id" in message:
-                self.answers[message["id"]] = message
-            elif self.on_event is not None:
-                self.on_event(message)
-
-
-class Page:
-    """One browse: the page session, what it said, and what it asked for."""
-
-    def __init__(self, cdp: Cdp, request: dict[str, Any], token: str) -> None:
-        self.cdp = cdp
-        self.request = request
-        self.token = token
-        self.session = ""
-        self.target = ""
-        self.lifecycle_seen: set[tuple[str, str]] = set()
-        self.crashed = False
-        self.pages = 0
-        self.console: list[str] = []
-        self.blocked: list[str] = []
-        self.downloads: dict[str, dict[str, Any]] = {}
-        self.auth_tries: dict[str, int] = {}
-
-    def on_event(self, message: dict[str, Any]) -> None:
-        method = message.get("method", "")
-        params = message.get("params", {})
-        session = message.get("sessionId", "")
-        handler = _HANDLERS.get(method)
-        if handler is not None:
-            handler(self, params, session)
-
-    def attached(self, params: dict[str, Any], _session: str) -> None:
-        """A new target (our page, a popup, a frame): intercept it before it runs."""
-        session = params["sessionId"]
-        kind = params.get("targetInfo", {}).get("type")
-        if kind == "page":
-            self.pages += 1
-            if self.pages > int(self.request["max_pages"]):
-                self.cdp.send("Target.closeTarget", {"targetId": params["targetInfo"]["targetId"]})
-                self.console.append(f"[airlock] a page beyond the limit of {self.pages - 1} closed")
-                return
-            if not self.session:
-                self.session = session
-                self.target = params["targetInfo"]["targetId"]
-        patterns = [{"urlPattern": "*", "requestStage": "Request"}]
-        self.cdp.send("Fetch.enable", {"patterns": patterns, "handleAuthRequests": True}, session)
-        if kind == "page":
-            self.cdp.send("Page.enable", {}, session)
-            self.cdp.send("Inspector.enable", {}, session)
-            self.cdp.send("Runtime.enable", {}, session)
-            self.cdp.send("Page.setLifecycleEventsEnabled", {"enabled": True}, session)
-        self.cdp.send("Runtime.runIfWaitingForDebugger", {}, session)
-
-    def paused(self, params: dict[str, Any], session: str) -> None:
-        url = str(params.get("request", {}).get("url", ""))
-        if url.lower().startswith(ALLOWED_SCHEMES):
-            self.cdp.send("Fetch.continueRequest", {"requestId": params["requestId"]}, session)
-            return
-        self.blocked.append(url[:200])
-        reason = {"requestId": params["requestId"], "errorReason": "BlockedByClient"}
-        self.cdp.send("Fetch.failRequest", reason, session)
-
-    def auth(self, params: dict[str, Any], session: str) -> None:
-        """The proxy's 407 gets the run's token, once per request; any other challenge (a
-        site's own) is cancelled, since the agent has no way to answer it."""
-        request_id = params["requestId"]
-        tries = self.auth_tries.get(request_id, 0)
-        self.auth_tries[request_id] = tries + 1
-        if params.get("authChallenge", {}).get("source") == "Proxy" and tries == 0:
-            answer = {"response": "ProvideCredentials", "username": "airlock"}
-            answer["password"] = self.token
-        else:
-            answer = {"response": "CancelAuth"}
-        self.cdp.send(
-            "Fetch.continueWithAuth",
-            {"requestId": request_id, "authChallengeResponse": answer},
-            session,
-        )
-
-    def console_called(self, params: dict[str, Any], _session: str) -> None:
-        parts = [
-            str(arg.get("value", arg.get("description", ""))) for arg in params.get("args", [])
-        ]
-        self._note_console(f"[{params.get('type', 'log')}] " + " ".join(parts))
-
-    def exception(self, params: dict[str, Any], _session: str) -> None:
-        details = params.get("exceptionDetails", {})
-        text = details.get("exception", {}).get("description") or details.get("text", "")
-        self._note_console(f"[exception] {text}")
-
-    def _note_console(self, text: str) -> None:
-        if len(self.console) < MAX_CONSOLE:
-            self.console.append(text[:MAX_CONSOLE_CHARS])
-
-    def lifecycle(self, params: dict[str, Any], session: str) -> None:
-        # Kept by loader: the blank page the tab started with has its own load and idle.
-        if session == self.session:
-            self.lifecycle_seen.add((params.get("loaderId", ""), params.get("name", "")))
-
-    def crash(self, _params: dict[str, Any], session: str) -> None:
-        if session == self.session:
-            self.crashed = True
-
-    def target_crash(self, params: dict[str, Any], _session: str) -> None:
-        if params.get("targetId") == self.target:
-            self.crashed = True
-
-    def download_begins(self, params: dict[str, Any], _session: str) -> None:
-        self.downloads[params["guid"]] = {"name": params.get("suggestedFilename", ""), "state": ""}
-
-    def download_progress(self, params: dict[str, Any], _session: str) -> None:
-        if params.get("guid") in self.downloads:
-            self.downloads[params["guid"]]["state"] = params.get("state", "")
-
-
-_HANDLERS = {
-    "Target.attachedToTarget": Page.attached,
-    "Fetch.requestPaused": Page.paused,
-    "Fetch.authRequired": Page.auth,
-    "Runtime.consoleAPICalled": Page.console_called,
-    "Runtime.exceptionThrown": Page.exception,
-    "Page.lifecycleEvent": Page.lifecycle,
-    "Inspector.targetCrashed": Page.crash,
-    "Target.targetCrashed": Page.target_crash,
-    "Browser.downloadWillBegin": Page.download_begins,
-    "Browser.downloadProgress": Page.download_progress,
 }
 
 
@@ -345,7 +173,7 @@ def _chromium_env() -> dict[str, str]:
     return {"PATH": "/usr/bin:/bin", "HOME": SANDBOX_HOME, "LANG": "C.UTF-8"}
 
 
-def _start_chromium(request: dict[str, Any], port: int) -> tuple[int, int, int]:
+def _start_chromium(request: dict[str, Any]) -> tuple[int, int, int]:
     """Fork Chromium as the sandbox user with the pipe on its fds 3 and 4; (pid, to, from)."""
     to_read, to_write = os.pipe()
     from_read, from_write = os.pipe()
@@ -353,8 +181,6 @@ def _start_chromium(request: dict[str, Any], port: int) -> tuple[int, int, int]:
     argv = [
         CHROMIUM,
         *CLOSED_FLAGS,
-        f"--proxy-server=http://127.0.0.1:{port}",
-        "--proxy-bypass-list=<-loopback>",
         f"--user-data-dir={PROFILE_DIR}",
         f"--window-size={width},{height}",
         "about:blank",
@@ -441,42 +267,79 @@ def _act(page: Page, action: dict[str, Any]) -> None:
     page.cdp.pump(lambda: False, until=time.monotonic() + 0.1)
 
 
-READ_PAGE = f"""(() => ({{
-  title: document.title,
-  url: location.href,
+def _read_page(request: dict[str, Any]) -> str:
+    """The script that reads the page, each field cut to what the host takes."""
+    return f"""(() => ({{
+  title: document.title.slice(0, {int(request["max_title_chars"])}),
+  url: location.href.slice(0, {int(request["max_url_chars"])}),
   text: (document.body ? document.body.innerText : '').slice(0, {MAX_TEXT_CHARS}),
   links: Array.from(document.links).slice(0, {MAX_LINKS}).map(a => ({{
     text: (a.innerText || '').trim().slice(0, 200), href: a.href.slice(0, 2000)}}))
 }}))()"""
 
 
-def _browse(page: Page) -> dict[str, Any]:
-    """Open the page, act, read it; what `page.json` says."""
+def _open_page(page: Page, gate_port: int) -> None:
+    """The browse's own browser context, its proxy the gate to the relay, and its page.
+
+    Chromium's default context (its first tab, its background services) keeps the
+    command line's proxy, which leads nowhere (NOWHERE_PORT): only what the page does
+    reaches the run's proxy, so the run's records list only the page's requests.
+    """
     cdp, request = page.cdp, page.request
-    downloads_dir = os.path.join(WORKSPACE, DOWNLOADS)
-    cdp.call(
-        "Browser.setDownloadBehavior",
-        {"behavior": "allowAndName", "downloadPath": downloads_dir, "eventsEnabled": True},
-    )
     cdp.call(
         "Target.setAutoAttach",
         {"autoAttach": True, "waitForDebuggerOnStart": True, "flatten": True},
     )
-    # Attaching also takes the tab Chromium opened at start, before it loaded anything;
-    # should it not, a new one is opened.
-    if not cdp.pump(lambda: bool(page.session), until=time.monotonic() + 3):
-        cdp.call("Target.createTarget", {"url": "about:blank"})
-        cdp.pump(lambda: bool(page.session))
+    page.context = cdp.call(
+        "Target.createBrowserContext",
+        {
+            "proxyServer": f"http://127.0.0.1:{gate_port}",
+            # Without it Chromium would take loopback (the relay's own port among it)
+            # directly instead of through the proxy.
+            "proxyBypassList": "<-loopback>",
+            "disposeOnDetach": True,
+        },
+    )["browserContextId"]
+    cdp.call(
+        "Browser.setDownloadBehavior",
+        {
+            "behavior": "allowAndName",
+            "browserContextId": page.context,
+            "downloadPath": os.path.join(WORKSPACE, DOWNLOADS),
+            "eventsEnabled": True,
+        },
+    )
+    cdp.call("Target.createTarget", {"url": "about:blank", "browserContextId": page.context})
+    cdp.pump(lambda: bool(page.session))
     metrics = {"width": int(request["width"]), "height": int(request["height"])}
     cdp.call(
         "Emulation.setDeviceMetricsOverride",
         {**metrics, "deviceScaleFactor": 1, "mobile": False},
         page.session,
     )
+
+
+def _not_loaded(page: Page, found: dict[str, Any], error: str = "") -> bool:
+    """Whether the main frame's document failed (Chromium's error, or the proxy's own
+    answer instead of the page's); if so `found` says why and nothing of it is read."""
+    if page.refused is not None:
+        status, reason = page.refused
+        error = f"the page did not load: the proxy answered {status}: {reason}"
+    elif error or page.failed:
+        error = f"the page did not load ({error or page.failed})"
+    else:
+        return False
+    found.update(error=error, load_failed=True, url=page.document_url or page.request["url"])
+    return True
+
+
+def _browse(page: Page, gate_port: int) -> dict[str, Any]:
+    """Open the page, act, read it; what `page.json` says."""
+    cdp, request = page.cdp, page.request
+    _open_page(page, gate_port)
     found: dict[str, Any] = {"error": None, "actions_done": 0}
     navigated = cdp.call("Page.navigate", {"url": request["url"]}, page.session)
-    if navigated.get("errorText"):
-        found["error"] = f"the page did not load: {navigated['errorText']}"
+    if _not_loaded(page, found, str(navigated.get("errorText") or "")):
         return found
     loader = str(navigated.get("loaderId", ""))
     seen = page.lifecycle_seen
@@ -486,6 +349,8 @@ def _browse(page: Page) -> dict[str, Any]:
     cdp.pump(
         lambda: (loader, "networkIdle") in seen or page.crashed, until=time.monotonic() + SETTLE_S
     )
+    if _not_loaded(page, found):
+        return found
     for action in request["actions"]:
         if page.crashed:
             break
@@ -497,6 +362,12 @@ def _browse(page: Page) -> dict[str, Any]:
         found["actions_done"] += 1
     if page.crashed:
         raise PageGone("the page's renderer died")
+    return _read(page, found)
+
+
+def _read(page: Page, found: dict[str, Any]) -> dict[str, Any]:
+    """Read the page as it now is, and its screenshot, unless an action left it unloaded."""
+    cdp = page.cdp
     # Read in a world of our own: the page's scripts share its DOM but not its JavaScript,
     # so a page that replaced Array.from or String.prototype.slice changes nothing here.
     frame = cdp.call("Page.getFrameTree", {}, page.session)["frameTree"]["frame"]["id"]
@@ -505,11 +376,15 @@ def _browse(page: Page) -> dict[str, Any]:
     )["executionContextId"]
     where = str(_evaluate(page, "location.href", world) or "")
     if not where.lower().startswith(ALLOWED_SCHEMES):
+        if _not_loaded(page, found):
+            return found
         # Chromium keeps web pages off file:, chrome: and the like itself; should one get
         # there anyway, nothing of it is read or shown.
         found["error"] = f"the page left the web (for {where[:100]!r}); nothing of it was read"
         return found
-    read = _evaluate(page, READ_PAGE, world)
+    if page.refused is not None and _not_loaded(page, found):
+        return found
+    read = _evaluate(page, _read_page(page.request), world)
     if isinstance(read, dict):
         found.update(read)
     shot = cdp.call("Page.captureScreenshot", {"format": "png"}, page.session)
@@ -551,13 +426,15 @@ def _run(job: dict[str, Any], out: BinaryIO, relay: int | None) -> dict[str, Any
     _trust_ca(egress["ca_pem"])
     with _as_sandbox_user():
         os.makedirs(os.path.join(WORKSPACE, DOWNLOADS))
-    pid, to_chrome, from_chrome = _start_chromium(request, int(job["relay_port"]))
+    gate = Gate(int(job["relay_port"]))
+    gate.start()
+    pid, to_chrome, from_chrome = _start_chromium(request)
     cdp = Cdp(to_chrome, from_chrome, started + float(job["timeout_s"]))
-    page = Page(cdp, request, job["env"]["AIRLOCK_TOKEN"])
+    page = Page(cdp, request, job["env"]["AIRLOCK_TOKEN"], gate.admit)
     cdp.on_event = page.on_event
     timed_out, exit_code = False, 0
     try:
-        found = _browse(page)
+        found = _browse(page, gate.port)
         if found["error"]:
             exit_code = 1
     except Deadline:
@@ -565,8 +442,10 @@ def _run(job: dict[str, Any], out: BinaryIO, relay: int | None) -> dict[str, Any
     except PageGone as exc:
         exit_code, found = 1, {"error": str(exc)}
     found["console"] = page.console
+    found["dialogs"] = page.dialogs
     found["blocked"] = page.blocked
     found["pages"] = page.pages
+    _cut(found, request)
     duration_ms = int((time.monotonic() - started) * 1000)
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
@@ -587,6 +466,16 @@ def _run(job: dict[str, Any], out: BinaryIO, relay: int | None) -> dict[str, Any
         "stderr": {"bytes": len(tail), "sha256": hashlib.sha256(tail).hexdigest()},
         "stopped": stopped,
     }
+
+
+def _cut(found: dict[str, Any], request: dict[str, Any]) -> None:
+    """Each field of the report at most as long as the host takes it: a page with a very
+    long title or URL (or an error quoting one) loses their tail, never the report."""
+    for key, limit in (("title", "max_title_chars"), ("url", "max_url_chars")):
+        if isinstance(found.get(key), str):
+            found[key] = found[key][: int(request[limit])]
+    if found.get("error"):
+        found["error"] = str(found["error"])[: int(request["max_error_chars"])]
 
 
 def _log_tail() -> bytes:

@@ -408,14 +408,14 @@ def _start_relay(socket_path: str, port: int) -> int:
     return pid
 
 
-def _keep_only(keep: int) -> None:
-    """Close every descriptor but `keep`; 0, 1 and 2 become /dev/null."""
+def _keep_only(*keep: int) -> None:
+    """Close every descriptor but those in `keep`; 0, 1 and 2 become /dev/null."""
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
     for name in os.listdir("/proc/self/fd"):
         fd = int(name)
-        if fd > 2 and fd != keep:
+        if fd > 2 and fd not in keep:
             with contextlib.suppress(OSError):
                 os.close(fd)
 

@@ -185,7 +185,7 @@ def _policy_examples() -> list[str]:
     return [b for b in _blocks("toml") if "[limits]" in b or "[capabilities." in b]
 
 
-@pytest.mark.parametrize("index", [0, 1])
+@pytest.mark.parametrize("index", range(len(_policy_examples())))
 def test_the_example_policies_pass_policy_check(tmp_path: Path, index: int) -> None:
     path = tmp_path / "policy.toml"
     path.write_text(_policy_examples()[index], encoding="utf-8")

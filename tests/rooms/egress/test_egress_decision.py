@@ -504,6 +504,18 @@ def test_allow_carries_rule_injection_and_private_ranges() -> None:
     assert decision.allow_private == ("127.0.0.0/8", "::1/128")
 
 
+def test_a_withheld_secret_allows_without_injection_and_says_so() -> None:
+    withheld = replace(
+        API, secret=None, inject_header=None, inject_format=None, secret_withheld=True
+    )
+    decision = decide(REQUEST, (withheld,))
+    assert decision.allow and decision.inject is None
+    assert decision.reason == (
+        "capability cap_api permits GET api.example.com:443/repos/acme/widgets without its "
+        "secret (this run injects none)"
+    )
+
+
 def test_connect_decisions_never_inject() -> None:
     terminated = decide(CONNECT, (API,))
     assert terminated.allow and not terminated.passthrough and terminated.inject is None

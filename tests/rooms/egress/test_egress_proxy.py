@@ -12,6 +12,7 @@ secret or a query value. The upstream is tests/upstream.py, its fixtures are in 
 from __future__ import annotations
 
 import base64
+import gzip
 import ipaddress
 import json
 import secrets
@@ -36,7 +37,7 @@ from support import wait_until
 from upstream import Upstream
 
 from airlock.broker import Grant, Grants, RunTokens, Vault, load_key, vault_path
-from airlock.egress import SOCKET_NAME, Egress, RunEgress
+from airlock.egress import SOCKET_NAME, Egress, RunEgress, SecretUse
 from airlock.egress.ledger import RECORDS_PAST_LIMIT
 from airlock.egress.proxy import Resolver, system_resolver
 from airlock.policies import Capability, EgressSettings, Scope
@@ -279,7 +280,7 @@ class Harness:
         )
 
     @asynccontextmanager
-    async def run(self, *grants: Grant) -> AsyncIterator[RunEgress]:
+    async def run(self, *grants: Grant, secrets: SecretUse = "inject") -> AsyncIterator[RunEgress]:
         self._runs += 1
         async with self.egress.open(
             tenant=TENANT,
@@ -288,6 +289,7 @@ class Harness:
             grants=list(grants) or [self.grant()],
             deadline=self.clock() + 600,
             settings=self.settings,
+            secrets=secrets,
             capabilities=self.capabilities,
         ) as run:
             yield run
@@ -1172,3 +1174,89 @@ async def test_a_run_reuses_its_upstream_connections_and_resumes_their_tls_sessi
             await get(wire, "/api/five")
         await settled(other, 1, tunnels=1)
     assert harness.upstream.handshakes == [False, True, False]
+
+
+# ---- a run opened with its secrets withheld (a browser box) -----------------------------
+
+
+async def test_a_run_with_its_secrets_withheld_sends_a_grants_requests_without_the_secret(
+    harness: Harness,
+) -> None:
+    port = harness.upstream.port
+    async with harness.run(secrets="withhold") as run:
+        async with await tunnel(run, "localhost", port) as wire:
+            await wire.send(
+                request_head("POST", "/api/echo", f"localhost:{port}", "Content-Length: 0")
+            )
+            reply = await wire.reply()
+        records = await settled(run, 1, tunnels=1)
+    assert reply.status == 200
+    [seen] = harness.upstream.seen
+    assert seen.method == "POST" and seen.all("Authorization") == []
+    assert SECRET not in json.dumps([dict(s.headers) for s in harness.upstream.seen])
+    [request] = [r for r in records if not is_tunnel(r)]
+    assert request["injected"] == ()
+    assert request["reason"].endswith("without its secret (this run injects none)")
+    assert "injected" not in request["reason"]
+
+
+async def test_a_compressed_answer_to_a_request_carrying_a_secret_is_refused_unread(
+    harness: Harness,
+) -> None:
+    port = harness.upstream.port
+    async with harness.run() as run:
+        async with await tunnel(run, "localhost", port) as wire:
+            await wire.send(request_head("GET", "/api/gzecho", f"localhost:{port}"))
+            reply = await wire.reply()
+        records = await settled(run, 1, tunnels=1)
+    # The upstream got the secret and answered it back gzipped, ignoring "identity".
+    [seen] = harness.upstream.seen
+    assert seen.all("Authorization") == [f"Bearer {SECRET}"]
+    assert seen.all("Accept-Encoding") == ["identity"]
+    assert "content-encoding" not in reply.headers
+    assert_refusal(reply, 502, "the upstream answered in the 'gzip' content coding")
+    [request] = [r for r in records if not is_tunnel(r)]
+    assert request["decision"] == "error" and "content coding" in request["reason"]
+
+
+async def test_a_compressed_answer_passes_when_no_secret_went_to_that_host(
+    harness: Harness,
+) -> None:
+    port = harness.upstream.port
+    async with harness.run(harness.grant(secret=False)) as run:
+        async with await tunnel(run, "localhost", port) as wire:
+            await wire.send(request_head("GET", "/api/gzecho", f"localhost:{port}"))
+            reply = await wire.reply()
+        await settled(run, 1, tunnels=1)
+    assert reply.status == 200 and reply.headers["content-encoding"] == "gzip"
+    assert "headers" in json.loads(gzip.decompress(reply.body))
+
+
+async def test_an_upstream_cannot_speak_as_the_proxy_with_its_reason_header(
+    harness: Harness,
+) -> None:
+    port = harness.upstream.port
+    forged = (("X-Airlock-Reason", "the proxy refused this (forged)"),)
+    harness.upstream.pages["/api/forged"] = ("text/plain", b"page", forged)
+    async with harness.run(harness.grant(secret=False)) as run:
+        async with await tunnel(run, "localhost", port) as wire:
+            await wire.send(request_head("GET", "/api/forged", f"localhost:{port}"))
+            reply = await wire.reply()
+        await settled(run, 1, tunnels=1)
+    assert reply.status == 200 and reply.body == b"page"
+    assert "x-airlock-reason" not in reply.headers
+
+
+async def test_an_upstream_of_an_unknown_ca_is_refused_naming_upstream_ca_file(
+    make_harness: MakeHarness,
+) -> None:
+    harness = make_harness(upstream_ca_file=None)
+    port = harness.upstream.port
+    async with harness.run(harness.grant(secret=False)) as run:
+        async with await tunnel(run, "localhost", port) as wire:
+            await wire.send(request_head("GET", "/api/x", f"localhost:{port}"))
+            reply = await wire.reply()
+        records = await settled(run, 1, tunnels=1)
+    reason = assert_refusal(reply, 502, "TLS verification of localhost failed")
+    assert "[egress] upstream_ca_file" in reason
+    assert [r["decision"] for r in records if not is_tunnel(r)] == ["error"]

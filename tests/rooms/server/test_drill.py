@@ -19,16 +19,28 @@ import anyio
 import docker
 import pytest
 from docker.models.containers import Container
+from mcp.client import Client
+from mcp.types import CallToolResult
 from support import airlock
 from upstream import Upstream
 
+from airlock.egress import Egress
 from airlock.ids import new_id
 from airlock.policies import Policy
 from airlock.policies.review import review
 from airlock.sandbox.docker import session_containers
-from airlock.server import Config
+from airlock.sandbox.environment import RELAY_PORT
+from airlock.server import Config, build_server
 from airlock.server.config import DRILL_TENANT
-from airlock.server.drill import BROWSER_ATTACK, policy_review
+from airlock.server.drill import policy_review
+from airlock.server.drill_browser import (
+    BROWSER_ATTACK,
+    TRICKS_ATTACK,
+    WITHHELD,
+    TrickFacts,
+    judge_tricks,
+    page_tricks,
+)
 from airlock.server.drill_probes import (
     EVERYDAY_ATTACK,
     EVERYDAY_FIX,
@@ -36,6 +48,7 @@ from airlock.server.drill_probes import (
     OPENINGS_ATTACK,
     CallFacts,
     Target,
+    Verdict,
     _outside_envelopes,
     everyday_probe,
     judge_everyday,
@@ -74,7 +87,7 @@ def test_drill_holds_against_the_default_policy_and_is_audited(
     report = json.loads(done.stdout)
     assert report["held"] is True
     rows = {r["attack"]: r for r in report["rows"]}
-    assert len(rows) == 15
+    assert len(rows) == 16
     for attack in (
         "planted instructions in an input file",
         "environment scan for secrets",
@@ -86,6 +99,7 @@ def test_drill_holds_against_the_default_policy_and_is_audited(
         "envelope forgery in output",
         EVERYDAY_ATTACK,
         BROWSER_ATTACK,
+        TRICKS_ATTACK,
         "policy entries that open a door",
         "leaves nothing behind",
     ):
@@ -102,8 +116,8 @@ def test_drill_holds_against_the_default_policy_and_is_audited(
     assert audited.returncode == 0
     assert report["drill"] in audited.stdout and "all held" in audited.stdout
     runs = airlock("audit", "runs", "--data-dir", str(data_dir), timeout=DRILL_TIMEOUT_S)
-    # Every probe went through run_code, and two pages through browse.
-    assert runs.stdout.count("run_") == 12
+    # Every probe went through run_code, and three pages through browse.
+    assert runs.stdout.count("run_") == 13
     assert _containers_of_the_drill(docker_client) == []
 
 
@@ -455,3 +469,138 @@ def test_a_tenant_drill_uses_the_policy_its_auth_file_names(tmp_path: Path) -> N
     assert server.egress.allow == () and label == f"tenant acme ({own})"
     _, globex, label = target_policies(config, "globex", auth)
     assert globex is None and "no policy of its own" in label
+
+
+# ---- the browser's page tricks, judged as a broken box would answer ------------------------
+
+TRICK_PORT = 40123
+
+
+def trick_facts(**changes: Any) -> TrickFacts:
+    """What a browse of the drill's page returns from a box that holds, with `changes`."""
+    api_reason = f"capability c1 permits GET localhost:{TRICK_PORT}/api/echo {WITHHELD}"
+    structured: dict[str, Any] = {
+        "status": "ok",
+        "error": None,
+        "blocked": ["chrome-extension://invalid/"],
+        "egress": [
+            {
+                "method": "GET",
+                "host": "127.0.0.1",
+                "port": TRICK_PORT,
+                "path": "/page",
+                "decision": "allow",
+                "reason": "capability c0 permits GET 127.0.0.1",
+            },
+            {
+                "method": "GET",
+                "host": "127.0.0.1",
+                "port": RELAY_PORT,
+                "path": "/",
+                "decision": "deny",
+                "reason": "no granted capability",
+            },
+            {
+                "method": "GET",
+                "host": "localhost",
+                "port": TRICK_PORT,
+                "path": "/api/echo",
+                "decision": "allow",
+                "reason": api_reason,
+            },
+        ],
+    }
+    seen = changes.pop("seen", [("/page", False), ("/api/echo", False)])
+    structured |= changes
+    return TrickFacts(TRICK_PORT, structured, seen)
+
+
+def test_the_page_tricks_hold_when_each_is_stopped_where_it_must_be() -> None:
+    verdict = judge_tricks(trick_facts())
+    assert verdict.held is True, verdict.observed
+    assert "never with a secret" in verdict.observed
+
+
+@pytest.mark.parametrize(
+    ("broken", "facts", "named"),
+    [
+        # The in-box scheme filter removed: Chromium fails the request itself, unlisted.
+        ("scheme filter", trick_facts(blocked=[]), "chrome-extension: request"),
+        # The loopback rule dropped: loopback is dialled in the box, the proxy never sees it.
+        (
+            "loopback rule",
+            trick_facts(
+                egress=[e for e in trick_facts().structured["egress"] if e["host"] != "127.0.0.1"]
+            ),
+            "loopback was reached without the proxy",
+        ),
+        # A secret injected (the old browse), over TLS or refused over plain http.
+        (
+            "secret injected",
+            trick_facts(seen=[("/page", False), ("/api/echo", True)]),
+            "the API's secret was sent or meant to be",
+        ),
+        (
+            "secret meant",
+            trick_facts(
+                egress=[
+                    *trick_facts().structured["egress"][:2],
+                    {
+                        "method": "GET",
+                        "host": "localhost",
+                        "port": TRICK_PORT,
+                        "path": "/api/echo",
+                        "decision": "deny",
+                        "reason": "capability c1 allows this only over TLS, "
+                        "since it sends a secret; use https://localhost instead",
+                    },
+                ],
+                seen=[("/page", False)],
+            ),
+            "since it sends a secret",
+        ),
+        ("page", trick_facts(status="error", error="the page did not load"), "did not load"),
+    ],
+)
+def test_the_page_tricks_fail_as_a_broken_box_answers(
+    broken: str, facts: TrickFacts, named: str
+) -> None:
+    verdict = judge_tricks(facts)
+    assert verdict.held is False, broken
+    assert named in verdict.observed, verdict.observed
+
+
+async def _tricks(data_dir: Path) -> Verdict:
+    """The drill's page-tricks probe against a real server, real Chromium and real Docker."""
+    policy = Policy.model_validate({"sandbox": {"runtime": "runc"}, "pool": {"size": 0}})
+    sessions: list[str] = []
+
+    async def call(client: Client, tool: str, args: dict[str, Any]) -> CallToolResult:
+        with anyio.fail_after(120):
+            return await client.call_tool(tool, args)
+
+    def client_of(tricks: Policy) -> Client:
+        return Client(build_server(Config(data_dir=data_dir), tricks))
+
+    return await page_tricks(client_of, policy, call, sessions)
+
+
+@pytest.mark.docker
+@pytest.mark.anyio
+@pytest.mark.usefixtures("browser_image")
+async def test_the_page_tricks_hold_on_a_real_box_and_notice_a_browse_that_injects(
+    data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    held = await _tricks(data_dir)
+    assert held.held is True, held.observed
+    # The browse of old, whose egress injected what its grants carried.
+    opened = Egress.open
+
+    def injecting(self: Egress, **options: Any) -> Any:
+        return opened(self, **{**options, "secrets": "inject"})
+
+    monkeypatch.setattr(Egress, "open", injecting)
+    broken = await _tricks(data_dir)
+    assert broken.held is False
+    assert "the API's secret was sent or meant to be" in broken.observed
+    assert "since it sends a secret" in broken.observed

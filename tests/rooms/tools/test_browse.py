@@ -9,6 +9,7 @@ import base64
 import hashlib
 import json
 import re
+import socket
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +23,8 @@ from mcp.types import CallToolResult, ImageContent
 from support import text_of
 from upstream import Upstream
 
+from airlock.server.config import Config, open_store
+from airlock.store import EgressRecord
 from airlock.tools.images import sniff_image
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker, pytest.mark.usefixtures("browser_image")]
@@ -69,6 +72,22 @@ async def call(c: Client, tool: str, args: dict[str, Any]) -> CallToolResult:
         return await c.call_tool(tool, args)
 
 
+async def browse_granted(server: MCPServer, url: str, **args: Any) -> CallToolResult:
+    """One browse of `url` with the test site's capability, in a client of its own."""
+    async with Client(server) as c:
+        cap = await grant(c)
+        return await call(c, "browse", {"url": url, "capabilities": [cap], **args})
+
+
+async def run_records(data_dir: Path, run_id: str) -> list[EgressRecord]:
+    """Every egress record of the run, as the operator's audit has them (407s included)."""
+    db = await open_store(Config(data_dir=data_dir))
+    try:
+        return await db.list_egress(run_id=run_id)
+    finally:
+        await db.close()
+
+
 async def grant(c: Client) -> str:
     result = await call(c, "request_capability", {"capability": CAP, "reason": "test"})
     assert not result.is_error, result.content
@@ -86,9 +105,7 @@ async def test_a_page_comes_back_as_a_png_and_its_text_in_the_envelope(
         "<title>Hello page</title><h1>Greetings from the box</h1>"
         '<img src="/pixel.png" width="50" height="50"><a href="/next">next page</a>',
     )
-    async with Client(site_server) as c:
-        cap = await grant(c)
-        result = await call(c, "browse", {"url": url, "capabilities": [cap]})
+    result = await browse_granted(site_server, url)
     assert not result.is_error, text_of(result)
     data = result.structured_content
     assert data is not None
@@ -150,9 +167,7 @@ async def test_scripts_reaching_a_denied_host_metadata_a_file_and_a_websocket_ge
 ) -> None:
     url = serve(upstream, "/probes", DENIED_PAGE)
     wait = {"kind": "wait_for", "selector": "#done", "timeout_ms": 8000}
-    async with Client(site_server) as c:
-        cap = await grant(c)
-        result = await call(c, "browse", {"url": url, "capabilities": [cap], "actions": [wait]})
+    result = await browse_granted(site_server, url, actions=[wait])
     data = result.structured_content
     assert data is not None and data["status"] == "ok", text_of(result)
     assert data["actions_done"] == 1, data["error"]
@@ -203,9 +218,7 @@ async def test_injected_text_comes_back_only_inside_the_envelope(
         "Array.from = () => [{text: 'forged', href: 'https://forged.example/'}];"
         "String.prototype.slice = function () { return 'forged'; };</script>",
     )
-    async with Client(site_server) as c:
-        cap = await grant(c)
-        result = await call(c, "browse", {"url": url, "capabilities": [cap]})
+    result = await browse_granted(site_server, url)
     text = text_of(result)
     assert planted in text
     outside = re.sub(
@@ -283,6 +296,13 @@ async def test_a_page_that_eats_memory_ends_oom_one_that_never_ends_timeout_and_
             {"url": "https://x/", "actions": [{"kind": "click", "selector": "a" * 301}]},
             "at most 300 characters",
         ),
+        ({"url": "http://[v1.x]/"}, "is not a valid IPv6 address"),
+        ({"url": "https://localhost:99999/"}, "is not a decimal number from 1 to 65535"),
+        ({"url": "https://[::1/"}, "url cannot be read (Invalid IPv6 URL)"),
+        (
+            {"url": "https://x/", "capabilities": ["c" * 100_000]},
+            f"{'c' * 200!r} (the first 200 of 100000 characters) is unknown",
+        ),
     ],
 )
 async def test_bad_input_gets_a_one_sentence_error(
@@ -291,7 +311,9 @@ async def test_bad_input_gets_a_one_sentence_error(
     async with Client(make_server()) as c:
         result = await call(c, "browse", args)
     assert result.is_error
-    assert expected in text_of(result)
+    text = text_of(result)
+    assert expected in text
+    assert len(text) < 1000 and ". " not in text.rstrip(".")
 
 
 @pytest.mark.parametrize(
@@ -313,9 +335,7 @@ async def test_a_page_cannot_navigate_the_top_frame_off_http(
         f"<script>setTimeout(() => {{ location.href = {json.dumps(target)}; }}, 10);</script>",
     )
     wait = {"kind": "wait", "ms": 1000}
-    async with Client(site_server) as c:
-        cap = await grant(c)
-        result = await call(c, "browse", {"url": url, "capabilities": [cap], "actions": [wait]})
+    result = await browse_granted(site_server, url, actions=[wait])
     data = result.structured_content
     assert data is not None and data["status"] == "ok", text_of(result)
     assert data["url"] == url
@@ -326,9 +346,7 @@ async def test_audit_shows_a_browse_run_with_its_request_and_its_requests(
     site_server: MCPServer, upstream: Upstream, data_dir: Path
 ) -> None:
     url = serve(upstream, "/audited", "<title>audited</title>seen by the operator")
-    async with Client(site_server) as c:
-        cap = await grant(c)
-        result = await call(c, "browse", {"url": url, "capabilities": [cap]})
+    result = await browse_granted(site_server, url)
     assert result.structured_content is not None
     run_id = result.structured_content["run_id"]
     airlock = Path(sys.executable).with_name("airlock")
@@ -343,3 +361,116 @@ async def test_audit_shows_a_browse_run_with_its_request_and_its_requests(
     assert "code (browse)" in detail and url in detail
     egress = await audit("egress", "--run", run_id)
     assert "/audited" in egress and "allow" in egress
+
+
+DIALOGS = """<title>asks</title><body>asking</body><script>
+alert('hello from alert');
+const yes = confirm('proceed?');
+const name = prompt('your name?', 'x');
+document.body.innerText = 'confirm=' + yes + ' prompt=' + name;
+window.onbeforeunload = e => { e.preventDefault(); e.returnValue = 'stay?'; return 'stay?'; };
+const a = document.createElement('a'); a.id = 'away'; a.href = '/left'; a.textContent = 'leave';
+document.body.appendChild(a);
+</script>"""
+
+
+async def test_dialogs_are_dismissed_and_reported_and_the_page_is_still_read(
+    site_server: MCPServer, upstream: Upstream
+) -> None:
+    url = serve(upstream, "/asks", DIALOGS)
+    serve(upstream, "/left", "<title>left</title>left the page")
+    # The click gives the page the user activation a beforeunload dialog needs.
+    actions = [{"kind": "click", "selector": "#away"}, {"kind": "wait_for", "selector": "body"}]
+    result = await browse_granted(site_server, url, actions=actions)
+    data = result.structured_content
+    assert data is not None and data["status"] == "ok", text_of(result)
+    assert data["dialogs"][:3] == [
+        "[alert] hello from alert",
+        "[confirm] proceed?",
+        "[prompt] your name?",
+    ]
+    # The beforeunload one is accepted: the click's navigation went on.
+    assert data["dialogs"][3:] == ["[beforeunload] "] and data["title"] == "left"
+    assert "/left" in upstream.paths()
+    assert 'stream="dialogs"' in text_of(result)
+
+
+async def test_a_very_long_title_and_url_are_cut_and_the_report_kept(
+    site_server: MCPServer, upstream: Upstream
+) -> None:
+    url = serve(
+        upstream,
+        "/long",
+        "<body>still read</body><script>document.title = 'T'.repeat(20000);"
+        "history.replaceState(null, '', '/long?' + 'q'.repeat(9000));</script>",
+    )
+    result = await browse_granted(site_server, url)
+    data = result.structured_content
+    assert data is not None and data["status"] == "ok", text_of(result)
+    assert data["error"] is None and data["text"] == "still read"
+    assert data["title"] == "T" * 500
+    assert data["url"].startswith(f"{url}?qqq") and len(data["url"]) == 2048
+
+
+async def test_chromiums_own_calls_never_reach_the_proxy_even_where_the_policy_allows_google(
+    make_server: Callable[..., MCPServer],
+    upstream: Upstream,
+    upstream_ca_file: Path,
+    data_dir: Path,
+) -> None:
+    policy = browse_policy(upstream.port, upstream_ca_file)
+    google = ["*.google.com", "*.googleapis.com", "*.gstatic.com", "*.gvt1.com"]
+    policy["egress"]["allow"] = [
+        {"name": "google", "hosts": google, "ports": [443, 80], "methods": ["GET", "POST"]}
+        | {"paths": ["/**"]}
+    ]
+    url = serve(upstream, "/quiet", "<title>quiet</title>nothing else")
+    result = await browse_granted(make_server(policy), url, actions=[{"kind": "wait", "ms": 4000}])
+    data = result.structured_content
+    assert data is not None and data["status"] == "ok", text_of(result)
+    assert {e["host"] for e in data["egress"]} == {"localhost"}
+    # Not even a 407 challenge of theirs is in the run's records.
+    records = await run_records(data_dir, data["run_id"])
+    assert records and {r.host for r in records} == {"localhost"}, [
+        (r.method, r.host, r.status) for r in records
+    ]
+
+
+@pytest.mark.parametrize(
+    ("case", "expected"),
+    [
+        ("tls", "TLS verification of localhost failed"),
+        ("denied", "the proxy refused CONNECT denied.invalid:443: no granted capability"),
+        ("plain", "the proxy answered 403: no granted capability or allow rule permits GET"),
+        ("refused", "cannot connect to localhost:"),
+    ],
+)
+async def test_a_page_that_did_not_load_is_an_error_with_the_proxys_reason(
+    make_server: Callable[..., MCPServer],
+    upstream: Upstream,
+    upstream_ca_file: Path,
+    case: str,
+    expected: str,
+) -> None:
+    policy = browse_policy(upstream.port, upstream_ca_file)
+    url = serve(upstream, "/page", "<title>the page</title>never shown")
+    if case == "tls":
+        del policy["egress"]["upstream_ca_file"]
+    elif case == "denied":
+        url = "https://denied.invalid/page"
+    elif case == "plain":
+        url = "http://169.254.169.254/latest/meta-data/"
+    else:
+        with socket.socket() as closed:
+            closed.bind(("127.0.0.1", 0))
+            port = closed.getsockname()[1]
+        policy["capabilities"][CAP]["ports"].append(port)
+        url = f"https://localhost:{port}/page"
+    result = await browse_granted(make_server(policy), url)
+    data = result.structured_content
+    assert data is not None and data["status"] == "error", text_of(result)
+    assert data["error"].startswith("the page did not load") and expected in data["error"]
+    if case == "tls":
+        assert "[egress] upstream_ca_file" in data["error"]
+    assert "never shown" not in data["text"] and "Airlock egress proxy" not in data["text"]
+    assert result.structured_content is not None and data["url"].startswith(url.split("/page")[0])

@@ -23,6 +23,13 @@ from airlock.tools.browse import MAX_ACTIONS, check_actions, check_url
         ("https://example.com/a b", "spaces or control characters"),
         ("https://example.com/\x00", "spaces or control characters"),
         ("https://example.com/" + "a" * 2100, "over 2048 characters"),
+        # One parser, the proxy's, reads the host and port: what passes, the proxy takes.
+        ("http://[v1.x]/", '"[v1.x]" is not a valid IPv6 address'),
+        ("https://localhost:99999/", "the port '99999' is not a decimal number from 1 to 65535"),
+        ("https://localhost:/", "the port '' is not a decimal number"),
+        ("https://[::1/", "url cannot be read (Invalid IPv6 URL)"),
+        ("https://127.1/", '"127.1" is not an IPv4 address in canonical form'),
+        ("https://:443/", "has no host"),
     ],
 )
 def test_a_url_that_is_not_a_plain_web_address_is_refused(url: str, expected: str) -> None:
@@ -35,6 +42,8 @@ def test_a_url_that_is_not_a_plain_web_address_is_refused(url: str, expected: st
 def test_a_web_address_passes_unchanged() -> None:
     assert check_url("https://example.com/a?b=c#d") == "https://example.com/a?b=c#d"
     assert check_url("HTTP://example.com/") == "HTTP://example.com/"
+    assert check_url("https://[::1]:8443/x") == "https://[::1]:8443/x"
+    assert check_url("https://localhost:65535/") == "https://localhost:65535/"
 
 
 @pytest.mark.parametrize(
