@@ -579,7 +579,7 @@ async def test_pooled_sandboxes_never_taken_leave_nothing_behind_when_the_backen
 ) -> None:
     async with harness.backend(2, egress=True) as backend:
         # Docker: each pooled container made for egress has its own egress directory.
-        waiting = dict(backend._egress_dirs)
+        waiting = backend.containers.egress_dirs()
         assert len(waiting) == 2
     for name, egress_dir in waiting.items():
         assert not harness.exists(name)
