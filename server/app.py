@@ -25,6 +25,7 @@ from airlock.policies import Policy
 
 from .bearer import RouteAuth
 from .config import LOCAL_TENANT, Config
+from .engine import Engine, EngineFactory
 from .metrics import Metrics
 from .registration import browse, capabilities, code, files, hatch, resources, routes, session
 from .registration.lifespan import ForRoutes, lifespan
@@ -75,13 +76,16 @@ def build_server(
     metrics: Metrics | None = None,
     clock: Callable[[], float] = time.time,
     operator_token: str | None = None,
+    engine_side: EngineFactory = Engine,
 ) -> MCPServer:
     """The Airlock MCP server. Over HTTP every call's tenant comes from its bearer token
     (the local user when serving loopback without auth); over stdio there is one local user.
     Which session a call gets follows `SessionRule`; over HTTP the rule depends on the
     caller's protocol era, so the session_id sentences in tools/list are chosen per request.
     `clock` (Unix seconds) is the tools' and the broker's now; tests pass one they move.
-    /metrics and /approvals answer the `operator_token` and the verifier's tokens only."""
+    /metrics and /approvals answer the `operator_token` and the verifier's tokens only.
+    `engine_side` makes the engine the sandboxes run on: Docker's, but for tests of the
+    logic above the backend, which pass the in-memory one of tests/memory_backend.py."""
     for_routes, meter, tenants = ForRoutes(), metrics or Metrics(), tenant_policies or {}
     mcp = _AirlockServer(
         "airlock",
@@ -95,6 +99,7 @@ def build_server(
             metrics=meter,
             on_stopped=on_stopped,
             clock=clock,
+            engine_side=engine_side,
         ),
         token_verifier=token_verifier,
         auth=auth,

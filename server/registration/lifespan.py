@@ -15,6 +15,7 @@ from mcp.server.mcpserver import MCPServer
 from airlock.policies import Policy
 
 from ..config import Config
+from ..engine import Engine, EngineFactory
 from ..metrics import Metrics
 from ..running import Running, serving
 
@@ -37,6 +38,7 @@ def lifespan(
     metrics: Metrics,
     on_stopped: Callable[[], None] | None,
     clock: Callable[[], float] = time.time,
+    engine_side: EngineFactory = Engine,
 ) -> Callable[[MCPServer], AbstractAsyncContextManager[Running]]:
     """The lifespan to give `MCPServer`; `on_stopped` runs once it has taken everything down."""
 
@@ -44,7 +46,11 @@ def lifespan(
     async def serve(_: MCPServer) -> AsyncIterator[Running]:
         try:
             async with serving(
-                config, policy, tenant_policies=tenant_policies, clock=clock
+                config,
+                policy,
+                tenant_policies=tenant_policies,
+                clock=clock,
+                engine_side=engine_side,
             ) as running:
                 running.services.events.subscribe(metrics.observe)
                 metrics.watch(running.live_state)
