@@ -38,6 +38,11 @@ from airlock.sandbox.spec import JobOutcome, JobSpec, StreamCapture, Usage, Work
 from airlock.store import Staging
 
 READ_CHUNK = 65536
+MAX_NOTES = 20
+"""Notes beyond this many are counted per reason, as the runner counts them."""
+SCRATCH = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+"""Where the scratch directories go: in memory where the system has a tmpfs for it (as a
+container's /workspace is a tmpfs), else the default temporary directory."""
 DRAIN_AFTER_EXIT_S = 0.25
 """How long the streams are read after the code exited (a background child may hold
 them open forever), as the runner does."""
@@ -86,7 +91,7 @@ async def run_here(
 ) -> JobOutcome:
     """Run `job` as a host process and report it as a runner would have."""
     begun = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="airlock-memory-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="airlock-memory-", dir=SCRATCH) as scratch:
         root = Path(scratch)
         workspace, home, code_dir = root / "workspace", root / "home", root / "code"
         for directory in (workspace, home, code_dir):
@@ -241,13 +246,13 @@ def _with_files(outcome: JobOutcome, job: JobSpec, staging: Staging, workspace: 
     """`outcome` with the workspace's listing and its changed files, as the host keeps
     them from a runner: through its own checks and caps."""
     before = {f.path: f.sha256 for f in job.files}
-    entries, tar, notes = _pack_workspace(workspace, before, job)
+    entries, tar, notes, complete = _pack_workspace(workspace, before, job)
     intake = Intake(staging, job.artifact_caps)
     try:
         intake.feed(tar)
         listed = [WorkspaceEntry.model_validate(entry) for entry in entries]
         listing, complete, listing_notes = read_listing(
-            listed, complete=True, caps=job.artifact_caps
+            listed, complete=complete, caps=job.artifact_caps
         )
         files = tuple(intake.match(listing))
     finally:
@@ -264,18 +269,22 @@ def _with_files(outcome: JobOutcome, job: JobSpec, staging: Staging, workspace: 
 
 def _pack_workspace(
     workspace: Path, before: dict[str, str], job: JobSpec
-) -> tuple[list[dict[str, Any]], bytes, list[str]]:
+) -> tuple[list[dict[str, Any]], bytes, list[str], bool]:
     """The runner's listing of `workspace` (parents before children), the tar of its new or
-    changed files within the caps, and a note for each file whose content was refused."""
+    changed files within the caps, a note for each file whose content was refused, and
+    whether the listing is complete (not past the entries' cap)."""
     caps = job.artifact_caps
     entries: list[dict[str, Any]] = []
     notes: list[str] = []
+    unnoted: dict[str, int] = {}
     sent_files = sent_bytes = 0
     packed = io.BytesIO()
+    unlisted = 0
     with tarfile.open(fileobj=packed, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for rel, st in _walk(workspace):
             if len(entries) >= caps.max_entries:
-                break
+                unlisted += 1
+                continue
             entry = _entry(rel, st)
             if entry["kind"] == "file":
                 entry["sha256"] = hashlib.sha256((workspace / rel).read_bytes()).hexdigest()
@@ -285,14 +294,23 @@ def _pack_workspace(
                 continue
             refusal = _refusal(st.st_size, job, sent_files, sent_bytes)
             if refusal:
-                notes.append(f"{rel}: {refusal}")
+                if len(notes) < MAX_NOTES:
+                    notes.append(f"{rel}: {refusal}")
+                else:
+                    unnoted[refusal] = unnoted.get(refusal, 0) + 1
                 continue
             info = tarfile.TarInfo(rel)
             info.size, info.mode, info.mtime = st.st_size, entry["mode"] & 0o777, entry["mtime"]
             with (workspace / rel).open("rb") as content:
                 tar.addfile(info, content)
             sent_files, sent_bytes = sent_files + 1, sent_bytes + st.st_size
-    return entries, packed.getvalue(), notes
+    if unlisted:
+        notes.append(
+            f"/workspace holds more than {caps.max_entries} entries; {unlisted} were not "
+            "listed, so this run deleted nothing"
+        )
+    notes.extend(f"and {count} more: {reason}" for reason, count in unnoted.items())
+    return entries, packed.getvalue(), notes, not unlisted
 
 
 def _walk(workspace: Path) -> Iterator[tuple[str, os.stat_result]]:

@@ -17,6 +17,7 @@ from typing import Any, TypeAlias
 import docker
 import docker.errors
 import requests
+from docker.constants import MINIMUM_DOCKER_API_VERSION
 
 from airlock.errors import EngineUnavailable, ImageUnavailable, SandboxError
 
@@ -57,12 +58,12 @@ def _is_connection_error(exc: docker.errors.APIError) -> bool:
 
 
 def connect() -> EngineClient:
-    """A client for the engine named by the environment (DOCKER_HOST or the default socket)."""
+    """A client for the engine named by the environment (DOCKER_HOST or the default socket),
+    speaking the engine's API version."""
     client: docker.DockerClient | None = None
     try:
         with engine_errors("connecting"):
-            client = docker.from_env(timeout=120, max_pool_size=MAX_CONNECTIONS)
-            share_one_pool(client)
+            client = _client(_api_version())
             client.ping()
     except EngineUnavailable as exc:
         if client is not None:
@@ -76,6 +77,27 @@ def connect() -> EngineClient:
         ) from exc.__cause__
     assert client is not None
     return client
+
+
+def _client(version: str) -> EngineClient:
+    client = docker.from_env(version=version, timeout=120, max_pool_size=MAX_CONNECTIONS)
+    share_one_pool(client)
+    return client
+
+
+def _api_version() -> str:
+    """The engine's API version, asked by a client of the oldest version the SDK speaks.
+
+    Not the SDK's own detection (`version="auto"`): that asks before any pool of ours is
+    in place, and leaves a socket open each time the engine cannot be reached."""
+    probe = _client(MINIMUM_DOCKER_API_VERSION)
+    try:
+        version = probe.version(api_version=False).get("ApiVersion")
+    finally:
+        probe.close()
+    if not isinstance(version, str):
+        raise docker.errors.DockerException("the engine did not say its API version")
+    return version
 
 
 def engine_version(client: EngineClient) -> str:
