@@ -1,4 +1,4 @@
-"""Airlock benchmark: the DESIGN.md performance targets, measured side by side in one run.
+"""Airlock benchmark: the performance targets of docs/design.md, measured side by side in one run.
 
 Run from the repository root (needs Docker, the sandbox image, which it builds if missing,
 and the `dev` extras for the egress section's certificates):
@@ -157,7 +157,7 @@ PER_RUNTIME = ("warm", "cold", "concurrency", "egress-run", "browse", "fleet")
 LABEL_PID = "airlock.pid"
 LABEL_SESSION = "airlock.session"
 DEFAULT_POOL = Policy().pool.size
-# Targets of DESIGN.md by runtime: warm p50 and p95 ratios, cold p50 ratio.
+# Targets of docs/design.md by runtime: warm p50 and p95 ratios, cold p50 ratio.
 WARM_TARGETS = {"runc": (0.25, 0.5), "runsc": (0.35, None)}
 COLD_TARGETS = {"runc": 1.3, "runsc": 2.0}
 EGRESS_RUN_TARGET = 0.35

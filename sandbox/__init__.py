@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING
 from airlock.lazy import homes, resolve
 
 if TYPE_CHECKING:
-    from .backend import Backend, Ready, Sandbox
-    from .docker import EXCHANGE_GRACE_S, DockerBackend, connect
+    from .backend import EXCHANGE_GRACE_S, Backend, Ready, Sandbox
+    from .docker import DockerBackend, connect
     from .file_transfer import RESERVED_PREFIX, safe_relative_path
     from .spec import (
         ArtifactCaps,
@@ -48,8 +48,8 @@ if TYPE_CHECKING:
 
 _HOMES = homes(
     {
-        "backend": ("Backend", "Ready", "Sandbox"),
-        "docker": ("EXCHANGE_GRACE_S", "DockerBackend", "connect"),
+        "backend": ("EXCHANGE_GRACE_S", "Backend", "Ready", "Sandbox"),
+        "docker": ("DockerBackend", "connect"),
         "file_transfer": ("RESERVED_PREFIX", "safe_relative_path"),
         "spec": (
             "ArtifactCaps",

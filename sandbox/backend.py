@@ -12,9 +12,15 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
+from airlock.errors import SandboxError
 from airlock.store import Staging
 
 from .spec import JobOutcome, JobSpec
+
+EXCHANGE_GRACE_S = 15.0
+"""How long past a job's own timeout its backend may take: starting the sandbox and
+moving the workspace in and out happen outside the user's timeout. The host's deadline for
+a job, its egress and its labels is `timeout_s + EXCHANGE_GRACE_S`."""
 
 
 class Sandbox(Protocol):
@@ -68,3 +74,12 @@ class Ready(NamedTuple):
     backend: Backend
     image: str
     runtime: str
+
+
+def check_first_job(used: bool, job: JobSpec, egress_dir: Path | None) -> None:
+    """Refuse what no sandbox takes: a second job, or a job with egress in a sandbox taken
+    without it (every backend's `Sandbox.run` asks this first)."""
+    if used:
+        raise SandboxError("a sandbox takes exactly one job; take a new one")
+    if job.egress is not None and egress_dir is None:
+        raise SandboxError("this job has egress but its sandbox was taken without it")

@@ -83,6 +83,10 @@ class WarmPool:
         """Ready containers across all profiles."""
         return sum(len(ready) for ready in self._ready.values())
 
+    def waiting(self) -> list[str]:
+        """The ids of the ready containers across all profiles, oldest first per profile."""
+        return [container_id for ready in self._ready.values() for container_id, _ in ready]
+
     def want(self, profile: Profile) -> None:
         """Keep `size` containers of this profile ready from now on."""
         if self.size > 0 and profile not in self._ready:
@@ -136,7 +140,7 @@ class WarmPool:
 
     def drain(self) -> list[str]:
         """Forget every ready container and return their ids, for removal."""
-        ids = [container_id for ready in self._ready.values() for container_id, _ in ready]
+        ids = self.waiting()
         for ready in self._ready.values():
             ready.clear()
         return ids

@@ -25,6 +25,7 @@ from airlock.policies import Policy
 
 from .bearer import RouteAuth
 from .config import LOCAL_TENANT, Config
+from .engine import Engine, EngineFactory
 from .metrics import Metrics
 from .registration import browse, capabilities, code, files, hatch, resources, routes, session
 from .registration.lifespan import ForRoutes, lifespan
@@ -76,6 +77,7 @@ def build_server(
     clock: Callable[[], float] = time.time,
     operator_token: str | None = None,
     for_routes: ForRoutes | None = None,
+    engine_side: EngineFactory = Engine,
 ) -> MCPServer:
     """The Airlock MCP server. Over HTTP every call's tenant comes from its bearer token
     (the local user when serving loopback without auth); over stdio there is one local user.
@@ -84,7 +86,9 @@ def build_server(
     `clock` (Unix seconds) is the tools' and the broker's now; tests pass one they move.
     /metrics and /approvals answer the `operator_token` and the verifier's tokens only.
     The lifespan leaves what it built in `for_routes` (given by a caller that mounts the
-    console beside MCP) while it serves."""
+    console beside MCP) while it serves. `engine_side` makes the engine the sandboxes run on:
+    Docker's, but for tests of the logic above the backend, which pass the in-memory one of
+    tests/memory_backend.py."""
     meter, tenants = metrics or Metrics(), tenant_policies or {}
     for_routes = for_routes if for_routes is not None else ForRoutes()
     mcp = _AirlockServer(
@@ -99,6 +103,7 @@ def build_server(
             metrics=meter,
             on_stopped=on_stopped,
             clock=clock,
+            engine_side=engine_side,
         ),
         token_verifier=token_verifier,
         auth=auth,

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import anyio
 import anyio.abc
@@ -35,8 +37,9 @@ from airlock.sandbox.image import (
 from airlock.sandbox.image import image_tag as sandbox_image_tag
 from airlock.sandbox.image_source import check_sandbox_image, policy_image
 from airlock.sandbox.instance import Instance
-from airlock.sandbox.pool import Profile
+from airlock.sandbox.pool import Profile, WarmPool
 from airlock.sandbox.runtime import choose_runtime
+from airlock.tools.context import Engine as ToolsEngine
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +72,27 @@ class _Build:
             else f"taking longer than the usual {self.expected_s:.0f} s ({elapsed:.0f} s so far)"
         )
         return f"the {what} is {self.doing}, {when}; retry this call then. Nothing ran."
+
+
+class ServerEngine(ToolsEngine, Protocol):
+    """What a serving Airlock needs of its engine side, beyond what the tools use: its warm
+    pool (for the metrics), its background work for the server's lifetime, and its close.
+    `Engine` is Docker's; `running.serving` takes another (the tests' in-memory one) by
+    its factory, `EngineFactory`."""
+
+    def pool(self) -> WarmPool | None:
+        """The warm pool once the backend is up, if it has one."""
+        ...
+
+    async def serve(self) -> None:
+        """Get ready and run the background work until cancelled, then stop it."""
+        ...
+
+    def close(self) -> None: ...
+
+
+EngineFactory = Callable[[Policy, Instance], ServerEngine]
+"""How a serving Airlock makes its engine side from the server policy and its instance."""
 
 
 class Engine:
@@ -250,6 +274,9 @@ class Engine:
 
     def connected(self) -> DockerBackend | None:
         return self._backend
+
+    def pool(self) -> WarmPool | None:
+        return self._backend.pool if self._backend is not None else None
 
     def close(self) -> None:
         if self._backend is not None:

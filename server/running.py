@@ -33,7 +33,7 @@ from airlock.tools.approvals import expire_pending
 from airlock.tools.fleet import subscribe as follow_fleet
 
 from .config import Config, blob_store, open_store, open_vault
-from .engine import Engine
+from .engine import Engine, EngineFactory, ServerEngine
 from .metrics import LiveState
 from .secret_check import warn_missing_secrets
 from .sessions import Leases
@@ -50,14 +50,13 @@ class Running:
 
     services: Services
     leases: Leases
-    engine: Engine
+    engine: ServerEngine
     """The same engine as `services.engine`, with what only the server sees (the pool)."""
 
     def live_state(self) -> LiveState:
         """The gauges `/metrics` reports."""
         services = self.services
-        backend = self.engine.connected()
-        pool = backend.pool if backend is not None else None
+        pool = self.engine.pool()
         now = services.clock()
         grants: dict[str, int] = {}
         for grant in services.grants.all():
@@ -81,8 +80,10 @@ async def serving(
     *,
     tenant_policies: Mapping[str, Policy],
     clock: Callable[[], float],
+    engine_side: EngineFactory = Engine,
 ) -> AsyncIterator[Running]:
-    """Airlock, serving, for the duration of the block."""
+    """Airlock, serving, for the duration of the block, on the engine side `engine_side`
+    makes (Docker's `Engine` unless told otherwise)."""
     every_policy = [policy, *tenant_policies.values()]
     instance = Instance.current()
     # Each step registers its own undoing as it succeeds; they run last-in, first-out.
@@ -93,7 +94,7 @@ async def serving(
         claim = await _claim(config, db, blobs, instance.id, clock)
         # Runs after every later step's undoing, so after every run of this instance ended.
         undo.push_async_callback(_shielded(claim.release))
-        engine = Engine(policy, instance)
+        engine = engine_side(policy, instance)
         undo.callback(engine.close)
         undo.push_async_callback(_shielded(lambda: _remove_remaining(engine)))
         grants = Grants()
@@ -177,7 +178,7 @@ def _sweep_interval(policy: Policy) -> float:
 
 
 async def _housekeeping(
-    leases: Leases, engine: Engine, interval: float, claim: InstanceClaim
+    leases: Leases, engine: ServerEngine, interval: float, claim: InstanceClaim
 ) -> None:
     """End expired sessions, forget ended grants and expired run tokens (their records
     are in the store), end the runs of server instances that died, and reap containers
@@ -201,7 +202,7 @@ async def _housekeeping(
             log.warning("housekeeping failed: %s", exc)
 
 
-async def _remove_remaining(engine: Engine) -> None:
+async def _remove_remaining(engine: ServerEngine) -> None:
     backend = engine.connected()
     if backend is not None:
         removed = await backend.remove_all()

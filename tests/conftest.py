@@ -2,7 +2,12 @@
 
 Tests marked `docker` need the engine. Locally they skip when it is missing; with
 AIRLOCK_REQUIRE_DOCKER=1 (set by .ci/run) a missing engine fails them instead, and so
-does an engine without gVisor (`runsc`) registered.
+does an engine without gVisor (`runsc`) registered. A test that uses the engine's
+fixtures carries the marker however it came by them (`pytest_collection_modifyitems`), so
+`pytest -m "not docker"` runs exactly the tests that need no engine, on a machine without
+Docker. Those build their servers on the in-memory backend (tests/memory_backend.py):
+`make_server` gives a test marked `docker` a server on Docker, and any other test one on
+the in-memory backend, which contains nothing and runs only the code the test wrote.
 
 The sandbox suites in `BOTH_RUNTIMES` run every test once under gVisor and once
 under runc (the `sandbox_runtime` parameter). The rest test logic above the backend, so
@@ -30,6 +35,8 @@ import pytest
 import registry
 import trustme
 from mcp.server.mcpserver import MCPServer
+from memory_backend import MemoryEngine, memory_engine_side
+from support import REQUIRE_DOCKER, require_runtime
 from upstream import Upstream, start_upstream
 
 from airlock.errors import AirlockError
@@ -40,19 +47,20 @@ from airlock.sandbox.docker import registered_runtimes
 from airlock.sandbox.image import ensure_image
 from airlock.sandbox.runtime import GVISOR, REGISTER_GVISOR, RUNC
 from airlock.server import Config, build_server
+from airlock.server.engine import Engine, EngineFactory
 
-REQUIRE_DOCKER = os.environ.get("AIRLOCK_REQUIRE_DOCKER") == "1"
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
-# Hardening, attacks, limits, egress, teardown, the backend contract, and the tools agents
-# reach for (gVisor is the default runtime where it is registered).
+# Hardening, attacks, limits, egress, teardown, and the tools agents reach for (gVisor is
+# the default runtime where it is registered); the backend contract names its own.
 BOTH_RUNTIMES = (
     "test_attacks",
     "test_egress",
     "test_teardown",
-    "test_backend_contract",
     "test_toolbox",
     "test_browse",
 )
+ENGINE_FIXTURES = frozenset({"docker_client", "sandbox_image", "browser_image", "engine_runtimes"})
+"""The fixtures that need the engine: a test using one needs the `docker` marker."""
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -61,8 +69,17 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         "sandbox_runtime" in metafunc.fixturenames
         and "runtime" not in metafunc.fixturenames
         and metafunc.module.__name__ in BOTH_RUNTIMES
+        and metafunc.definition.get_closest_marker("docker") is not None
     ):
         metafunc.parametrize("sandbox_runtime", [GVISOR, RUNC])
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark `docker` every test that uses an engine fixture, however it came by it."""
+    for item in items:
+        used = ENGINE_FIXTURES.intersection(getattr(item, "fixturenames", ()))
+        if used and item.get_closest_marker("docker") is None:
+            item.add_marker(pytest.mark.docker)
 
 
 @pytest.fixture(scope="session")
@@ -173,8 +190,9 @@ def engine_runtimes(docker_client: docker.DockerClient) -> frozenset[str]:
 
 
 @pytest.fixture
-def sandbox_runtime(engine_runtimes: frozenset[str]) -> str:
-    """The policy's `[sandbox] runtime` for this test: runc unless parametrized."""
+def sandbox_runtime() -> str:
+    """The policy's `[sandbox] runtime` for this test: runc unless parametrized (the
+    in-memory backend runs every test the same way, whatever the runtime says)."""
     return RUNC
 
 
@@ -183,13 +201,11 @@ def _runtime_registered(request: pytest.FixtureRequest) -> None:
     """A test asking for gVisor fails in CI when the engine lacks it, and skips locally."""
     if "sandbox_runtime" not in request.fixturenames:
         return
-    runtime = request.getfixturevalue("sandbox_runtime")
-    registered = request.getfixturevalue("engine_runtimes")
-    if runtime == GVISOR and GVISOR not in registered:
-        message = f"gVisor (runsc) is not registered with the Docker engine; {REGISTER_GVISOR}"
-        if REQUIRE_DOCKER:
-            pytest.fail(f"{message} (required: AIRLOCK_REQUIRE_DOCKER=1)")
-        pytest.skip(message)
+    if request.node.get_closest_marker("docker") is None:
+        return
+    require_runtime(
+        request.getfixturevalue("sandbox_runtime"), request.getfixturevalue("engine_runtimes")
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -209,13 +225,31 @@ def data_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
+def memory_engine() -> MemoryEngine:
+    """The in-memory engine this test's servers share (as servers share a Docker engine)."""
+    return MemoryEngine()
+
+
+@pytest.fixture
+def engine_side(request: pytest.FixtureRequest) -> EngineFactory:
+    """What this test's servers run their sandboxes on: Docker for a test marked `docker`,
+    the in-memory backend for any other."""
+    if request.node.get_closest_marker("docker") is not None:
+        request.getfixturevalue("sandbox_image")
+        return Engine
+    engine: MemoryEngine = request.getfixturevalue("memory_engine")
+    return memory_engine_side(engine)
+
+
+@pytest.fixture
 def make_server(
-    data_dir: Path, sandbox_image: str, sandbox_runtime: str
+    data_dir: Path, sandbox_runtime: str, engine_side: EngineFactory
 ) -> Callable[..., MCPServer]:
     """Build a server on this test's data dir: `make_server()` for the default policy,
     `make_server({"limits": {"memory_mb": 128}})` for a policy with those sections.
     The runtime is the test's `sandbox_runtime` unless the policy names one; the pool is
-    off unless the policy has a `[pool]` section; `store=URL` keeps the records there."""
+    off unless the policy has a `[pool]` section; `store=URL` keeps the records there.
+    Its sandboxes run on `engine_side`."""
 
     def make(
         policy: dict[str, Any] | None = None,
@@ -226,7 +260,9 @@ def make_server(
         policy["sandbox"] = {"runtime": sandbox_runtime, **policy.get("sandbox", {})}
         policy.setdefault("pool", {"size": 0})
         config = Config(data_dir=data_dir, store_url=store)
-        return build_server(config, Policy.model_validate(policy), clock=clock)
+        return build_server(
+            config, Policy.model_validate(policy), clock=clock, engine_side=engine_side
+        )
 
     return make
 

@@ -46,6 +46,7 @@ from airlock.broker import Grant, Grants, RunTokens, Vault, load_key, vault_path
 from airlock.egress import Egress
 from airlock.policies import Capability, Policy, resolve_scope
 from airlock.sandbox.instance import Instance
+from airlock.sandbox.runtime import GVISOR, REGISTER_GVISOR
 from airlock.server.auth import generate_api_key
 from airlock.server.cli import main
 from airlock.server.engine import Engine
@@ -54,6 +55,9 @@ from airlock.store.pg_notices import PostgresNotices
 from airlock.tools import Services
 
 T = TypeVar("T")
+
+REQUIRE_DOCKER = os.environ.get("AIRLOCK_REQUIRE_DOCKER") == "1"
+"""Set by .ci/run: a missing engine (or gVisor) fails the tests that need it."""
 
 # Tests that watch a session's containers by their `airlock.session` label run without
 # the warm pool: pooled containers are created before any session and carry no session
@@ -69,6 +73,15 @@ ROOT = TESTS.parent
 """The repository: README.md, pyproject.toml and the rooms."""
 CALL_TIMEOUT_S = 120
 """How long one tool call may take: a cold gVisor start on a loaded two-core machine."""
+
+
+def require_runtime(runtime: str, registered: frozenset[str]) -> None:
+    """Fail (in CI) or skip (locally) a test that asks for gVisor on an engine without it."""
+    if runtime == GVISOR and GVISOR not in registered:
+        message = f"gVisor (runsc) is not registered with the Docker engine; {REGISTER_GVISOR}"
+        if REQUIRE_DOCKER:
+            pytest.fail(f"{message} (required: AIRLOCK_REQUIRE_DOCKER=1)")
+        pytest.skip(message)
 
 
 async def wait_until(

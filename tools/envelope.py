@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 NONCE_BYTES = 8
-"""64 random bits, hex-encoded to 16 characters (DESIGN.md asks for at least 64 bits)."""
+"""64 random bits, hex-encoded to 16 characters (docs/design.md: at least 64 bits)."""
 
 NONCE_REMOVED = "[nonce removed]"
 

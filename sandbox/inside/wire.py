@@ -2,7 +2,7 @@
 layout of the container (the sandbox user, its home, the workspace).
 
 The one module of `inside` the host imports (sandbox/exchange.py decodes frames with it,
-sandbox/docker.py encodes the job, the image and the backend take the layout from it). It
+sandbox/docker/run.py encodes the job, the image and the backend take the layout from it). It
 runs in the box too, imported by boot.py before the code's process starts, so it imports
 nothing but `struct` at load time (json only when a job is encoded, which the box never
 does). Only the standard library of the image's Python (3.11) may be used here.

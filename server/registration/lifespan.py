@@ -16,6 +16,7 @@ from airlock.policies import Policy
 from airlock.tools import Services
 
 from ..config import Config
+from ..engine import Engine, EngineFactory
 from ..metrics import Metrics
 from ..running import Running, serving
 
@@ -43,6 +44,7 @@ def lifespan(
     metrics: Metrics,
     on_stopped: Callable[[], None] | None,
     clock: Callable[[], float] = time.time,
+    engine_side: EngineFactory = Engine,
 ) -> Callable[[MCPServer], AbstractAsyncContextManager[Running]]:
     """The lifespan to give `MCPServer`; `on_stopped` runs once it has taken everything down."""
 
@@ -50,7 +52,11 @@ def lifespan(
     async def serve(_: MCPServer) -> AsyncIterator[Running]:
         try:
             async with serving(
-                config, policy, tenant_policies=tenant_policies, clock=clock
+                config,
+                policy,
+                tenant_policies=tenant_policies,
+                clock=clock,
+                engine_side=engine_side,
             ) as running:
                 running.services.events.subscribe(metrics.observe)
                 metrics.watch(running.live_state)

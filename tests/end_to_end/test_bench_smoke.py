@@ -1,7 +1,7 @@
 """A smoke run of the benchmark: `bench/run.py --quick` runs end to end and writes its report.
 
 Only that it runs and what the report holds are checked here. The timing targets are the
-benchmark's business (see DESIGN.md); a test never asserts on them.
+benchmark's business (see docs/design.md); a test never asserts on them.
 """
 
 from __future__ import annotations

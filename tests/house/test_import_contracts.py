@@ -78,6 +78,13 @@ VIOLATIONS = [
     ("airlock/unplaced.py", "", "rooms", "airlock.unplaced"),
     ("airlock/__init__.py", "from airlock import errors", "root", "airlock -> airlock.errors"),
     ("server/upward.py", "import docker", "docker", "airlock.server.upward -> docker"),
+    (
+        "tools/seam.py",
+        "from airlock.sandbox.docker import DockerBackend",
+        "backend-seam",
+        "airlock.tools.seam -> airlock.sandbox.docker",
+    ),
+    ("sandbox/outcome.py", "import docker", "backend-seam", "airlock.sandbox.outcome -> docker"),
     ("egress/upward.py", "import mcp", "mcp", "airlock.egress.upward -> mcp"),
     ("tools/upward.py", "import starlette", "transports", "airlock.tools.upward -> starlette"),
 ]

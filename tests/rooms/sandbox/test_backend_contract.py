@@ -1,10 +1,13 @@
 """The contract every sandbox backend passes, written against `sandbox.Backend`.
 
-Each test takes a `Harness`: a backend factory plus the two facts only the platform can
-answer (does the sandbox named N still exist; kill switch for "this server died"). Docker
-with runc and Docker with gVisor run it today (conftest parametrizes `sandbox_runtime`);
-a Kubernetes backend would add a harness and pass the same tests (docs/backends.md).
-Each behaviour is checked on a pooled sandbox and on a freshly created one.
+Each test takes a harness: a backend factory plus the facts only the platform can answer
+(does the sandbox named N still exist; kill it from outside, as an operator or the OOM
+killer would). `harness` runs a test on every backend: Docker under gVisor and under runc,
+and the in-memory backend of the tests (tests/memory_backend.py), which needs no engine;
+`DOCKER_ONLY` runs the tests of containment (network, environment, limits, the way out, the
+processes inside) on Docker alone, since the in-memory backend contains nothing. A
+Kubernetes backend would add a harness and pass the same tests (docs/backends.md). Each
+behaviour is checked on a pooled sandbox and on a freshly created one.
 """
 
 from __future__ import annotations
@@ -18,13 +21,14 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 import docker
 import pytest
 import trustme
-from support import wait_until
+from memory_backend import IMAGE, MemoryBackend, MemoryEngine, MemorySandbox
+from support import require_runtime, wait_until
 
 from airlock.egress import SOCKET_NAME
 from airlock.errors import SandboxError
@@ -36,36 +40,58 @@ from airlock.sandbox import (
     InputFile,
     JobOutcome,
     JobSpec,
+    Sandbox,
 )
+from airlock.sandbox.docker import DockerSandbox, registered_runtimes
 from airlock.sandbox.environment import RELAY_PORT, sandbox_environment
 from airlock.sandbox.inside.wire import SANDBOX_UID
 from airlock.sandbox.instance import LABEL_INSTANCE, Instance
-from airlock.sandbox.pool import Profile
+from airlock.sandbox.pool import Profile, WarmPool
+from airlock.sandbox.runtime import GVISOR, RUNC
 from airlock.store import BlobStore, Staging
 
-pytestmark = [pytest.mark.anyio, pytest.mark.docker]
+pytestmark = [pytest.mark.anyio]
 
 LIMITS = ContainerLimits(memory_mb=256, cpus=1.0, pids=128, workspace_mb=16, tmp_mb=16)
 CAPS = ArtifactCaps(max_files=16, max_file_bytes=1 << 20, max_total_bytes=4 << 20)
 POOLED = pytest.mark.parametrize("pool_size", [0, 2], ids=["fresh", "pooled"])
+ON_DOCKER = [pytest.param(r, marks=pytest.mark.docker, id=f"docker-{r}") for r in (GVISOR, RUNC)]
+EVERY_BACKEND = [*ON_DOCKER, pytest.param("memory", id="memory")]
+DOCKER_ONLY = pytest.mark.parametrize("harness", ON_DOCKER, indirect=True)
+"""For a test of containment: the `harness` fixture on Docker alone."""
+
+
+class ContractBackend(Protocol):
+    """A backend as the contract drives it: `Backend`, its pool and its lifetime."""
+
+    pool: WarmPool
+
+    def running(self) -> Any: ...
+    def sandbox(self, job: JobSpec, *, egress: bool) -> Any: ...
+    def in_use(self) -> int: ...
+    async def remove_session(self, session_id: str) -> int: ...
+    async def remove_all(self) -> int: ...
+    async def reap(self, now: float) -> int: ...
 
 
 @dataclass
 class Harness:
     image: str
     runtime: str
-    engine: docker.DockerClient
     blobs: BlobStore
     staging: Staging
     """Where the jobs' files come from and where what they leave arrives (as drafts)."""
 
+    def make(self, instance: Instance, pool_size: int) -> ContractBackend:
+        raise NotImplementedError
+
     @asynccontextmanager
     async def backend(
         self, pool_size: int = 0, instance: Instance | None = None, *, egress: bool = False
-    ) -> AsyncIterator[DockerBackend]:
+    ) -> AsyncIterator[Any]:
         """A running backend; with a pool (of sandboxes with or without egress), once the
         pool is full."""
-        backend = DockerBackend(self.engine, instance or Instance.current(), pool_size=pool_size)
+        backend = self.make(instance or Instance.current(), pool_size)
         async with backend.running():
             if pool_size:
                 backend.pool.want(self.profile(egress=egress))
@@ -80,20 +106,34 @@ class Harness:
         return Profile(image=self.image, runtime=self.runtime, limits=LIMITS, egress=egress)
 
     @staticmethod
-    def taken(backend: DockerBackend) -> int:
+    def taken(backend: ContractBackend) -> int:
         """How many sandboxes have a job right now."""
-        return sum(map(len, backend._active.values()))
+        return backend.in_use()
 
     @staticmethod
-    def pooled(backend: DockerBackend) -> list[str]:
+    def pooled(backend: ContractBackend) -> list[str]:
         """The names of the sandboxes waiting in the pool right now."""
-        return [name for ready in backend.pool._ready.values() for name, _ in ready]
+        return backend.pool.waiting()
+
+    def name_of(self, box: Sandbox) -> str:
+        raise NotImplementedError
 
     def kill(self, name: str) -> None:
         """Kill sandbox `name` from outside (an operator, the OOM killer) and return once
         the platform has it stopped."""
-        self.engine.api.kill(name)
-        self.engine.api.wait(name, timeout=30)
+        raise NotImplementedError
+
+    def exists(self, name: str) -> bool:
+        """Whether the sandbox named `name` still exists."""
+        raise NotImplementedError
+
+    def of_instance(self, instance: Instance, *, running: bool = False) -> list[str]:
+        """The sandboxes labelled with `instance` (only the running ones, if asked)."""
+        raise NotImplementedError
+
+    def egress_dirs(self, backend: ContractBackend) -> dict[str, Path]:
+        """The egress directory of each sandbox made for egress, by sandbox."""
+        raise NotImplementedError
 
     def job(self, code: str, **fields: Any) -> JobSpec:
         return JobSpec(
@@ -114,11 +154,37 @@ class Harness:
             }
         )
 
+
+@dataclass
+class DockerHarness(Harness):
+    engine: docker.DockerClient
+
+    def make(self, instance: Instance, pool_size: int) -> DockerBackend:
+        return DockerBackend(self.engine, instance, pool_size=pool_size)
+
+    def name_of(self, box: Sandbox) -> str:
+        assert isinstance(box, DockerSandbox)
+        return box.container_id
+
+    def kill(self, name: str) -> None:
+        self.engine.api.kill(name)
+        self.engine.api.wait(name, timeout=30)
+
     def exists(self, name: str) -> bool:
-        """Whether the sandbox named `name` (its container id, or the hostname inside,
-        which is the id's prefix on Docker) still exists."""
+        """Also true for the hostname inside, which is the id's prefix on Docker."""
         found = self.engine.api.containers(all=True, filters={"id": name})
         return bool(found)
+
+    def of_instance(self, instance: Instance, *, running: bool = False) -> list[str]:
+        filters: dict[str, Any] = {"label": f"{LABEL_INSTANCE}={instance.id}"}
+        if running:
+            filters["status"] = "running"
+        found = self.engine.api.containers(all=True, filters=filters)
+        return [c["Id"] for c in found]
+
+    def egress_dirs(self, backend: ContractBackend) -> dict[str, Path]:
+        assert isinstance(backend, DockerBackend)
+        return backend.containers.egress_dirs()
 
     def commands(self, name: str) -> list[str]:
         """The command lines of the processes the sandbox user sees in sandbox `name`."""
@@ -139,24 +205,55 @@ class Harness:
         return output.decode()
 
 
-@pytest.fixture
-async def harness(
-    docker_client: docker.DockerClient, sandbox_image: str, sandbox_runtime: str, tmp_path: Path
-) -> AsyncIterator[Harness]:
+@dataclass
+class MemoryHarness(Harness):
+    engine: MemoryEngine
+
+    def make(self, instance: Instance, pool_size: int) -> MemoryBackend:
+        return MemoryBackend(self.engine, instance, pool_size=pool_size)
+
+    def name_of(self, box: Sandbox) -> str:
+        assert isinstance(box, MemorySandbox)
+        return box.name
+
+    def kill(self, name: str) -> None:
+        self.engine.kill(name)
+
+    def exists(self, name: str) -> bool:
+        return self.engine.exists(name)
+
+    def of_instance(self, instance: Instance, *, running: bool = False) -> list[str]:
+        boxes = self.engine.labelled(LABEL_INSTANCE, instance.id)
+        return [b.name for b in boxes if b.running or not running]
+
+    def egress_dirs(self, backend: ContractBackend) -> dict[str, Path]:
+        return {n: b.egress_dir for n, b in self.engine.boxes.items() if b.egress_dir is not None}
+
+
+@pytest.fixture(params=EVERY_BACKEND)
+async def harness(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Harness]:
+    """Every backend in turn: Docker under gVisor and runc, and the in-memory backend."""
+    async with _harness(request, tmp_path) as made:
+        yield made
+
+
+@asynccontextmanager
+async def _harness(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Harness]:
     blobs = BlobStore(tmp_path / "blobs")
     async with blobs.staging() as staging:
-        yield Harness(
-            image=sandbox_image,
-            runtime=sandbox_runtime,
-            engine=docker_client,
-            blobs=blobs,
-            staging=staging,
-        )
+        if request.param == "memory":
+            yield MemoryHarness(IMAGE, IMAGE, blobs, staging, MemoryEngine())
+            return
+        client: docker.DockerClient = request.getfixturevalue("docker_client")
+        require_runtime(request.param, registered_runtimes(client))
+        image: str = request.getfixturevalue("sandbox_image")
+        yield DockerHarness(image, request.param, blobs, staging, client)
 
 
-async def run_one(harness: Harness, backend: DockerBackend, job: JobSpec) -> JobOutcome:
+async def run_one(harness: Harness, backend: Any, job: JobSpec) -> JobOutcome:
     async with backend.sandbox(job, egress=False) as box:
-        return await box.run(job, harness.staging)
+        outcome: JobOutcome = await box.run(job, harness.staging)
+        return outcome
 
 
 def report(outcome: JobOutcome) -> Any:
@@ -183,9 +280,10 @@ print(json.dumps(facts))
 """
 
 
+@DOCKER_ONLY
 @POOLED
 async def test_each_job_gets_a_fresh_sandbox_with_no_network_and_only_its_environment(
-    harness: Harness, pool_size: int
+    harness: DockerHarness, pool_size: int
 ) -> None:
     async with harness.backend(pool_size) as backend:
         first = report(await run_one(harness, backend, harness.job(PROBE)))
@@ -284,7 +382,8 @@ def steps(output: str) -> dict[str, tuple[list[str], str]]:
     return found
 
 
-async def test_the_everyday_commands_work(harness: Harness) -> None:
+@DOCKER_ONLY
+async def test_the_everyday_commands_work(harness: DockerHarness) -> None:
     """ls -l, stat and friends, under both runtimes: some gVisor releases refuse the statx
     flags coreutils passes (AT_NO_AUTOMOUNT), and `ls -la` then fails on every file."""
     async with harness.backend(0) as backend:
@@ -342,9 +441,10 @@ print(json.dumps(held))
 """
 
 
+@DOCKER_ONLY
 @POOLED
 async def test_the_code_holds_no_descriptor_but_its_standard_three(
-    harness: Harness, pool_size: int
+    harness: DockerHarness, pool_size: int
 ) -> None:
     """Nothing of the runner's reaches the code: not the host's report channel (the
     runner's stdin and stdout), not the pipe the code's process got its order from."""
@@ -356,7 +456,8 @@ async def test_the_code_holds_no_descriptor_but_its_standard_three(
     assert held["1"] != held["2"], held
 
 
-async def test_the_cpu_quota_holds_over_seconds(harness: Harness) -> None:
+@DOCKER_ONLY
+async def test_the_cpu_quota_holds_over_seconds(harness: DockerHarness) -> None:
     """Three busy processes on a quota of half a core: over the sandbox's life they get
     half a core a second, and at most one second's share more (the quota's period)."""
     cpus = 0.5
@@ -376,8 +477,9 @@ async def test_the_cpu_quota_holds_over_seconds(harness: Harness) -> None:
     assert 0.5 < used <= cpus * (elapsed + 1.0) + 0.2, (used, elapsed)
 
 
+@DOCKER_ONLY
 @POOLED
-async def test_limits_hold_memory_pids_and_time(harness: Harness, pool_size: int) -> None:
+async def test_limits_hold_memory_pids_and_time(harness: DockerHarness, pool_size: int) -> None:
     memory = "hoard = [b'x' * (16 << 20) for _ in range(32)]\nprint('survived')"
     forks = (
         "import os, errno\n"
@@ -407,9 +509,10 @@ async def test_limits_hold_memory_pids_and_time(harness: Harness, pool_size: int
     assert slow.status == "timeout"
 
 
+@DOCKER_ONLY
 @POOLED
 async def test_the_proxy_path_is_the_only_way_out_and_it_is_read_only(
-    harness: Harness, pool_size: int, tmp_path_factory: pytest.TempPathFactory
+    harness: DockerHarness, pool_size: int, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     code = r"""
 import json, os, socket, urllib.request
@@ -456,8 +559,9 @@ print(json.dumps(facts))
     assert facts["reply"] == "pong"
 
 
+@DOCKER_ONLY
 async def test_an_egress_sandbox_has_its_relay_running_before_it_is_given_a_job(
-    harness: Harness,
+    harness: DockerHarness,
 ) -> None:
     """The relay starts with the sandbox, so a call does not wait for it; nothing is on
     the other end until the run's proxy binds the socket."""
@@ -489,8 +593,9 @@ async def test_an_egress_sandbox_has_its_relay_running_before_it_is_given_a_job(
             assert "the egress relay cannot reach Airlock's proxy (ENOENT)" in answer, answer
 
 
+@DOCKER_ONLY
 async def test_a_pooled_sandbox_has_the_codes_process_started_before_it_is_given_a_job(
-    harness: Harness,
+    harness: DockerHarness,
 ) -> None:
     """The interpreter that will run the code is up before the job, as the sandbox user;
     the code then runs in it (tests/rooms/inside/test_prestart.py: as in a fresh one)."""
@@ -510,8 +615,9 @@ async def test_a_pooled_sandbox_has_the_codes_process_started_before_it_is_given
     assert outcome.stdout.data == f"{SANDBOX_UID} True\n".encode(), outcome
 
 
+@DOCKER_ONLY
 async def test_a_job_whose_waiting_process_died_runs_once_in_a_new_one(
-    harness: Harness,
+    harness: DockerHarness,
 ) -> None:
     """The process started ahead may die while its sandbox waits (killed, out of memory):
     the job then gets a new one, and its code runs exactly once."""
@@ -554,7 +660,7 @@ async def test_a_pooled_sandbox_that_died_is_never_handed_out_even_before_the_po
         job = harness.job("print('ran')")
         with anyio.fail_after(20):
             async with backend.sandbox(job, egress=False) as box:
-                assert box.container_id not in dead
+                assert harness.name_of(box) not in dead
                 outcome = await box.run(job, harness.staging)
     assert outcome.status == "ok", outcome
     assert outcome.stdout.data == b"ran\n"
@@ -578,8 +684,8 @@ async def test_pooled_sandboxes_never_taken_leave_nothing_behind_when_the_backen
     harness: Harness,
 ) -> None:
     async with harness.backend(2, egress=True) as backend:
-        # Docker: each pooled container made for egress has its own egress directory.
-        waiting = dict(backend._egress_dirs)
+        # Each pooled sandbox made for egress has its own egress directory.
+        waiting = harness.egress_dirs(backend)
         assert len(waiting) == 2
     for name, egress_dir in waiting.items():
         assert not harness.exists(name)
@@ -598,37 +704,36 @@ async def test_a_sandbox_takes_exactly_one_job(harness: Harness) -> None:
 @POOLED
 async def test_a_sandbox_is_gone_once_its_block_ends(harness: Harness, pool_size: int) -> None:
     async with harness.backend(pool_size) as backend:
-        facts = report(await run_one(harness, backend, harness.job(PROBE)))
-        await wait_until(lambda: not harness.exists(facts["hostname"]), within=30)
+        job = harness.job("print(1)")
+        async with backend.sandbox(job, egress=False) as box:
+            name = harness.name_of(box)
+            assert (await box.run(job, harness.staging)).status == "ok"
+            assert harness.exists(name)
+        await wait_until(lambda: not harness.exists(name), within=30)
 
 
 async def test_a_backend_stopped_while_its_pool_fills_leaves_no_sandbox(
     harness: Harness,
 ) -> None:
     instance = Instance.current()
-
-    def mine(**filters: str) -> list[dict[str, Any]]:
-        found: list[dict[str, Any]] = harness.engine.api.containers(
-            all=True, filters={"label": f"{LABEL_INSTANCE}={instance.id}", **filters}
-        )
-        return found
-
-    backend = DockerBackend(harness.engine, instance, pool_size=2)
+    backend = harness.make(instance, pool_size=2)
     async with backend.running():
         backend.pool.want(harness.profile())
         # Stop once the engine runs a sandbox the pool has not taken in yet.
-        await wait_until(lambda: mine(status="running"), within=60, interval=0.002)
-    assert mine() == []
+        await wait_until(
+            lambda: harness.of_instance(instance, running=True), within=60, interval=0.002
+        )
+    assert harness.of_instance(instance) == []
 
 
 async def run_killable(
-    harness: Harness, backend: DockerBackend, job: JobSpec, names: list[str], endings: list[str]
+    harness: Harness, backend: Any, job: JobSpec, names: list[str], endings: list[str]
 ) -> None:
     """Run `job`, noting its sandbox's name and how it ended: "killed" when it was killed
     mid-run, "refused" when it was killed before it could start."""
     try:
         async with backend.sandbox(job, egress=False) as box:
-            names.append(box.container_id)
+            names.append(harness.name_of(box))
             endings.append((await box.run(job, harness.staging)).status)
     except SandboxError:
         endings.append("refused")

@@ -1,4 +1,4 @@
-"""The adapter over the Docker SDK's privates (sandbox/docker_attach.py), on the real engine.
+"""The adapter over the Docker SDK's privates (sandbox/docker/sdk_attach.py), on the real engine.
 
 A container from the real sandbox image copies the attached stdin to its stdout: what goes
 into the descriptor the adapter hands out comes back from the container. If a docker SDK
@@ -16,7 +16,7 @@ import docker
 import docker.errors
 import pytest
 
-from airlock.sandbox.docker_attach import attach
+from airlock.sandbox.docker.sdk_attach import attach
 
 pytestmark = pytest.mark.docker
 

@@ -1,4 +1,4 @@
-"""The adapter over the Docker SDK's connection pools (sandbox/docker_connections.py), on the
+"""The adapter over the Docker SDK's connection pools (sandbox/docker/sdk_connections.py), on the
 real engine: requests about many containers at once, as parallel runs make them, share one
 pool.
 
@@ -20,7 +20,7 @@ import requests
 from docker.transport import UnixHTTPAdapter
 
 from airlock.sandbox.docker import connect
-from airlock.sandbox.docker_connections import MAX_CONNECTIONS, share_one_pool
+from airlock.sandbox.docker.sdk_connections import MAX_CONNECTIONS, share_one_pool
 
 pytestmark = pytest.mark.docker
 

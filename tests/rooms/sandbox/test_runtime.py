@@ -14,7 +14,7 @@ from support import wait_until
 
 from airlock.errors import SandboxError
 from airlock.sandbox import ContainerLimits
-from airlock.sandbox.docker_events import EngineWatch
+from airlock.sandbox.docker.events import EngineWatch
 from airlock.sandbox.pool import Profile, WarmPool
 from airlock.sandbox.runtime import REGISTER_GVISOR, choose_runtime
 from airlock.sandbox.seccomp import gvisor_profile, gvisor_security_opt

@@ -48,7 +48,6 @@ def _open_to_others(data_dir: Path) -> list[str]:
     return found
 
 
-@pytest.mark.docker
 async def test_every_level_is_private_after_a_server_start_and_a_run(
     umask_022: None, make_server: Callable[..., MCPServer], tmp_path: Path, data_dir: Path
 ) -> None:

@@ -39,7 +39,6 @@ async def refused(client: Client, tool: str, **args: Any) -> str:
     return text_of(result)
 
 
-@pytest.mark.docker
 async def test_a_session_started_on_one_server_runs_and_ends_on_the_other(
     make_server: Callable[..., MCPServer],
 ) -> None:

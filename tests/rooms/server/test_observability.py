@@ -255,7 +255,6 @@ print("done", flush=True)
 
 
 @pytest.mark.anyio
-@pytest.mark.docker
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
 async def test_a_long_run_reports_elapsed_time_and_output_bytes_never_its_text(
     make_server: Callable[..., MCPServer], mode: str

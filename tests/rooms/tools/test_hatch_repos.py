@@ -49,7 +49,7 @@ from support import (
 
 from airlock.policies import DEFAULT_EXCLUDED, DEFAULT_PROTECTED
 
-pytestmark = [pytest.mark.anyio, pytest.mark.docker]
+pytestmark = [pytest.mark.anyio]
 
 MakeServer = Callable[..., MCPServer]
 
@@ -640,6 +640,7 @@ async def test_the_readme_hatch_example_runs_as_written(
     assert unittest_in(repo, "test_calc").returncode == 0
 
 
+@pytest.mark.docker  # an `airlock serve --http` of its own, on the engine
 async def test_roots_are_per_tenant_over_http_and_copies_stay_with_their_tenant(
     tmp_path: Path,
 ) -> None:

@@ -332,7 +332,6 @@ def blocks(result: Any, kind: type) -> list[Any]:
 
 
 @pytest.mark.anyio
-@pytest.mark.docker
 async def test_a_run_s_huge_png_and_14_byte_gif_come_back_as_bytes_and_its_image_untrusted(
     make_server: MakeServer,
 ) -> None:

@@ -130,7 +130,6 @@ async def the_runs(data_dir: Path) -> list[RunRecord]:
         await db.close()
 
 
-@pytest.mark.docker
 async def test_a_run_whose_input_cannot_be_kept_ends_with_an_error_not_running(
     make_server: MakeServer, data_dir: Path
 ) -> None:
@@ -148,7 +147,6 @@ async def test_a_run_whose_input_cannot_be_kept_ends_with_an_error_not_running(
     assert run.error is not None and "cannot write blob" in run.error, run.error
 
 
-@pytest.mark.docker
 async def test_a_cancelled_call_ends_its_run_killed(
     make_server: MakeServer, data_dir: Path, docker_client: docker.DockerClient
 ) -> None:

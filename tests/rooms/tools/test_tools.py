@@ -20,7 +20,7 @@ from support import NO_POOL, none_left, run, running, text_of, wait_for_containe
 
 from airlock.sandbox.environment import sandbox_environment
 
-pytestmark = [pytest.mark.anyio, pytest.mark.docker]
+pytestmark = [pytest.mark.anyio]
 
 MakeServer = Callable[..., MCPServer]
 MODES = pytest.mark.parametrize("mode", ["auto", "legacy"])
@@ -72,6 +72,7 @@ async def test_nonzero_exit_is_a_result_not_a_tool_error(
     assert data["stderr"]["text"] == "bad\n"
 
 
+@pytest.mark.docker  # the box's own path and user
 async def test_bash_runs_with_workspace_as_cwd(make_server: MakeServer) -> None:
     async with Client(make_server()) as client:
         data = await run(client, 'echo "$0 in $(pwd) as $(id -u)"', language="bash")

@@ -22,7 +22,7 @@ from mcp.types import CallToolResult
 from stores import query
 from support import block_text, contents_text, embedded_blob, error_text, run_result
 
-pytestmark = [pytest.mark.anyio, pytest.mark.docker]
+pytestmark = [pytest.mark.anyio]
 
 MakeServer = Callable[..., MCPServer]
 CALL_TIMEOUT_S = 240
@@ -381,6 +381,7 @@ async def test_call_files_that_clash_with_the_workspace_are_refused_naming_the_f
     assert ok["stdout"]["text"] == "['d', 'f']\n"
 
 
+@pytest.mark.docker  # unreadable to the box's user, who is not root
 async def test_unreadable_files_and_directories_lose_nothing_and_block_no_deletion(
     make_server: MakeServer,
 ) -> None:

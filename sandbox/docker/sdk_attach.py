@@ -1,5 +1,5 @@
 """One of the two places Airlock reaches into the Docker SDK's privates (the other:
-docker_connections.py): a container's attach connection as a bare file descriptor.
+sdk_connections.py): a container's attach connection as a bare file descriptor.
 
 The SDK's public `attach_socket` leaves the socket shared with an HTTP response object that
 closes it again (or warns) whenever that object is collected. Taking the descriptor out and
@@ -18,7 +18,7 @@ import docker
 
 SDK_CHANGED = (
     "the docker SDK no longer exposes the attach connection where Airlock expects it "
-    "(sandbox/docker_attach.py); pin docker to 7.x or update the adapter"
+    "(sandbox/docker/sdk_attach.py); pin docker to 7.x or update the adapter"
 )
 
 

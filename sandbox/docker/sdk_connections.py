@@ -1,6 +1,6 @@
-"""The other place Airlock reaches into the Docker SDK (the first: docker_attach.py): one
+"""The other place Airlock reaches into the Docker SDK (the first: sdk_attach.py): one
 pool of HTTP connections to the engine for every request (the warm pool of containers is
-pool.py).
+sandbox/pool.py).
 
 With requests 2.32 and later, docker 7's adapters key their connection pools by the whole
 request URL, path included, in a 25-entry LRU that closes whatever it evicts. Calls about
@@ -32,7 +32,7 @@ MAX_CONNECTIONS = 40
 
 SDK_CHANGED = (
     "the docker SDK no longer pools engine connections where Airlock expects it "
-    "(sandbox/docker_connections.py); pin docker to 7.x or update the adapter"
+    "(sandbox/docker/sdk_connections.py); pin docker to 7.x or update the adapter"
 )
 
 

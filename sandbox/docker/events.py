@@ -5,7 +5,7 @@ pool when its `die` event arrives, and is removed. When the event stream breaks,
 engine stopped or restarted, and the pooled containers went with it or may have: the
 pool drops them all and hands out none until the engine answers again; then they are
 removed and the pool refills. Only the pool's bookkeeping is decided here. The check
-that the container a call takes is running lives in `docker.py` (`attach_if_running`),
+that the container a call takes is running lives in `attach.py` (`attach_if_running`),
 because an event arrives after the fact.
 
 The SDK reads the stream blocking, so it is read in a worker thread of its own; on
@@ -25,7 +25,7 @@ import docker
 import docker.errors
 import requests
 
-from .pool import WarmPool
+from ..pool import WarmPool
 
 log = logging.getLogger(__name__)
 

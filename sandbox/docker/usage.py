@@ -1,8 +1,9 @@
-"""What a container cost, read from its cgroup on the host.
+"""What a container cost, and whether the OOM killer struck it.
 
-Reading the engine's cgroup files directly is fast (no API round trip) and,
-unlike anything the runner reports, cannot be forged from inside the sandbox.
-Only works when the engine runs on this host; callers fall back to the stats API.
+Read from its cgroup on the host while it runs (`UsageWatch`): fast (no API round trip)
+and, unlike anything the runner reports, not forgeable from inside the sandbox. That only
+works when the engine runs on this host; elsewhere `engine_state` asks the stats API.
+`cgroup_verdict` decides from the looks what a run cost and whether it died of memory.
 """
 
 from __future__ import annotations
@@ -10,7 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import docker
+
+from ..spec import Usage
+
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+# The share of its memory limit at which a sandbox that died without a report is taken
+# to have died of it (its last look can come a little before the end).
+AT_MEMORY_LIMIT = 0.9
+MIB = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -86,3 +95,40 @@ class UsageWatch:
         if seen is not None:
             self.last = seen
         return seen
+
+
+def cgroup_verdict(
+    watch: UsageWatch, *, died: bool, memory_mb: int
+) -> tuple[Usage, bool] | None:
+    """The run's usage and whether the OOM killer struck, from a last look at the cgroup
+    (or the look before, for a sandbox that died without a report); None when its cgroup
+    was never visible from here (a remote engine: ask `engine_state`)."""
+    cgroup = watch.look()
+    oom_killed = cgroup is not None and cgroup.oom_kills > 0
+    if cgroup is None and died and watch.last is not None:
+        # The sandbox went with its cgroup before its end was read: under gVisor the
+        # OOM killer takes the whole sandbox, and the engine does not record that as
+        # OOMKilled. A sandbox that died at its memory limit was killed for it.
+        cgroup = watch.last
+        oom_killed = cgroup.oom_kills > 0 or (
+            cgroup.peak_memory_bytes >= memory_mb * MIB * AT_MEMORY_LIMIT
+        )
+    if cgroup is None:
+        return None
+    usage = Usage(cpu_seconds=cgroup.cpu_seconds, peak_memory_bytes=cgroup.peak_memory_bytes)
+    return usage, oom_killed
+
+
+def engine_state(client: docker.DockerClient, container_id: str) -> tuple[Usage, bool]:
+    """Usage from the stats API (a remote engine) and whether the OOM killer struck."""
+    state = client.api.inspect_container(container_id)["State"]
+    usage = Usage()
+    if state.get("Running"):
+        stats = client.api.stats(container_id, stream=False, one_shot=True)
+        cpu_ns = (stats.get("cpu_stats") or {}).get("cpu_usage", {}).get("total_usage")
+        peak = (stats.get("memory_stats") or {}).get("max_usage")
+        usage = Usage(
+            cpu_seconds=cpu_ns / 1e9 if cpu_ns else None,
+            peak_memory_bytes=peak or None,
+        )
+    return usage, bool(state.get("OOMKilled"))

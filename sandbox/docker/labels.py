@@ -1,0 +1,57 @@
+"""The labels every sandbox container carries, and what they decide.
+
+Belongs here: the label names beyond the instance's own (`sandbox/instance.py`), the
+labels of a container made for a job and of a pooled one, and the reaper's rule
+(`is_reapable`: its owner is dead, or its deadline passed). Session teardown and the
+reaper find containers by these labels, so a crashed server's containers are found too.
+Pure: nothing here calls the engine.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ..backend import EXCHANGE_GRACE_S
+from ..instance import Instance
+from ..pool import MAX_AGE_S as POOL_MAX_AGE_S
+from ..spec import JobSpec
+
+LABEL_SESSION = "airlock.session"
+LABEL_RUN = "airlock.run"
+LABEL_TENANT = "airlock.tenant"
+LABEL_DEADLINE = "airlock.deadline"
+
+
+def job_labels(instance: Instance, job: JobSpec) -> dict[str, str]:
+    """The labels of a container created for `job`: whose, and gone by when."""
+    return {
+        **instance.labels(),
+        LABEL_SESSION: job.session_id,
+        LABEL_RUN: job.run_id,
+        LABEL_TENANT: job.tenant,
+        LABEL_DEADLINE: str(int(time.time() + job.timeout_s + EXCHANGE_GRACE_S)),
+    }
+
+
+def pooled_labels(instance: Instance) -> dict[str, str]:
+    """The labels of a pooled container: no session, run or tenant yet."""
+    return {
+        **instance.labels(),
+        LABEL_SESSION: "",
+        LABEL_RUN: "",
+        LABEL_TENANT: "",
+        # A taken container may run up to the longest timeout past its pool age;
+        # the reaper also skips containers that are in use.
+        LABEL_DEADLINE: str(int(time.time() + POOL_MAX_AGE_S + 3600)),
+    }
+
+
+def is_reapable(labels: dict[str, str], instance: Instance, now: float) -> bool:
+    """Whether a container labelled `labels`, seen by `instance`, is left over: its owner
+    is dead, or its deadline (Unix seconds) is before `now`; a bad deadline is past."""
+    if instance.owner_is_dead(labels):
+        return True
+    try:
+        return float(labels.get(LABEL_DEADLINE, "0")) < now
+    except ValueError:
+        return True
