@@ -1,6 +1,6 @@
 """The operator console (`/console`): approvals with one click, sessions and runs with their
 code, output, egress and artifacts, the exception review and the last drill, and a fleet's
-replicas, as server-rendered HTML that works without JavaScript (DESIGN.md, "The operator
+replicas, as server-rendered HTML that works without JavaScript (docs/operating.md, "The operator
 console").
 
 - `app.py`: the Starlette app, the template environment (everything printed is inert text,
