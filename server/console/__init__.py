@@ -3,7 +3,8 @@ code, output, egress and artifacts, the exception review and the last drill, and
 replicas, as server-rendered HTML that works without JavaScript (docs/operating.md, "The operator
 console").
 
-- `app.py`: the Starlette app, the template environment (everything printed is inert text,
+- `site.py`: the Starlette app put together from the routes below.
+- `app.py`: the console's state, the template environment (everything printed is inert text,
   control and invisible characters made visible), the headers every response carries
   (strict CSP, no referrer, no caching), and the gates: a signed-in cookie for every page,
   the cookie and the session's CSRF token for every form.
@@ -29,7 +30,7 @@ from ..bearer import RouteAuth
 from ..config import Config
 from ..registration.lifespan import ForRoutes
 from ..tenant_policy import server_policy_label
-from .app import console_app
+from .site import console_app
 
 CONSOLE_PATH = "/console"
 

@@ -17,7 +17,6 @@ and images (`files.py`), the cookie and CSRF rules (`signin.py`).
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,15 +25,13 @@ from urllib.parse import parse_qsl
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup
-from starlette.applications import Starlette
 from starlette.datastructures import MutableHeaders
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
-from starlette.routing import BaseRoute, Route
+from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from airlock.broker.approvals import status_at
-from airlock.policies import ConsoleSettings
 from airlock.tools import Services
 
 from ..bearer import RouteAuth
@@ -245,35 +242,6 @@ class SecurityHeaders:
             await send(message)
 
         await self.app(scope, receive, sending)
-
-
-def console_app(
-    *,
-    serving: Callable[[], Services | None],
-    auth: RouteAuth,
-    settings: ConsoleSettings,
-    policy_label: str,
-    clock: Callable[[], float] = time.time,
-) -> ASGIApp:
-    """The console, to mount at /console: `serving` gives what the running server is made
-    of (None while it starts or stops); `auth` knows the operator token."""
-    from . import actions, files, pages
-
-    console = Console(
-        templates=environment(),
-        sessions=ConsoleSessions(settings.session_s, clock),
-        limiter=SignInLimiter(clock),
-        auth=auth,
-        serving=serving,
-        policy_label=policy_label,
-        clock=clock,
-    )
-    routes: list[BaseRoute] = [
-        *actions.routes(console),
-        *pages.routes(console),
-        *files.routes(console),
-    ]
-    return SecurityHeaders(Starlette(routes=routes))
 
 
 def get(path: str, endpoint: Callable[[Request], Awaitable[Response]]) -> Route:
