@@ -343,4 +343,3 @@ def _refusal(size: int, job: JobSpec, sent_files: int, sent_bytes: int) -> str |
     if sent_bytes + size > caps.max_total_bytes:
         return f"content not sent: over the total limit of {caps.max_total_bytes} bytes"
     return None
-

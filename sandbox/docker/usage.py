@@ -97,9 +97,7 @@ class UsageWatch:
         return seen
 
 
-def cgroup_verdict(
-    watch: UsageWatch, *, died: bool, memory_mb: int
-) -> tuple[Usage, bool] | None:
+def cgroup_verdict(watch: UsageWatch, *, died: bool, memory_mb: int) -> tuple[Usage, bool] | None:
     """The run's usage and whether the OOM killer struck, from a last look at the cgroup
     (or the look before, for a sandbox that died without a report); None when its cgroup
     was never visible from here (a remote engine: ask `engine_state`)."""
