@@ -35,7 +35,7 @@ from ..spec import JobOutcome, JobSpec, Usage
 from .attach import stream_of
 from .containers import Containers
 from .sdk_attach import attach
-from .usage import UsageWatch, cgroup_verdict, engine_state
+from .usage import UsageWatch, cgroup_verdict, engine_oom_killed, engine_state
 
 log = logging.getLogger(__name__)
 
@@ -81,9 +81,11 @@ async def run_job(
                 await _receive(stream, exchange, intake, watch, job.run_id, received)
             finally:
                 received.pop(job.run_id, None)
-        # Read while the container still exists: the runner waits for us to hang up.
+        # Read while the container still exists: the runner waits for us to hang up. A box
+        # the host timed out is still running: it did not die.
+        died = exchange.report is None and not scope.cancelled_caught
         usage, oom_killed = await _final_state(
-            containers, watch, died=exchange.report is None, memory_mb=job.limits.memory_mb
+            containers, watch, died=died, memory_mb=job.limits.memory_mb
         )
         await stream.aclose()
         elapsed_ms = int((time.monotonic() - started) * 1000)
@@ -189,9 +191,15 @@ async def _final_state(
     containers: Containers, watch: UsageWatch, *, died: bool, memory_mb: int
 ) -> tuple[Usage, bool]:
     verdict = cgroup_verdict(watch, died=died, memory_mb=memory_mb)
+    container_id = watch.container_id
+    if verdict is not None and died and not verdict[1]:
+        oom_killed = await containers.call(
+            "reading the container's end",
+            lambda: engine_oom_killed(containers.client, container_id),
+        )
+        return verdict[0], oom_killed
     if verdict is not None:
         return verdict
-    container_id = watch.container_id
     return await containers.call(
         "reading usage", lambda: engine_state(containers.client, container_id)
     )

@@ -8,6 +8,7 @@ works when the engine runs on this host; elsewhere `engine_state` asks the stats
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +21,9 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 # to have died of it (its last look can come a little before the end).
 AT_MEMORY_LIMIT = 0.9
 MIB = 1 << 20
+# How long the engine gets to write a dead sandbox's end (20 x 0.1 s).
+OOM_STATE_TRIES = 20
+OOM_STATE_PAUSE_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -115,6 +119,19 @@ def cgroup_verdict(watch: UsageWatch, *, died: bool, memory_mb: int) -> tuple[Us
         return None
     usage = Usage(cpu_seconds=cgroup.cpu_seconds, peak_memory_bytes=cgroup.peak_memory_bytes)
     return usage, oom_killed
+
+
+def engine_oom_killed(client: docker.DockerClient, container_id: str) -> bool:
+    """Whether the engine recorded the OOM killer ending the container, once it has seen it
+    exit: the attach can end a moment before the engine writes the container's end, so it
+    is asked a few times. For a sandbox that died without a report when the host's last
+    look at its cgroup came before the climb to the limit (a loaded host)."""
+    for _ in range(OOM_STATE_TRIES):
+        state = client.api.inspect_container(container_id)["State"]
+        if not state.get("Running"):
+            return bool(state.get("OOMKilled"))
+        time.sleep(OOM_STATE_PAUSE_S)
+    return False
 
 
 def engine_state(client: docker.DockerClient, container_id: str) -> tuple[Usage, bool]:
