@@ -622,6 +622,12 @@ async def test_bash_fork_bomb_is_contained_and_leaves_no_container(
         allowed = {expected_status}
         if sandbox_runtime == "runsc":
             allowed.add("killed")
+        if variant == "background":
+            # When the bomb's children reach the pids limit before the main shell has made
+            # its own second fork, that shell sits in bash's fork retries (seconds of
+            # back-off) past the deadline: a timeout, contained all the same (seen once in
+            # eight runs on a loaded machine).
+            allowed.add("timeout")
         assert result["status"] in allowed, result
         # The pids limit, not the host, is what refused the forks. (gVisor forks slowly
         # enough that the runner kills the backgrounded bomb before it meets the limit;
