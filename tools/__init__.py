@@ -4,7 +4,8 @@ Each takes the `Services` and the caller's resolved `Session`; the server owns
 transports, sessions and registration.
 
 May import sandbox, egress, broker, policies, store and the base modules, never server;
-it builds MCP results (`mcp.types`) but imports neither docker nor an HTTP server
+it builds MCP results from the protocol's data types (`mcp_types`, pydantic only) but imports
+no transport: neither the MCP SDK (`mcp`), docker nor an HTTP server
 (pyproject's import contracts, checked by `lint-imports`).
 
 The names below are imported on first use (`airlock.lazy`), so the operator's commands
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     from .capabilities import Approval, request_capability, revoke_capability
     from .context import Services, Session, iso_time
     from .end_session import teardown_session
-    from .errors import tool_errors
+    from .errors import tool_error_text
     from .hatch import copy_in, get_patch, read_patch_resource
     from .models import (
         CapabilityResult,
@@ -52,7 +53,7 @@ _HOMES = homes(
         "capabilities": ("Approval", "request_capability", "revoke_capability"),
         "context": ("Services", "Session", "iso_time"),
         "end_session": ("teardown_session",),
-        "errors": ("tool_errors",),
+        "errors": ("tool_error_text",),
         "hatch": ("copy_in", "get_patch", "read_patch_resource"),
         "models": (
             "CapabilityResult",
@@ -97,7 +98,7 @@ __all__ = [
     "resource_label",
     "revoke_capability",
     "teardown_session",
-    "tool_errors",
+    "tool_error_text",
 ]
 
 
