@@ -30,7 +30,6 @@ if TYPE_CHECKING:
     from .artifacts import fetch_artifact, read_artifact_resource, resource_label
     from .capabilities import Approval, request_capability, revoke_capability
     from .context import Services, Session, iso_time
-    from .end_session import teardown_session
     from .errors import tool_error_text
     from .hatch import copy_in, get_patch, read_patch_resource
     from .models import (
@@ -45,6 +44,7 @@ if TYPE_CHECKING:
         WorkspaceFileResult,
         WorkspaceListing,
     )
+    from .session_end import STOPS, Stop, stop_session
     from .workspace import list_workspace, read_workspace_file, read_workspace_resource
 
 _HOMES = homes(
@@ -52,7 +52,6 @@ _HOMES = homes(
         "artifacts": ("fetch_artifact", "read_artifact_resource", "resource_label"),
         "capabilities": ("Approval", "request_capability", "revoke_capability"),
         "context": ("Services", "Session", "iso_time"),
-        "end_session": ("teardown_session",),
         "errors": ("tool_error_text",),
         "hatch": ("copy_in", "get_patch", "read_patch_resource"),
         "models": (
@@ -67,11 +66,13 @@ _HOMES = homes(
             "WorkspaceFileResult",
             "WorkspaceListing",
         ),
+        "session_end": ("STOPS", "Stop", "stop_session"),
         "workspace": ("list_workspace", "read_workspace_file", "read_workspace_resource"),
     }
 )
 
 __all__ = [
+    "STOPS",
     "Approval",
     "CapabilityResult",
     "CopyResult",
@@ -83,6 +84,7 @@ __all__ = [
     "RunResult",
     "Services",
     "Session",
+    "Stop",
     "WorkspaceFileResult",
     "WorkspaceListing",
     "copy_in",
@@ -97,7 +99,7 @@ __all__ = [
     "request_capability",
     "resource_label",
     "revoke_capability",
-    "teardown_session",
+    "stop_session",
     "tool_error_text",
 ]
 
