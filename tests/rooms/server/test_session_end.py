@@ -15,12 +15,11 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from support import T0, make_grant, services_on
+from support import T0, clocked_services, make_grant
 
 from airlock.errors import NotFound
 from airlock.policies import Policy
 from airlock.server.sessions import Leases
-from airlock.store import Database
 from airlock.store.instances import FileClaim, claim
 from airlock.tools import STOPS, Services, Stop
 from airlock.tools import session_end as session_end_module
@@ -43,10 +42,9 @@ class Probe:
 
 @pytest.fixture
 async def services(tmp_path: Path) -> AsyncIterator[Services]:
-    db = await Database.open(tmp_path / "airlock.db")
-    NOW[0] = T0
-    yield services_on(tmp_path, Policy(), db, clock=lambda: NOW[0])
-    await db.close()
+    """The real store, broker and an engine that is never started, on the clock `NOW`."""
+    async with clocked_services(tmp_path, NOW) as services:
+        yield services
 
 
 @pytest.fixture
