@@ -71,6 +71,10 @@ async def started(leases: Leases, tenant: str = "t1") -> str:
     return session.id
 
 
+def live_grants(services: Services, session_id: str) -> list[str]:
+    return [g.id for g in services.grants.live_for_session("t1", session_id, NOW[0])]
+
+
 async def ended_elsewhere(services: Services, session_id: str) -> None:
     """Another server of the fleet records the session's end (its notice never comes)."""
     await services.db.end_session(
@@ -89,11 +93,10 @@ async def test_end_session_stops_every_entry_and_records_the_end(
 ) -> None:
     session_id = await started(leases)
     grant = make_grant(services.grants, session_id=session_id, ttl_s=600, now=T0)
+    assert grant.id in live_grants(services, session_id)
     result = await leases.end(session_id, "t1", connection=None, reason="end_session")
     assert result.ended and probe.stopped == [session_id]
-    assert grant.id not in [
-        g.id for g in services.grants.live_for_session("t1", session_id, NOW[0])
-    ]
+    assert grant.id not in live_grants(services, session_id)
     assert await ended_reason(services, session_id) == "end_session"
     assert session_id not in leases.live_ids()
 
@@ -112,9 +115,7 @@ async def test_an_end_found_on_re_reading_lets_go_without_recording_again(
     services: Services, leases: Leases, probe: Probe
 ) -> None:
     session_id = await started(leases)
-    await services.db.end_session(
-        session_id, ended_at=NOW[0], reason="elsewhere", containers_removed=0
-    )
+    await ended_elsewhere(services, session_id)
     assert await leases.sweep() == 0
     assert probe.stopped == [session_id]
     assert await ended_reason(services, session_id) == "elsewhere"
@@ -125,9 +126,7 @@ async def test_a_call_whose_session_ended_elsewhere_lets_it_go_here(
     services: Services, leases: Leases, probe: Probe
 ) -> None:
     session_id = await started(leases)
-    await services.db.end_session(
-        session_id, ended_at=NOW[0], reason="elsewhere", containers_removed=0
-    )
+    await ended_elsewhere(services, session_id)
     with pytest.raises(NotFound, match="unknown session"):
         await leases.resolve(session_id, "t1", connection=None)
     assert probe.stopped == [session_id]
@@ -160,9 +159,8 @@ async def test_a_failing_entry_stops_the_rest_and_is_reported(
     )
     session_id = await started(leases)
     grant = make_grant(services.grants, session_id=session_id, ttl_s=600, now=T0)
+    assert grant.id in live_grants(services, session_id)
     with pytest.raises(RuntimeError, match="would not stop"):
         await leases.end(session_id, "t1", connection=None, reason="end_session")
     assert probe.stopped == [session_id]
-    assert grant.id not in [
-        g.id for g in services.grants.live_for_session("t1", session_id, NOW[0])
-    ]
+    assert grant.id not in live_grants(services, session_id)
