@@ -1,13 +1,12 @@
 """One connection to a run's proxy as a conversation: events in, actions out, no I/O.
 
-Belongs here: everything the proxy decides about a connection. h11 turns the sandbox's
-and the upstream's bytes into HTTP events; this module turns them, with the answers to
+Belongs here: the sandbox's side of a connection and what happens to it as a whole. h11
+turns the sandbox's bytes into HTTP events; this module turns them, with the answers to
 the actions it asked for (a secret looked up, a name resolved, an upstream dialled, TLS
 started), into actions for `egress.proxy`'s loop to perform: send these bytes, start TLS
 as this host, resolve, dial this checked address, pool or close the upstream, keep this
-record, close. The run's counters, byte totals and records live in the shared
-`RunLedger`; every record is made in `_record`, exactly one per request and one per
-tunnel. Does not belong here: sockets, TLS objects, DNS, the vault, the clock's sleep,
+record, close. Every record is made here (`record_of`), exactly one per request and one
+per tunnel. Does not belong here: sockets, TLS objects, DNS, the vault, the clock's sleep,
 logging; the events and actions themselves (`egress.steps`) and how heads are rewritten
 (`egress.heads`). Tests replay transcripts through `Conversation.handle` without sockets.
 
@@ -16,11 +15,12 @@ requests are exchanges, one at a time, kept alive), a CONNECT that becomes a
 passthrough tunnel (spliced bytes, counted), or one plaintext absolute-form request
 (answered with `Connection: close`). Every refusal closes the connection.
 
-This module is the sandbox's side and the router: the client's HTTP (requests, CONNECT,
-the decision, the secret, the pool) and the endings. Two sans-IO layers sit under it, each
-with its own state and tests: `egress.upstream` (one exchange's upstream HTTP: the request
-framed out, the response parsed, scrubbed and framed back) and `egress.splice` (an opaque
-tunnel's counted bytes); `egress.legs` holds the run's context, a leg and its record.
+The layers under it, each a sans-IO state machine with its own tests
+(tests/rooms/egress/test_egress_layers.py): `egress.admission` (every decision about a
+leg: its head, its secret, its address, whether it may go on), `egress.exchange` (one
+allowed request, from its secret to its answer's end), `egress.upstream` (that request's
+upstream HTTP), `egress.link` (the one upstream connection and the pool), `egress.splice`
+(an opaque tunnel's counted bytes); `egress.legs` holds the run's context and a leg.
 """
 
 from __future__ import annotations
@@ -29,10 +29,11 @@ import h11
 
 from airlock.store import EgressVerdict
 
-from .admission import admit, choose_address, cut_reason, inject_secret
+from .admission import admit, choose_address, cut_reason
 from .decision import (
     Decision,
 )
+from .exchange import Exchange, Failed, Refused
 from .heads import (
     MAX_HEAD_BYTES,
     PROXY_NAME,
@@ -40,7 +41,6 @@ from .heads import (
 )
 from .legs import Leg, RunContext, count, new_leg, record_of
 from .link import UpstreamLink
-from .scrub import Scrubber
 from .splice import Splice
 from .steps import (
     Action,
@@ -53,23 +53,20 @@ from .steps import (
     DialFailed,
     Event,
     IPAddress,
-    LookupSecret,
     Need,
-    PoolKey,
     Resolve,
     Resolved,
     ResolveFailed,
     Reused,
     SecretFound,
     SendClient,
-    SendUpstream,
     StartTLS,
     TLSFailed,
     TLSStarted,
     UpstreamClosed,
     UpstreamData,
 )
-from .upstream import Answered, Broken, Ending, Upstream
+from .upstream import Answered
 
 __all__ = ["Conversation", "RunContext"]
 
@@ -86,8 +83,8 @@ class Conversation:
         self._tunnel: Leg | None = None
         self._sni: str | None = None
         self._exchange: Leg | None = None
-        self._upstream: Upstream | None = None
-        """The upstream HTTP of the exchange in progress, once its head went out."""
+        self._http: Exchange | None = None
+        """The allowed request in progress (`_exchange` is its leg)."""
         self._splice: Splice | None = None
         self._link = UpstreamLink()
         self._counted = False
@@ -180,9 +177,9 @@ class Conversation:
             if isinstance(event, h11.Request):
                 actions += self._request(event)
             elif isinstance(event, h11.Data):
-                actions += self._body_out(event.data)
+                actions += self._step(self._current().body(event.data))
             elif isinstance(event, h11.EndOfMessage):
-                actions += self._end_of_request()
+                actions += self._step(self._current().end_of_request())
             elif isinstance(event, h11.ConnectionClosed):
                 actions += self._client_closed()
             else:
@@ -193,7 +190,7 @@ class Conversation:
     def _request(self, request: h11.Request) -> list[Action]:
         admission = admit(self._run, request, tunnel=self._tunnel, token=self._token, sni=self._sni)
         leg, self._token = admission.leg, admission.token
-        self._exchange, self._upstream = leg, None
+        self._exchange, self._http = leg, None
         if admission.refused is not None:
             return self._refuse(*admission.refused)
         decision = leg.decision
@@ -202,10 +199,8 @@ class Conversation:
             return self._deny(decision)
         if self._tunnel is None and leg.method == "CONNECT":
             return self._tunnel_allowed(leg)
-        if decision.inject is not None:
-            self.need = "wait"
-            return [LookupSecret(decision.inject[2])]
-        return self._upstream_for(leg)
+        self._http = Exchange(self._run, leg, self._client, self._link, self._tunnel)
+        return self._step(self._http.begin(), pump=True)
 
     def _tunnel_allowed(self, leg: Leg) -> list[Action]:
         """A CONNECT was allowed: dial for an opaque tunnel, or terminate TLS for one."""
@@ -214,11 +209,15 @@ class Conversation:
         if leg.passthrough:
             return [Resolve(leg.host, leg.port, None)]
         self._tunnel, self._exchange = leg, None
+        opened, leftover = self._opened()
+        return [opened, StartTLS(leg.host, leftover)]
+
+    def _opened(self) -> tuple[SendClient, bytes]:
+        """The CONNECT's 200, and what the sandbox sent past its head already."""
         opened = self._client.send(
             h11.Response(status_code=200, headers=[("via", f"1.1 {PROXY_NAME}")])
         )
-        leftover = bytes(self._client.trailing_data[0])
-        return [SendClient(opened or b""), StartTLS(leg.host, leftover)]
+        return SendClient(opened or b""), bytes(self._client.trailing_data[0])
 
     def _tls_started(self, sni: str | None) -> list[Action]:
         self._sni = sni
@@ -227,21 +226,9 @@ class Conversation:
         return []
 
     def _secret_found(self, found: SecretFound) -> list[Action]:
-        leg = self._exchange
-        assert leg is not None
-        denial = inject_secret(self._run, leg, found)
-        return self._deny(denial) if denial is not None else self._upstream_for(leg)
+        return self._step(self._current().secret_found(found), pump=True)
 
     # ---- the upstream ----
-
-    def _upstream_for(self, leg: Leg) -> list[Action]:
-        assert leg.decision is not None
-        key: PoolKey = (leg.scheme, leg.host, leg.port, leg.decision.allow_private)
-        if self._link.serves(key):
-            return self._send_head(leg)
-        actions = self._link.aim(key)
-        self.need = "wait"
-        return [*actions, Resolve(leg.host, leg.port, key)]
 
     def _resolved(self, addresses: tuple[IPAddress, ...]) -> list[Action]:
         leg = self._exchange
@@ -258,55 +245,33 @@ class Conversation:
         self._link.opened()
         if leg.passthrough:
             return self._open_splice(leg)
-        leg.retried = leg.retried or not reused
-        return self._send_head(leg)
+        return self._step(self._current().connected(reused=reused), pump=True)
 
-    def _send_head(self, leg: Leg) -> list[Action]:
-        self._link.taken()
-        upstream = Upstream(leg, self._client, Scrubber(self._ledger.injected(leg.host)))
-        self._upstream = upstream
-        if leg.request_done:
-            # A retry on a fresh upstream: the request (bodyless) was read already.
-            upstream.end()
-            self.need = "upstream"
-            return self._out(leg, upstream.head)
-        self.need = "client"
-        return [*self._out(leg, upstream.head), *self._pump()]
+    def _current(self) -> Exchange:
+        assert self._http is not None
+        return self._http
 
-    def _out(self, leg: Leg, data: bytes) -> list[Action]:
-        """Count `data` against the run's upstream byte cap, then send it."""
-        if len(data) > self._ledger.out_room():
-            return self._refuse(
-                413,
-                f"the run's cap of {self._ledger.limits.max_request_bytes} bytes sent upstream "
-                "is reached; no more may be sent in this run",
-            )
-        count(self._ledger, leg, self._tunnel, out=len(data))
-        return [SendUpstream(data)]
-
-    def _body_out(self, data: bytes) -> list[Action]:
-        leg = self._exchange
-        assert leg is not None and self._upstream is not None
-        return self._out(leg, self._upstream.body(data))
-
-    def _end_of_request(self) -> list[Action]:
-        leg = self._exchange
-        assert leg is not None and self._upstream is not None
-        leg.request_done = True
-        actions = self._out(leg, self._upstream.end())
-        if self.need == "client":
-            self.need = "upstream"
-        return actions
+    def _step(self, actions: list[Action], *, pump: bool = False) -> list[Action]:
+        """After the exchange took a step: act on how it ended, or on what it needs next
+        (with `pump`, reading on what the sandbox already sent, such as a request body)."""
+        http = self._current()
+        ending = http.ending
+        if ending is None:
+            self.need = http.need
+            return [*actions, *self._pump()] if pump and self.need == "client" else actions
+        if isinstance(ending, Refused):
+            return [*actions, *self._refuse(ending.status, ending.reason, ending.verdict)]
+        if isinstance(ending, Failed):
+            return [*actions, *self._close(ending.reason, "error", status=502)]
+        return [*actions, *self._answered(http.leg, ending)]
 
     def _upstream_data(self, data: bytes) -> list[Action]:
         if self._splice is not None:
             return self._carry(data, outbound=False)
-        leg = self._exchange
-        assert leg is not None and self._upstream is not None
+        http = self._current()
         room = self._ledger.in_room()
-        count(self._ledger, leg, self._tunnel, back=min(len(data), room))
-        actions, ending = self._upstream.receive(data[:room], read=self.need == "upstream")
-        actions += self._ended(leg, ending)
+        count(self._ledger, http.leg, self._tunnel, back=min(len(data), room))
+        actions = self._step(http.upstream_data(data[:room]))
         if len(data) > room:
             # What fits under the run's cap was passed on; the rest never is.
             actions += self._close(
@@ -317,21 +282,13 @@ class Conversation:
             )
         return actions
 
-    def _ended(self, leg: Leg, ending: Ending | None) -> list[Action]:
-        """What the end of the upstream's answer (if it ended) means for the connection."""
-        if ending is None:
-            return []
-        if isinstance(ending, Broken):
-            return self._fail_upstream(ending.reason)
-        return self._answered(leg, ending)
-
     def _answered(self, leg: Leg, answered: Answered) -> list[Action]:
         assert leg.decision is not None
         actions: list[Action] = [
             record_of(self._run, leg, leg.status, "allow", leg.decision.reason)
         ]
         actions += self._link.answered(reusable=answered.reusable)
-        self._exchange = None
+        self._exchange = self._http = None
         if self._tunnel is None:
             return [*actions, *self._close("answered", "allow")]
         if self._client.our_state is h11.DONE and self._client.their_state is h11.DONE:
@@ -346,39 +303,20 @@ class Conversation:
     def _upstream_closed(self) -> list[Action]:
         if self._splice is not None:
             return self._close("the upstream closed the tunnel", "allow")
-        leg = self._exchange
         self._link.lost()
         closed: list[Action] = [CloseUpstream()]
-        if leg is None or self._upstream is None:
+        if self._http is None:
             return closed
-        if leg.status == 0 and not leg.retried and leg.bodyless:
-            # A kept-alive upstream the server had closed meanwhile: one fresh dial, since
-            # nothing of the request was taken and it carried no body.
-            leg.retried = True
-            count(self._ledger, leg, self._tunnel, out=-len(self._upstream.head))
-            self.need = "wait"
-            assert self._link.key is not None
-            return [*closed, Resolve(leg.host, leg.port, self._link.key, fresh=True)]
-        actions, ending = self._upstream.closed()
-        return [*closed, *actions, *self._ended(leg, ending)]
-
-    def _fail_upstream(self, reason: str) -> list[Action]:
-        leg = self._exchange
-        if leg is not None and leg.status == 0:
-            return self._refuse(502, reason, "error")
-        return self._close(reason, "error", status=502)
+        return [*closed, *self._step(self._http.upstream_closed())]
 
     # ---- passthrough ----
 
     def _open_splice(self, leg: Leg) -> list[Action]:
         self._tunnel, self._exchange = leg, None
         self._splice = Splice(self._ledger, leg)
-        opened = self._client.send(
-            h11.Response(status_code=200, headers=[("via", f"1.1 {PROXY_NAME}")])
-        )
-        leftover = bytes(self._client.trailing_data[0])
+        opened, leftover = self._opened()
         self.need = "splice"
-        actions: list[Action] = [SendClient(opened or b"")]
+        actions: list[Action] = [opened]
         if leftover:
             actions += self._carry(leftover, outbound=True)
         return actions

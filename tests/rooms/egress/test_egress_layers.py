@@ -2,8 +2,9 @@
 ending out, no sockets.
 
 `egress.upstream` (one exchange's upstream HTTP), `egress.splice` (an opaque tunnel's
-counted bytes), `egress.link` (the conversation's one upstream connection) and
-`egress.admission` (a head read and decided). `test_egress_conversation` replays whole
+counted bytes), `egress.link` (the conversation's one upstream connection),
+`egress.admission` (every decision about a leg) and `egress.exchange` (one allowed
+request, from its secret to its answer's end). `test_egress_conversation` replays whole
 conversations through all of them.
 """
 
@@ -21,6 +22,7 @@ import pytest
 from airlock.broker import RunClaims, Secret
 from airlock.egress.admission import admit, choose_address, cut_reason, inject_secret
 from airlock.egress.decision import Decision, Rule
+from airlock.egress.exchange import Exchange, Failed, Refused
 from airlock.egress.ledger import RunIdentity, RunLedger
 from airlock.egress.legs import Leg, RunContext, new_leg
 from airlock.egress.link import UpstreamLink
@@ -30,6 +32,7 @@ from airlock.egress.steps import (
     CloseUpstream,
     PoolKey,
     ReleaseUpstream,
+    Resolve,
     SecretFound,
     SendClient,
     SendUpstream,
@@ -328,3 +331,90 @@ def test_admission_dials_only_a_checked_address() -> None:
     mixed = choose_address(run, leg, (IPv4Address("93.184.216.34"), IPv4Address("10.0.0.1")))
     assert isinstance(mixed, Decision) and "refused if any of its addresses" in mixed.reason
     assert choose_address(run, leg, (IPv4Address("93.184.216.34"),)) == "93.184.216.34"
+
+
+# ---- egress.exchange ----
+
+
+def _exchange_of(run: RunContext, link: UpstreamLink) -> Exchange:
+    """An allowed inner request of a tunnel, the sandbox's side having read it."""
+    client = h11.Connection(h11.SERVER)
+    client.receive_data(b"GET /api/x HTTP/1.1\r\nHost: api.example.com\r\n\r\n")
+    head = client.next_event()
+    assert isinstance(head, h11.Request)
+    tunnel = new_leg(run, "CONNECT", "api.example.com", 443, "-")
+    leg = admit(run, head, tunnel=tunnel, token=TOKEN, sni=None).leg
+    assert leg.decision is not None and leg.decision.allow
+    return Exchange(run, leg, client, link, tunnel)
+
+
+def need(exchange: Exchange) -> str:
+    return exchange.need
+
+
+def test_exchange_goes_from_resolve_to_an_answer() -> None:
+    run, link = context(), UpstreamLink()
+    exchange = _exchange_of(run, link)
+    assert exchange.begin() == [Resolve("api.example.com", 443, KEY)]
+    assert need(exchange) == "wait"
+    link.opened()  # the conversation's part: it dialled
+    sent_head = exchange.connected(reused=False)
+    assert isinstance(sent_head[0], SendUpstream) and sent_head[0].data.startswith(b"GET /api/x")
+    assert need(exchange) == "client"
+    # A bodyless request ends with nothing more to frame.
+    assert exchange.end_of_request() == [SendUpstream(b"")] and need(exchange) == "upstream"
+    answer = exchange.upstream_data(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+    assert sent(answer).endswith(b"ok")
+    assert exchange.ending == Answered(reusable=True)
+    assert exchange.leg.bytes_out == len(sent_head[0].data) == run.ledger.bytes_out
+
+
+def test_exchange_takes_the_idle_upstream_under_its_key() -> None:
+    link = UpstreamLink()
+    link.aim(KEY)
+    link.opened()
+    link.answered(reusable=True)
+    exchange = _exchange_of(context(), link)
+    actions = exchange.begin()
+    assert [type(a) for a in actions] == [SendUpstream] and link.state == "busy"
+
+
+def test_exchange_refuses_past_the_runs_upstream_cap() -> None:
+    exchange = _exchange_of(context(max_request_bytes=10), UpstreamLink())
+    exchange.begin()
+    assert exchange.connected(reused=False) == []
+    assert isinstance(exchange.ending, Refused) and exchange.ending.status == 413
+
+
+def test_exchange_retries_a_closed_kept_alive_upstream_once() -> None:
+    link = UpstreamLink()
+    link.aim(KEY)
+    link.opened()
+    link.answered(reusable=True)
+    exchange = _exchange_of(context(), link)
+    exchange.begin()
+    exchange.end_of_request()
+    link.lost()
+    assert exchange.upstream_closed() == [Resolve("api.example.com", 443, KEY, fresh=True)]
+    link.opened()
+    exchange.connected(reused=False)
+    assert need(exchange) == "upstream"  # the request was read already
+    link.lost()
+    assert exchange.upstream_closed() == []
+    assert exchange.ending == Refused(
+        502, "the upstream closed the connection before answering in full", "error"
+    )
+
+
+def test_exchange_an_answer_cut_after_its_head_fails_the_connection() -> None:
+    link = UpstreamLink()
+    exchange = _exchange_of(context(), link)
+    exchange.begin()
+    link.opened()
+    exchange.connected(reused=False)
+    exchange.end_of_request()
+    exchange.upstream_data(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n0123")
+    link.lost()
+    exchange.upstream_closed()
+    assert isinstance(exchange.ending, Failed)
+    assert "received 4 bytes, expected 10" in exchange.ending.reason
