@@ -16,6 +16,12 @@ paths do not. Holding back too much is the safe mistake.
 
 The default lists are data: each entry is one glob, and the tests take every entry in
 turn, in every spelling above.
+
+Matched here rather than with pathspec or wcmatch (weighed in issue 30): both compile a
+whole pattern into one regular expression with gitignore's or a shell's meanings (a
+slash-less gitignore pattern matches at any depth; brackets, braces, negation), while
+these rules walk a path by segment, each canonicalized, with a possible short name standing
+for any one segment. What either would replace is `_segment_regex`, ten lines.
 """
 
 from __future__ import annotations

@@ -15,6 +15,12 @@ copy's `.git` out (`in_repository`); a run's artifacts and changes lists leave e
 `.git` directory out (`is_repository_internal`), while the workspace keeps it.
 
 Pure: a function of the snapshot's files and a callback giving each file's bytes.
+
+Written here rather than with dulwich (weighed in issue 30): the host only writes a
+repository and never reads one, so what a library offers against hostile repositories
+(parsing) is not needed here; the three formats written (a pack of whole objects, its
+index, the staging index) take a hundred lines that test_gitbase checks with `git fsck
+--strict`, and dulwich would hold every object in memory as this does, behind a dependency.
 """
 
 from __future__ import annotations

@@ -5,9 +5,17 @@ maximum lifetime. Which lease a call gets is the one session rule (`SessionRule`
 on every transport and protocol era: where a connection exists (stdio; an HTTP client of the
 handshake era, with its Mcp-Session-Id) a call without a session id uses that connection's
 default lease, created on demand; where none exists (HTTP on 2026-07-28) it starts a new
-lease; `session_id="new"` starts a separate lease everywhere. Ending a lease, for whatever
-reason, cancels the calls still running in it and tears the session down in one step
-(`tools.teardown_session`).
+lease; `session_id="new"` starts a separate lease everywhere.
+
+`Leases` is the one owner of a session's end on this server, whatever ended it: a local
+end (`end_session`, a connection closing), idle or maximum lifetime (the sweep), another
+server's announced end or the records found on re-reading (one re-read path, `_reread`,
+for the sweep and a reconnected listener), a call's touch that finds it ended, this
+server's shutdown (`end_all`) and a fleet replica leaving (`leave_all`). Every one goes
+through `_forget` (under the lock: the lease dropped, its calls cancelled) and then
+`_end`, which stops what this server holds of the session (`tools.session_end.STOPS`:
+grants, run tokens, containers) and, when the session ends here rather than only being
+let go, records and announces its end.
 An id of another tenant, or of an ended lease, is "unknown session": the same
 answer as for an id that never existed.
 """
@@ -19,6 +27,7 @@ import logging
 from collections.abc import AsyncIterator, Hashable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
+from functools import partial
 
 import anyio
 
@@ -27,8 +36,7 @@ from airlock.ids import new_id
 from airlock.policies import SessionSettings
 from airlock.store import AnyNotice, InstanceClaim, SessionRecord
 from airlock.store import SessionEnded as SessionEndNotice
-from airlock.tools import EndSessionResult, Services, Session, teardown_session
-from airlock.tools.fleet import end_here
+from airlock.tools import EndSessionResult, Services, Session, stop_session
 
 log = logging.getLogger(__name__)
 
@@ -199,7 +207,7 @@ class Leases:
                     else "there is no live default session to end"
                 )
             self._forget(lease)
-        return await self._teardown(lease, reason)
+        return await self._end(lease, ended_because=reason)
 
     async def end_all(self, *, reason: str) -> None:
         async with self._lock:
@@ -208,7 +216,7 @@ class Leases:
                 self._forget(lease)
         async with anyio.create_task_group() as tg:
             for lease in leases:
-                tg.start_soon(self._teardown, lease, reason)
+                tg.start_soon(partial(self._end, lease, ended_because=reason))
 
     async def leave_all(self) -> None:
         """Let go of every lease without ending its session: a replica of a fleet going
@@ -223,14 +231,7 @@ class Leases:
         server of the fleet ended (its runs here cancelled, its containers here removed);
         returns how many ended here."""
         now = self._services.clock()
-        # The records are read outside the lock: calls resolving meanwhile do not wait.
-        for lease in list(self._live.values()):
-            record = await self._services.db.get_session(lease.id)
-            if record is not None and record.ended_at is not None:
-                await self._let_go(lease.id, lease.tenant, "found on re-reading")
-            elif record is not None:
-                # Another server may have used it since: its record has the later expiry.
-                lease.expires_at = max(lease.expires_at, record.expires_at)
+        await self._reread()
         async with self._lock:
             # A call still running is activity: idle expiry waits for it (max lifetime
             # doesn't).
@@ -242,7 +243,7 @@ class Leases:
             for lease in expired:
                 self._forget(lease)
         for lease in expired:
-            await self._teardown(lease, "expired")
+            await self._end(lease, ended_because="expired")
         return len(expired)
 
     def end_with(self, stack: AsyncExitStack, session: Session) -> None:
@@ -264,28 +265,27 @@ class Leases:
         await self._let_go(notice.session_id, notice.tenant, "ended on another server")
 
     async def _reread(self) -> None:
-        """End here every lease whose session the records say ended (its notice may have
-        been missed)."""
+        """The one re-read of the records of the leases live here: let go of each whose
+        session the records say ended (its notice may have been missed), and take the later
+        expiry of each another server used since. Read outside the lock: calls resolving
+        meanwhile do not wait."""
         for lease in list(self._live.values()):
             record = await self._services.db.get_session(lease.id)
             if record is not None and record.ended_at is not None:
                 await self._let_go(lease.id, lease.tenant, "found on re-reading")
+            elif record is not None:
+                lease.expires_at = max(lease.expires_at, record.expires_at)
 
     async def _let_go(self, session_id: str, tenant: str, how: str) -> None:
         """The local half of a session that goes on, or ended, elsewhere: its calls here
         cancelled first (so they answer that the session ended), then what this server
-        holds of it (grants, run tokens, containers). Its record is not touched."""
+        holds of it stopped. Its record is not touched."""
         async with self._lock:
             lease = self._live.get(session_id)
             if lease is None or lease.tenant != tenant:
                 return
             self._forget(lease)
-        with anyio.CancelScope(shield=True):
-            try:
-                removed = await end_here(self._services, tenant, session_id)
-            finally:
-                self._ending.discard(session_id)
-        log.info("session %s: let go here (%s); %d container(s) removed", session_id, how, removed)
+        await self._end(lease, ended_because=None, how=how)
 
     @property
     def services(self) -> Services:
@@ -348,7 +348,7 @@ class Leases:
         return lease
 
     def _forget(self, lease: _Lease) -> None:
-        """Let go of `lease` here; its `_teardown` must follow."""
+        """Let go of `lease` here and cancel its calls; its `_end` must follow."""
         self._ending.add(lease.id)
         self._live.pop(lease.id, None)
         for key in [key for key, lease_id in self._defaults.items() if lease_id == lease.id]:
@@ -356,19 +356,26 @@ class Leases:
         for scope in lease.running:
             scope.cancel()
 
-    async def _teardown(self, lease: _Lease, reason: str) -> EndSessionResult:
+    async def _end(
+        self, lease: _Lease, *, ended_because: str | None, how: str | None = None
+    ) -> EndSessionResult:
+        """The one end of a session on this server, after `_forget`: what this server holds
+        of it stopped and, with `ended_because`, its end recorded and announced
+        (`tools.session_end.stop_session`). Shielded: a cancelled caller (a shutdown, a
+        disconnect) must not leave half a session behind."""
         with anyio.CancelScope(shield=True):
             try:
-                result = await teardown_session(
-                    self._services, lease.id, lease.tenant, reason=reason
+                result = await stop_session(
+                    self._services, lease.tenant, lease.id, ended_because=ended_because
                 )
             finally:
                 # Recorded now (or failing to be: the next server to read it may adopt it).
                 self._ending.discard(lease.id)
         log.info(
-            "session %s ended (%s); %d container(s) removed",
+            "session %s %s (%s); %d container(s) removed",
             lease.id,
-            reason,
+            "let go here" if ended_because is None else "ended",
+            how or ended_because,
             result.containers_removed,
         )
         return result

@@ -1,17 +1,18 @@
 """Tool arguments as a model must send them: unknown names refused, every error one sentence.
 
-The SDK (mcp 2.3) builds each tool's argument model from the function signature
+The SDK (mcp 2.x) builds each tool's argument model from the function signature
 (`func_metadata` → a pydantic model on `ArgModelBase`), which ignores unknown keys, so
 `{"code": "print(1)", "lang": "bash"}` would run Python; and it reports a bad argument as
 pydantic's multi-line dump ending in a URL. `StrictToolServer` closes the model after each
 registration and rewrites argument errors into one sentence built from the tool's schema.
 
-Closing the model touches SDK internals (`MCPServer._tool_manager`, `Tool.fn_metadata.arg_model`,
-`Tool.parameters`); `_close` checks their shape and fails at registration, not at a call, if
-the SDK changes (hence `mcp` pinned to 2.3.*; tests/rooms/server/test_arguments.py watches it too).
-Nothing else here touches the SDK beyond its public `add_tool` and `call_tool`, and the
-tools/list handler (`_handle_list_tools`, bound by the SDK at construction), which a server
-whose session rule depends on the caller's protocol era overrides to say that era's rule.
+This is the one adapter over the SDK's tool registration, and the one module that touches
+its internals: `MCPServer._tool_manager`, `Tool.fn_metadata.arg_model`, `Tool.parameters`,
+and the tools/list handler `_handle_list_tools` (bound by the SDK at construction), which a
+server whose session rule depends on the caller's protocol era overrides to say that era's
+rule. `sdk_shape_problem` checks all of them: a server refuses to be built (and
+tests/rooms/server/test_arguments.py fails by name) when a new SDK moves one, instead of
+quietly accepting unknown arguments. So `mcp` follows 2.x rather than one minor release.
 """
 
 from __future__ import annotations
@@ -39,6 +40,11 @@ from pydantic import ConfigDict, ValidationError
 from airlock.spelling import did_you_mean
 from airlock.validation import Loc, Schema, known_keys, predicate
 
+SDK_CHANGED = (
+    "the mcp SDK no longer registers tools as Airlock expects ({problem}; "
+    "server/strict_tools.py): install an mcp release the adapter knows or update the adapter"
+)
+
 SessionSentence = Callable[[str, str | None], str]
 """The description of a tool's `session_id` argument for (tool name, protocol version)."""
 
@@ -55,6 +61,9 @@ class StrictToolServer(MCPServer[Any]):
         self, *args: Any, session_sentence: SessionSentence | None = None, **kwargs: Any
     ) -> None:
         super().__init__(*args, **kwargs)
+        problem = sdk_shape_problem(self)
+        if problem is not None:
+            raise RuntimeError(SDK_CHANGED.format(problem=problem))
         self._session_sentence = session_sentence
 
     async def _handle_list_tools(
@@ -120,15 +129,28 @@ def _with_session_sentence(tool: MCPTool, description: str) -> MCPTool:
     return tool.model_copy(update={"input_schema": schema})
 
 
+def sdk_shape_problem(server: MCPServer[Any]) -> str | None:
+    """What of the SDK's internals this adapter relies on is missing on `server`, if any."""
+    manager = getattr(server, "_tool_manager", None)
+    if not callable(getattr(manager, "get_tool", None)):
+        return "MCPServer._tool_manager.get_tool is gone"
+    handler = getattr(MCPServer, "_handle_list_tools", None)
+    if not inspect.iscoroutinefunction(handler):
+        return "MCPServer._handle_list_tools is gone"
+    if list(inspect.signature(handler).parameters) != ["self", "ctx", "params"]:
+        return "MCPServer._handle_list_tools takes other arguments"
+    fields = getattr(Tool, "model_fields", {})
+    if "fn_metadata" not in fields or "parameters" not in fields:
+        return "a registered Tool has no fn_metadata or parameters"
+    return None
+
+
 def _close(tool: Tool | None) -> None:
     """Make `tool`'s argument model forbid unknown keys, and its schema say so."""
     metadata = getattr(tool, "fn_metadata", None)
     model = getattr(metadata, "arg_model", None)
     if tool is None or not (isinstance(model, type) and issubclass(model, ArgModelBase)):
-        raise RuntimeError(
-            "the mcp SDK no longer builds tool arguments as Airlock expects "
-            "(server/strict_tools.py); pin mcp to 2.3.* or update the adapter"
-        )
+        raise RuntimeError(SDK_CHANGED.format(problem="a tool's arguments are no ArgModelBase"))
     closed: type[ArgModelBase] = type(
         model.__name__,
         (model,),

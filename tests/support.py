@@ -490,6 +490,18 @@ def services_on(
     )
 
 
+@asynccontextmanager
+async def clocked_services(directory: Path, now: list[float]) -> AsyncIterator[Services]:
+    """`services_on` the default policy and a fresh database in `directory`, on the clock
+    `now[0]` (set to `T0` first), which the test moves."""
+    db = await Database.open(directory / "airlock.db")
+    now[0] = T0
+    try:
+        yield services_on(directory, Policy(), db, clock=lambda: now[0])
+    finally:
+        await db.close()
+
+
 T0 = 1_000_000.0
 """The broker tests' "now"."""
 GITHUB = Capability.model_validate(

@@ -4,7 +4,8 @@ Each takes the `Services` and the caller's resolved `Session`; the server owns
 transports, sessions and registration.
 
 May import sandbox, egress, broker, policies, store and the base modules, never server;
-it builds MCP results (`mcp.types`) but imports neither docker nor an HTTP server
+it builds MCP results from the protocol's data types (`mcp_types`, pydantic only) but imports
+no transport: neither the MCP SDK (`mcp`), docker nor an HTTP server
 (pyproject's import contracts, checked by `lint-imports`).
 
 The names below are imported on first use (`airlock.lazy`), so the operator's commands
@@ -29,8 +30,7 @@ if TYPE_CHECKING:
     from .artifacts import fetch_artifact, read_artifact_resource, resource_label
     from .capabilities import Approval, request_capability, revoke_capability
     from .context import Services, Session, iso_time
-    from .end_session import teardown_session
-    from .errors import tool_errors
+    from .errors import tool_error_text
     from .hatch import copy_in, get_patch, read_patch_resource
     from .models import (
         CapabilityResult,
@@ -44,6 +44,7 @@ if TYPE_CHECKING:
         WorkspaceFileResult,
         WorkspaceListing,
     )
+    from .session_end import STOPS, Stop, stop_session
     from .workspace import list_workspace, read_workspace_file, read_workspace_resource
 
 _HOMES = homes(
@@ -51,8 +52,7 @@ _HOMES = homes(
         "artifacts": ("fetch_artifact", "read_artifact_resource", "resource_label"),
         "capabilities": ("Approval", "request_capability", "revoke_capability"),
         "context": ("Services", "Session", "iso_time"),
-        "end_session": ("teardown_session",),
-        "errors": ("tool_errors",),
+        "errors": ("tool_error_text",),
         "hatch": ("copy_in", "get_patch", "read_patch_resource"),
         "models": (
             "CapabilityResult",
@@ -66,11 +66,13 @@ _HOMES = homes(
             "WorkspaceFileResult",
             "WorkspaceListing",
         ),
+        "session_end": ("STOPS", "Stop", "stop_session"),
         "workspace": ("list_workspace", "read_workspace_file", "read_workspace_resource"),
     }
 )
 
 __all__ = [
+    "STOPS",
     "Approval",
     "CapabilityResult",
     "CopyResult",
@@ -82,6 +84,7 @@ __all__ = [
     "RunResult",
     "Services",
     "Session",
+    "Stop",
     "WorkspaceFileResult",
     "WorkspaceListing",
     "copy_in",
@@ -96,8 +99,8 @@ __all__ = [
     "request_capability",
     "resource_label",
     "revoke_capability",
-    "teardown_session",
-    "tool_errors",
+    "stop_session",
+    "tool_error_text",
 ]
 
 

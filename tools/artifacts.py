@@ -14,7 +14,7 @@ import base64
 import mimetypes
 from urllib.parse import quote
 
-from mcp.types import (
+from mcp_types import (
     BlobResourceContents,
     CallToolResult,
     ContentBlock,

@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal
 from urllib.parse import SplitResult, urlsplit
 
 import anyio
-from mcp.types import CallToolResult, ImageContent, ResourceLink, TextContent
+from mcp_types import CallToolResult, ImageContent, ResourceLink, TextContent
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from airlock.broker import Grant

@@ -4,9 +4,9 @@ Every server of a fleet takes the local half of a change another server recorded
 notice (`store.notices`) arrives. For `grant_revoked` that is here: the grants are revoked
 in this server's broker, so its proxies' watchers cut what they carry within
 `egress.proxy.WATCH_INTERVAL` and refuse the next request. For `session_ended` it is the
-leases' (`server/sessions.py`): they cancel the calls still running in that session first,
-then `end_here` revokes its grants and run tokens and removes its containers on this
-server's engine (`end_here` is also the local step of every teardown). For
+leases' (`server/sessions.py`, the one owner of a session's end): they cancel the calls
+still running in that session first, then stop what this server holds of it (the list in
+`tools.session_end`: grants, run tokens, containers). For
 `approval_decided` it is a request waiting on that approval (`wait_for_decision`), which
 reads it again at once.
 
@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable
 
 import anyio
 
-from airlock.broker import Grant, grant_prefix
+from airlock.broker import Grant
 from airlock.errors import NotFound
 from airlock.store import AnyNotice, ApprovalDecided, ApprovalRecord, GrantRevoked, Notices
 
@@ -34,15 +34,6 @@ log = logging.getLogger(__name__)
 REREAD_S = 1.0
 """How often a request waiting on an approval re-reads it without a notice: `airlock
 approvals` on one server's SQLite is another process, with no channel to announce on."""
-
-
-async def end_here(services: Services, tenant: str, session_id: str) -> int:
-    """Revoke the session's grants and run tokens in this process and remove its containers
-    on this server's engine; how many containers that removed."""
-    services.grants.revoke_prefix(grant_prefix(tenant, session_id), now=services.clock())
-    services.tokens.revoke_session(tenant, session_id)
-    backend = services.engine.connected()
-    return await backend.remove_session(session_id) if backend is not None else 0
 
 
 def subscribe(services: Services) -> None:

@@ -20,7 +20,7 @@ import weakref
 import anyio
 import anyio.from_thread
 import anyio.to_thread
-from mcp.types import CallToolResult, TextContent
+from mcp_types import CallToolResult, TextContent
 
 from airlock.errors import InvalidRequest, LimitExceeded, NotFound, StoreError, UnsafePath
 from airlock.ids import id_pattern, new_id

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
-from mcp.types import CallToolResult, ImageContent, ResourceLink, TextContent
+from mcp_types import CallToolResult, ImageContent, ResourceLink, TextContent
 
 from airlock.errors import InvalidRequest, LimitExceeded, UnsafePath
 from airlock.ids import new_id

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
-from mcp.types import CallToolResult, ResourceLink, TextContent
+from mcp_types import CallToolResult, ResourceLink, TextContent
 
 from airlock.errors import InvalidRequest, NotFound
 from airlock.ids import id_pattern

@@ -3,6 +3,12 @@
 Belongs here: which keys of a JWKS are usable, the algorithm allowlist registry, and the
 refetch rules of a JWKS URL. Not here: checking a token's signature or claims
 (`server.auth.verify`), or where the file or URL is configured (`server.auth.config`).
+
+Fetched here rather than with PyJWT's `PyJWKClient` (weighed in issue 30): it fetches with
+blocking urllib and reads the whole body with no size cap, counts its refetch cooldown from
+the last successful fetch (so while the URL fails, every unknown `kid` fetches again), keeps
+time with `time.monotonic` (no clock to pass), and yields PyJWT keys, while tokens are
+verified with joserfc.
 """
 
 from __future__ import annotations

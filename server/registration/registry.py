@@ -24,13 +24,14 @@ from pydantic.fields import FieldInfo
 
 from airlock.errors import AirlockError, NotFound
 from airlock.policies import Policy
-from airlock.tools import Services, Session, tool_errors
+from airlock.tools import Services, Session
 from airlock.tools.artifacts import MAX_FETCH_BYTES
 
 from ..auth import current_tenant
 from ..running import Running
 from ..sdk_connection import connection_exit_stack
 from ..sessions import STDIO, Leases, SessionRule
+from .errors import tool_errors
 
 AirlockContext = Context[Running, Any]
 """A request's context: its lifespan context is what `running.serving` yielded."""

@@ -5,8 +5,9 @@ connection's default) instead of resolving it."""
 
 from typing import Annotated
 
-from airlock.tools import EndSessionResult, tool_errors
+from airlock.tools import EndSessionResult
 
+from .errors import tool_errors
 from .registry import AirlockContext, Registry, hints, running
 
 

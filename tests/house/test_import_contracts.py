@@ -86,6 +86,12 @@ VIOLATIONS = [
     ),
     ("sandbox/outcome.py", "import docker", "backend-seam", "airlock.sandbox.outcome -> docker"),
     ("egress/upward.py", "import mcp", "mcp", "airlock.egress.upward -> mcp"),
+    (
+        "tools/transport.py",
+        "from mcp.server.mcpserver.exceptions import ToolError",
+        "tools-transport",
+        "airlock.tools.transport -> mcp",
+    ),
     ("tools/upward.py", "import starlette", "transports", "airlock.tools.upward -> starlette"),
 ]
 

@@ -669,3 +669,30 @@ def test_every_403_says_which_capability_would_allow_it_in_reply_and_record(
     assert ACTIONABLE.search(reason)
     assert ". " not in reason and "\n" not in reason
     assert f"Airlock egress proxy: {reason}\n".encode() in reply
+
+
+def test_a_pipelined_request_in_a_tunnel_goes_upstream_once_the_first_is_answered() -> None:
+    plain = Rule(
+        id="grant_plain",
+        kind="capability",
+        hosts=("api.example.com",),
+        ports=(443,),
+        methods=("GET",),
+        paths=("/**",),
+        allow_private=("127.0.0.0/8",),
+    )
+    run = Run(rules=[plain])
+    talk = run.talk()
+    open_tunnel(talk)
+    # Both requests in one piece: the second waits in h11 until the first is answered.
+    assert isinstance(talk.client(get("/a") + get("/b"))[0], Resolve)
+    talk.feed(Resolved(LOCAL))
+    assert sent_upstream(talk.feed(Dialed("127.0.0.1"))).startswith(b"GET /a ")
+    answer = talk.feed(UpstreamData(response(b"first")))
+    # The upstream is reused for the second at once, and nothing is refused.
+    assert sent_upstream(answer).startswith(b"GET /b ")
+    assert [r.path for r in records_of(answer)] == ["/a"]
+    assert talk.need == "upstream"
+    second = talk.feed(UpstreamData(response(b"second")))
+    assert sent_to_client(second).endswith(b"second")
+    assert [(r.path, r.status) for r in run.records] == [("/a", 200), ("/b", 200)]

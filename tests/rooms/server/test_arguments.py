@@ -7,7 +7,7 @@ ever started: every call here must be refused before any code could run.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -15,11 +15,12 @@ from typing import Any
 import pytest
 from mcp.client import Client
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.tools.tool_manager import ToolManager
 from mcp.types import TextContent
 
 from airlock.policies import Policy
 from airlock.server import Config, build_server
-from airlock.server.strict_tools import StrictToolServer
+from airlock.server.strict_tools import StrictToolServer, sdk_shape_problem
 
 pytestmark = pytest.mark.anyio
 MODES = pytest.mark.parametrize("mode", ["auto", "legacy"])
@@ -160,17 +161,40 @@ def test_tool_descriptions_are_dedented(server: MCPServer) -> None:
 
 def test_the_sdk_still_builds_arguments_the_way_the_adapter_expects(server: MCPServer) -> None:
     # The adapter reaches into SDK internals; if a new SDK moves them, this fails by name.
-    assert version("mcp").startswith("2.3."), "server/strict_tools.py was written for mcp 2.3"
+    assert isinstance(server, StrictToolServer)
+    assert sdk_shape_problem(server) is None, f"mcp {version('mcp')}: {sdk_shape_problem(server)}"
     for name, parameters, _ in _schemas(server):
         tool = server._tool_manager.get_tool(name)
         assert tool is not None
         assert tool.fn_metadata.arg_model.model_config.get("extra") == "forbid", name
         assert parameters["additionalProperties"] is False, name
-    assert isinstance(server, StrictToolServer)
 
 
-def test_the_adapter_refuses_to_start_when_the_sdk_no_longer_matches() -> None:
+def test_the_adapter_refuses_to_register_when_the_sdk_no_longer_matches() -> None:
     bare = StrictToolServer("probe")
     bare._tool_manager.get_tool = lambda name: None  # type: ignore[method-assign]
-    with pytest.raises(RuntimeError, match=r"pin mcp to 2\.3"):
+    with pytest.raises(RuntimeError, match=r"no ArgModelBase.*update the adapter"):
         bare.add_tool(lambda: None, name="probe")
+
+
+@pytest.mark.parametrize(
+    ("break_sdk", "named"),
+    [
+        (lambda m: m.delattr(MCPServer, "_handle_list_tools"), "_handle_list_tools is gone"),
+        (
+            lambda m: m.setattr(MCPServer, "_handle_list_tools", _list_tools_of_another_shape),
+            "_handle_list_tools takes other arguments",
+        ),
+        (lambda m: m.delattr(ToolManager, "get_tool"), "_tool_manager.get_tool is gone"),
+    ],
+)
+def test_the_adapter_refuses_to_start_when_the_sdk_no_longer_matches(
+    monkeypatch: pytest.MonkeyPatch, break_sdk: Callable[[pytest.MonkeyPatch], None], named: str
+) -> None:
+    break_sdk(monkeypatch)
+    with pytest.raises(RuntimeError, match=named):
+        StrictToolServer("probe")
+
+
+async def _list_tools_of_another_shape(self: MCPServer, params: object) -> None:
+    raise AssertionError("never called")

@@ -15,13 +15,19 @@ from pathlib import Path
 
 import anyio
 import pytest
-from support import T0, holder, make_grant, run_record, services_on, session_record, wait_until
+from support import (
+    T0,
+    clocked_services,
+    holder,
+    make_grant,
+    run_record,
+    session_record,
+    wait_until,
+)
 
-from airlock.policies import Policy
 from airlock.server.engine import Engine
 from airlock.server.running import _housekeeping
 from airlock.server.sessions import Leases
-from airlock.store import Database
 from airlock.store.instances import ENDED_BY_DEATH, FileClaim, claim
 from airlock.tools import Services
 
@@ -33,10 +39,8 @@ NOW = [T0]
 @pytest.fixture
 async def services(tmp_path: Path) -> AsyncIterator[Services]:
     """The real store, broker and an engine that is never started, on the clock `NOW`."""
-    db = await Database.open(tmp_path / "airlock.db")
-    NOW[0] = T0
-    yield services_on(tmp_path, Policy(), db, clock=lambda: NOW[0])
-    await db.close()
+    async with clocked_services(tmp_path, NOW) as services:
+        yield services
 
 
 @asynccontextmanager
