@@ -33,8 +33,9 @@ from collections.abc import Iterable
 
 DEFAULT_PROTECTED: tuple[str, ...] = (
     # CI systems: whoever edits these runs code with the pipeline's deploy credentials.
-    ".github/workflows/**",
-    ".github/actions/**",
+    # All of `.github/`, not only workflows and actions: dependabot.yml, CODEOWNERS, issue
+    # and funding files and whatever GitHub reads there next steer what CI and reviewers do.
+    ".github/**",
     "action.yml",
     "action.yaml",
     ".gitea/workflows/**",
@@ -71,7 +72,6 @@ DEFAULT_PROTECTED: tuple[str, ...] = (
     "render.yaml",
     # Who must review a change, and where submodules are fetched from.
     "CODEOWNERS",
-    ".github/CODEOWNERS",
     "docs/CODEOWNERS",
     ".gitmodules",
     # Secrets and registry settings (a changed registry serves the next install's code).

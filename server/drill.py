@@ -270,6 +270,7 @@ COPY_DIR = "airlock-drill-copy"
 # them and the drill checks each against `[hatch] protected`.
 _PROTECTED_SAMPLES = [
     ".github/workflows/ci.yml",
+    ".github/dependabot.yml",
     ".gitlab-ci.yml",
     ".env",
     "config/.env.production",

@@ -121,9 +121,13 @@ def test_defaults_hold_back_ci_and_deploy_configuration() -> None:
         "app/.env",
         ".gitmodules",
         "CODEOWNERS",
+        ".github/dependabot.yml",
+        ".github/CODEOWNERS",
+        ".github/ISSUE_TEMPLATE/bug.yml",
+        ".github/FUNDING.yml",
     ):
         assert protecting_glob(DEFAULT_PROTECTED, path) is not None, path
-    for path in ("src/app.py", "README.md", "tests/test_app.py", ".github/ISSUE_TEMPLATE.md"):
+    for path in ("src/app.py", "README.md", "tests/test_app.py", "src/.github/notes.md"):
         assert protecting_glob(DEFAULT_PROTECTED, path) is None, path
 
 
@@ -245,7 +249,7 @@ def test_the_registry_and_cloud_credentials_the_review_found_are_excluded(path: 
 
 
 @pytest.mark.parametrize(
-    "path", ["src/app.py", "README.md", "docs/ci.md", ".github/ISSUE_TEMPLATE.md", "Makefile"]
+    "path", ["src/app.py", "README.md", "docs/ci.md", "github/dependabot.yml", "Makefile"]
 )
 def test_ordinary_files_are_neither_protected_nor_excluded(path: str) -> None:
     hatch = Policy().hatch

@@ -162,8 +162,8 @@ def test_protected_paths_are_held_back_on_either_side_of_a_rename(tmp_path: Path
     }
     patch = written_patch(before, after)
     assert {(h.path, h.change, h.glob) for h in patch.patch.held_back} == {
-        (".github/workflows/ci.yml", "added", ".github/workflows/**"),
-        (".GITHUB/workflows/deploy.yml", "added", ".github/workflows/**"),
+        (".github/workflows/ci.yml", "added", ".github/**"),
+        (".GITHUB/workflows/deploy.yml", "added", ".github/**"),
         ("app/.env", "added", "**/.env*"),
     }
     # The move of ci.yml is not a rename: its new name is held back, its deletion is not.
@@ -173,6 +173,24 @@ def test_protected_paths_are_held_back_on_either_side_of_a_rename(tmp_path: Path
     ]
     assert b".github" not in patch.text.lower()
     assert b".env" not in patch.text
+
+
+def test_every_file_under_dot_github_is_held_back_not_only_workflows() -> None:
+    # dependabot.yml picks the registries CI installs from, CODEOWNERS who must review,
+    # issue templates and FUNDING.yml what reviewers and sponsors are shown (issue 28.14).
+    steering = {
+        ".github/dependabot.yml": b"registries:\n  evil: {url: https://evil.example}\n",
+        ".github/CODEOWNERS": b"* @attacker\n",
+        ".github/ISSUE_TEMPLATE/bug.yml": b"name: bug\n",
+        ".github/FUNDING.yml": b"custom: https://evil.example\n",
+    }
+    after = {"src/a.py": (b"b\n", 0o644)} | {p: (d, 0o644) for p, d in steering.items()}
+    patch = written_patch({"src/a.py": (b"a\n", 0o644)}, after)
+    assert {(h.path, h.glob) for h in patch.patch.held_back} == {
+        (path, ".github/**") for path in steering
+    }
+    assert [e.path for e in patch.patch.entries] == ["src/a.py"]
+    assert b".github" not in patch.text.lower() and b"evil" not in patch.text
 
 
 @pytest.mark.parametrize(

@@ -220,7 +220,7 @@ async def test_copy_in_run_tests_get_patch_and_apply_it(
         ("logo.bin", "modified", None),
     }
     assert {(h["path"], h["glob"]) for h in patch["needs_human"]} == {
-        (".github/workflows/ci.yml", ".github/workflows/**"),
+        (".github/workflows/ci.yml", ".github/**"),
         (".env", "**/.env*"),
     }
     text = text_of(got)
