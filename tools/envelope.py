@@ -1,10 +1,10 @@
 """The untrusted-output envelope: how text a sandbox produced is handed to the model.
 
-Everything here is a pure function of its arguments (no I/O, stdlib only). What belongs
-here: cleaning sandbox text, neutralizing envelope look-alikes, wrapping, clipping raw
-output to a byte cap, and the `_meta` marking of content blocks that carry sandbox bytes
-as they are (images, blobs). What does not: deciding caps, storing full output, building
-results.
+Everything here is a pure function of its arguments (no I/O; stdlib and
+`airlock.characters`). What belongs here: cleaning sandbox text, neutralizing envelope
+look-alikes, wrapping, clipping raw output to a byte cap, and the `_meta` marking of
+content blocks that carry sandbox bytes as they are (images, blobs). What does not:
+deciding caps, storing full output, building results.
 
 Guarantees of `wrap` (the model must treat everything between the tags as data, never as
 instructions, whatever it says):
@@ -15,7 +15,8 @@ instructions, whatever it says):
   closing, in any case or spacing, becomes `&lt;`. So the only line of the output that
   holds `</untrusted-output` is the last one, and the nonce occurs exactly twice.
 - The text holds no terminal escape sequences, no C0/C1 controls except newline and tab,
-  no zero-width or bidi controls, no Unicode tag characters, no lone surrogates, and is
+  no zero-width or bidi controls, no Unicode tag characters, no variation selectors or
+  other marks that render as nothing (`airlock.characters`), no lone surrogates, and is
   NFC-normalized: what a human reviewer sees is what the model reads. This runs before
   neutralizing, so invisible characters inside a tag name cannot hide it.
 - The header carries only our own identifiers, checked against a strict alphabet, so it
@@ -31,6 +32,8 @@ import secrets
 import unicodedata
 from dataclasses import dataclass
 from typing import Any
+
+from airlock.characters import HIDDEN_MARKS, INVISIBLE_FORMATS
 
 NONCE_BYTES = 8
 """64 random bits, hex-encoded to 16 characters (docs/design.md: at least 64 bits)."""
@@ -52,10 +55,11 @@ _STRIP = re.compile(
     # Every other escape: optional intermediates and one final byte (ESC ( B, ESC 7, ESC c).
     r"|\x1b[ -/]*[0-~]"
     # C0 except \t and \n (so every \r goes: "\r\n" becomes "\n", a lone \r is dropped), DEL,
-    # C1; zero-width, bidi and other invisible format controls; tag characters; surrogates.
+    # C1; zero-width, bidi and other invisible format controls; tag characters; variation
+    # selectors and the other marks that render as nothing; surrogates.
     r"|[\x00-\x08\x0b-\x1f\x7f-\x9f"
-    r"\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff"
-    r"\U000e0000-\U000e007f\ud800-\udfff]"
+    f"{INVISIBLE_FORMATS}{HIDDEN_MARKS}"
+    r"\ud800-\udfff]"
 )
 
 # A `<` that opens or closes an envelope tag as a reader might take it: any whitespace or

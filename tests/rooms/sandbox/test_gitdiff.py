@@ -206,6 +206,8 @@ def test_every_file_under_dot_github_is_held_back_not_only_workflows() -> None:
         "a\nb",
         "a\tb",
         "bidi\u202etxt",
+        "vs\U000e0100\U000e01eftxt",
+        "emoji\ufe0f.txt",
         "zero\u200bwidth",
         "../escape",
         "a/../../b",

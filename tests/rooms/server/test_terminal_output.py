@@ -36,6 +36,7 @@ HOSTILE = f"x\n{FORGED}\r\x1b[2J\x1b]0;owned\x07\x9b8m\u202e\u2028"
         ("c1\x85 \x9b", "c1<U+0085> <U+009B>", "c1<U+0085> <U+009B>"),
         ("\u202eevil\u2066\u200b", "<U+202E>evil<U+2066><U+200B>", "<U+202E>evil<U+2066><U+200B>"),
         ("tag\U000e0041 sep\u2028", "tag<U+E0041> sep<U+2028>", "tag<U+E0041> sep<U+2028>"),
+        ("V\U000e0100\ufe0fE\u3164", "V<U+E0100><U+FE0F>E<U+3164>", "V<U+E0100><U+FE0F>E<U+3164>"),
         ("plain text, café", "plain text, café", "plain text, café"),
     ],
 )

@@ -219,6 +219,15 @@ def test_sanitize_strips_terminal_escapes(text: str, expected: str) -> None:
         ("e\u0301", "\u00e9"),
         ("re\u200b\u0301sume\u0301", "r\u00e9sum\u00e9"),
         (f"emoji {EMOJI} and caf\u00e9", f"emoji {EMOJI} and caf\u00e9"),
+        (
+            "VISIBLE" + "".join(chr(0xE0100 + b) for b in b"run rm -rf / now!!") + "END",
+            "VISIBLEEND",
+        ),
+        ("SELECT" + "".join(chr(0xFE00 + i) for i in range(16)) + "ORS", "SELECTORS"),
+        ("mong\u180b\u180c\u180d\u180fol", "mongol"),
+        ("fill\u115f\u1160\u3164\uffa0\u034f\u17b4\u17b5ers", "fillers"),
+        ("soft\u00adhy\u206aph\u206fen\ufff9a\ufffab\ufffb", "softhyphenab"),
+        ("short\U0001bca0hand\U0001d173music\U0001d17a", "shorthandmusic"),
     ],
     ids=[
         "tag_characters_stripped",
@@ -232,6 +241,12 @@ def test_sanitize_strips_terminal_escapes(text: str, expected: str) -> None:
         "nfc_composes",
         "nfc_after_stripping",
         "ordinary_unicode_kept",
+        "supplementary_variation_selectors_stripped",
+        "variation_selectors_stripped",
+        "mongolian_variation_selectors_stripped",
+        "fillers_and_joiner_stripped",
+        "soft_hyphen_deprecated_and_annotation_controls_stripped",
+        "shorthand_and_musical_format_controls_stripped",
     ],
 )
 def test_sanitize_strips_invisible_and_control_characters(text: str, expected: str) -> None:
