@@ -85,8 +85,9 @@ def run(args: argparse.Namespace) -> int:
         )
     config = Config.resolve(args.data_dir, args.policy, args.store)
     policy = load_policy(config.policy_path)
-    # A store that cannot be used (a wrong URL, a database down, a newer schema) stops the
-    # start here with its one-line fix, not inside the transport's first lifespan.
+    # A store that cannot be used (a wrong URL, a database down, a newer schema) or a vault
+    # key that is not the fleet's stops the start here with its one-line fix, not inside
+    # the transport's first lifespan.
     anyio.run(_check_store, config)
     metrics = Metrics()
     if args.metrics_listen:
@@ -122,6 +123,16 @@ def _given_locations(args: argparse.Namespace) -> list[str]:
 
 
 async def _check_store(config: Config) -> None:
-    from ..config import open_store
+    """Open the store, then the vault with this server's key: a replica whose key is not
+    the fleet's stops before it says it serves, not in the transport's lifespan."""
+    import anyio
 
-    await (await open_store(config)).close()
+    from ..config import open_store, open_vault
+
+    db = await open_store(config)
+    try:
+        vault = open_vault(config, db, os.environ)
+        if config.fleet_url is not None:
+            await anyio.to_thread.run_sync(vault.check_key)
+    finally:
+        await db.close()

@@ -10,9 +10,11 @@ from pathlib import Path
 
 import anyio
 import pytest
-from support import AIRLOCK, run_record, session_record
+from support import AIRLOCK, free_port, run_record, session_record, vault_key_file
 
+from airlock.broker import Vault, load_key
 from airlock.store import SCHEMA_REVISION, Database
+from airlock.store.pg_documents import PostgresDocuments
 
 UNREACHABLE = "postgresql://airlock:hunter2@127.0.0.1:1/records"
 
@@ -47,6 +49,39 @@ def test_serve_refuses_a_store_of_no_known_database(tmp_path: Path) -> None:
     (line,) = done.stderr.strip().splitlines()
     assert "neither PostgreSQL nor SQLite" in line and "--store postgresql://" in line
     assert "hunter2" not in line
+
+
+async def _mark_the_vault(url: str, key_file: Path) -> None:
+    """What a fleet's first replica does at its start: mark the shared vault with its key."""
+    db = await Database.open(url)
+    try:
+        vault = Vault(
+            PostgresDocuments(db.engine, "vault"),
+            load_key(key_file.parent, {"AIRLOCK_VAULT_KEY_FILE": str(key_file)}),
+        )
+        await anyio.to_thread.run_sync(vault.check_key)
+    finally:
+        await db.close()
+
+
+def test_a_replica_with_another_vault_key_stops_before_it_says_it_serves(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    anyio.run(_mark_the_vault, postgres_url, vault_key_file(tmp_path / "first.key"))
+    other = vault_key_file(tmp_path / "other.key")
+    done = airlock(
+        "serve",
+        "--http",
+        "--port",
+        str(free_port()),
+        "--data-dir",
+        str(tmp_path / "data"),
+        env={"AIRLOCK_STORE_URL": postgres_url, "AIRLOCK_VAULT_KEY_FILE": str(other)},
+    )
+    assert done.returncode == 1, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert "vault key is not the key the vault" in line and "AIRLOCK_VAULT_KEY_FILE" in line
+    assert "serving MCP" not in done.stderr and "Traceback" not in done.stderr
 
 
 async def _write_a_run(url: str) -> None:
