@@ -427,9 +427,9 @@ class Server:
                 str(data),
                 "--policy",
                 str(policy),
-                *(["--store", self.store] if self.store else []),
             ],
-            env=docker_env() | self.env,
+            # Through the environment: a URL with a password is refused in --store.
+            env=docker_env() | self.env | ({"AIRLOCK_STORE_URL": self.store} if self.store else {}),
         )
         errlog = _open_log(self.dir / "server.log")
         self._stack.callback(errlog.close)

@@ -60,9 +60,11 @@ def _common() -> argparse.ArgumentParser:
     common.add_argument(
         "--store",
         metavar="URL",
-        help=f"where the records live, as a database URL (postgresql://USER:PASSWORD@HOST/DB "
-        f"for a fleet, or sqlite:///PATH); default: ${ENV_STORE_URL}, else the data dir's "
-        "SQLite file. A PostgreSQL store also keeps the blobs and the vault (a fleet)",
+        help=f"where the records live, as a database URL (postgresql://USER@HOST/DB for a "
+        f"fleet, or sqlite:///PATH); default: ${ENV_STORE_URL}, else the data dir's SQLite "
+        "file. A PostgreSQL store also keeps the blobs and the vault (a fleet). A password "
+        "here is refused (the process list shows it): give it by libpq's PGPASSFILE "
+        f"(~/.pgpass), PGPASSWORD or a service file (?service=NAME), or set ${ENV_STORE_URL}",
     )
     common.add_argument("-v", "--verbose", action="store_true", help="log debug details to stderr")
     common.add_argument(

@@ -9,8 +9,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
-from airlock.errors import NotFound
+from airlock.errors import InvalidRequest, NotFound
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -51,6 +52,8 @@ class Config:
     def resolve(
         cls, data_dir: str | None = None, policy: str | None = None, store: str | None = None
     ) -> Config:
+        if store is not None:
+            _refuse_a_password(store)
         chosen_dir = data_dir or os.environ.get(ENV_DATA_DIR)
         chosen_policy = policy or os.environ.get(ENV_POLICY)
         return cls(
@@ -119,6 +122,23 @@ def blob_store(config: Config, db: Database, *, owner: str = "") -> BlobStore:
     from airlock.store.pg_blobs import PostgresContents  # psycopg: for a fleet only
 
     return BlobStore(config.blobs_dir, owner=owner, contents=PostgresContents(db.engine))
+
+
+def _refuse_a_password(store: str) -> None:
+    """A password in `--store` sits in /proc/PID/cmdline, which every user of the host can
+    read: refuse it and name the ways libpq (psycopg) takes one without the command line."""
+    parts = urlsplit(store)
+    try:
+        password = parts.password
+    except ValueError:
+        password = None
+    if password or "password=" in parts.query.lower():
+        raise InvalidRequest(
+            "a password in --store is readable by every user of this host in the process "
+            "list: drop it from the URL and give it through libpq, in a password file "
+            "(~/.pgpass, or PGPASSFILE=FILE), PGPASSWORD, or a service file "
+            f"(PGSERVICEFILE with ?service=NAME), or set the whole URL in {ENV_STORE_URL}"
+        )
 
 
 def open_vault(config: Config, db: Database | None, env: Mapping[str, str]) -> Vault:

@@ -293,11 +293,13 @@ async def test_a_person_approves_and_denies_in_one_click_and_the_agent_sees_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv(KEY_FILE_ENV, str(vault_key_file(tmp_path / "fleet.key")))
+    # The URL holds the test database's password, which --store refuses.
+    monkeypatch.setenv("AIRLOCK_STORE_URL", postgres_url)
     policy = tmp_path / "policy.toml"
     policy.write_text(policy_toml(upstream, upstream_ca_file))
     watch = Watch()
     async with (
-        http_server(tmp_path, "--policy", str(policy), "--store", postgres_url) as server,
+        http_server(tmp_path, "--policy", str(policy)) as server,
         client(server, "acme", "auto") as agent,
         browser(chromium) as chrome,
     ):
@@ -357,7 +359,8 @@ async def test_a_person_approves_and_denies_in_one_click_and_the_agent_sees_it(
         await sign_in(plain, server.base, operator_token(server.data_dir))
         await plain.goto(f"{server.base}/console/approvals")
         await row(plain, stale).wait_for()
-        store = ("--data-dir", str(server.data_dir), "--store", postgres_url)
+        # The store comes from AIRLOCK_STORE_URL, set above.
+        store = ("--data-dir", str(server.data_dir))
         done = await airlock_async("approvals", "approve", stale, *store)
         assert done.returncode == 0, done.stderr
         await row(page, stale).wait_for(state="detached")

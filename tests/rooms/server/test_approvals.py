@@ -7,6 +7,7 @@ No sandbox runs here: a capability request never touches the engine.
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from collections.abc import AsyncIterator
@@ -87,8 +88,10 @@ async def pending_id(c: Client) -> tuple[str, str]:
 
 async def approvals(data_dir: Path, *args: str, store: str | None = None) -> tuple[int, str, str]:
     """`airlock approvals ARGS` on `data_dir` (and `store`): exit code, stdout, stderr."""
-    chosen = ["--store", store] if store is not None else []
-    done = await airlock_async("approvals", *args, "--data-dir", str(data_dir), *chosen)
+    # The URL holds the test database's password: through the environment, as --store
+    # refuses one.
+    env = {**os.environ, "AIRLOCK_STORE_URL": store} if store is not None else None
+    done = await airlock_async("approvals", *args, "--data-dir", str(data_dir), env=env)
     return done.returncode, done.stdout, done.stderr
 
 

@@ -71,12 +71,14 @@ async def test_a_replica_sigkilled_mid_run_loses_nothing_the_others_cannot_carry
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv(KEY_FILE_ENV, str(vault_key_file(tmp_path / "fleet.key")))
+    # The URL holds the test database's password, which --store refuses.
+    monkeypatch.setenv("AIRLOCK_STORE_URL", postgres_url)
     policy = tmp_path / "policy.toml"
     policy.write_text(NO_POOL_TOML)
 
     def replica(name: str) -> Any:
         args = ("--data-dir", str(tmp_path / name), "--policy", str(policy))
-        return serving_http(*args, "--store", postgres_url)
+        return serving_http(*args)
 
     async with replica("b") as b, Client(f"{b.base}/mcp") as on_b:
         session, long_run = await _sigkilled_mid_run(replica("a"), docker_client)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 import pytest
@@ -17,6 +18,14 @@ from airlock.store import SCHEMA_REVISION, Database
 from airlock.store.pg_documents import PostgresDocuments
 
 UNREACHABLE = "postgresql://airlock:hunter2@127.0.0.1:1/records"
+"""With a password, so given through AIRLOCK_STORE_URL: `--store` refuses one."""
+
+
+def without_password(url: str) -> tuple[str, dict[str, str]]:
+    """`url` with its password taken out, and the environment that gives it to libpq."""
+    parts = urlsplit(url)
+    bare = parts._replace(netloc=f"{parts.username}@{parts.hostname}:{parts.port}")
+    return urlunsplit(bare), {"PGPASSWORD": parts.password or ""}
 
 
 def airlock(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -34,7 +43,8 @@ def airlock(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
 def test_serve_refuses_an_unreachable_store_in_one_line_without_the_password(
     tmp_path: Path,
 ) -> None:
-    done = airlock("serve", "--data-dir", str(tmp_path / "data"), "--store", UNREACHABLE)
+    env = {"AIRLOCK_STORE_URL": UNREACHABLE}
+    done = airlock("serve", "--data-dir", str(tmp_path / "data"), env=env)
     assert done.returncode == 1
     (line,) = done.stderr.strip().splitlines()
     assert "postgresql://airlock:***@127.0.0.1:1/records" in line
@@ -101,7 +111,8 @@ def test_audit_reads_the_store_the_environment_names(tmp_path: Path, postgres_ur
     )
     assert by_env.returncode == 0, by_env.stderr
     assert "run_on_pg" in by_env.stdout
-    by_option = airlock("audit", "runs", "--data-dir", str(empty), "--store", postgres_url)
+    bare, env = without_password(postgres_url)
+    by_option = airlock("audit", "runs", "--data-dir", str(empty), "--store", bare, env=env)
     assert by_option.returncode == 0 and "run_on_pg" in by_option.stdout
     password = postgres_url.split("@")[0].rsplit(":", 1)[1]
     assert password not in by_env.stderr + by_option.stderr
@@ -110,14 +121,15 @@ def test_audit_reads_the_store_the_environment_names(tmp_path: Path, postgres_ur
 
 
 def test_doctor_checks_the_stores_connection_and_schema(tmp_path: Path, postgres_url: str) -> None:
-    fresh = airlock("doctor", "--data-dir", str(tmp_path), "--store", postgres_url)
+    bare, env = without_password(postgres_url)
+    fresh = airlock("doctor", "--data-dir", str(tmp_path), "--store", bare, env=env)
     assert "[ok ] store: " in fresh.stdout and "the next start upgrades it" in fresh.stdout
     anyio.run(_write_a_run, postgres_url)
-    current = airlock("doctor", "--data-dir", str(tmp_path), "--store", postgres_url)
+    current = airlock("doctor", "--data-dir", str(tmp_path), "--store", bare, env=env)
     assert f"schema {SCHEMA_REVISION} (this Airlock's)" in current.stdout
     # A fleet's store: its notices must travel (LISTEN hears NOTIFY on that database).
     assert "[ok ] fleet: notices: LISTEN/NOTIFY works on 127.0.0.1:" in current.stdout
-    down = airlock("doctor", "--data-dir", str(tmp_path), "--store", UNREACHABLE)
+    down = airlock("doctor", "--data-dir", str(tmp_path), env={"AIRLOCK_STORE_URL": UNREACHABLE})
     assert (
         "[MISSING] store: cannot reach database postgresql://airlock:***@127.0.0.1:1" in down.stdout
     )
@@ -132,7 +144,29 @@ def test_doctor_checks_the_stores_connection_and_schema(tmp_path: Path, postgres
     "command", [["approvals", "list"], ["patch", "list"], ["audit", "runs"], ["policy", "usage"]]
 )
 def test_operator_commands_take_the_store_option(tmp_path: Path, command: list[str]) -> None:
-    done = airlock(*command, "--data-dir", str(tmp_path), "--store", UNREACHABLE)
+    bare, env = without_password(UNREACHABLE)
+    done = airlock(*command, "--data-dir", str(tmp_path), "--store", bare, env=env)
     assert done.returncode != 0
-    assert "postgresql://airlock:***@127.0.0.1:1/records" in done.stderr
+    assert "postgresql://airlock@127.0.0.1:1/records" in done.stderr
     assert "hunter2" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["serve"], ["serve", "--http"], ["doctor"], ["audit", "runs"], ["patch", "list"]],
+)
+@pytest.mark.parametrize(
+    "url", [UNREACHABLE, "postgresql://airlock@127.0.0.1:1/records?password=hunter2"]
+)
+def test_a_password_in_the_store_option_is_refused_naming_libpqs_ways(
+    tmp_path: Path, command: list[str], url: str
+) -> None:
+    # /proc/PID/cmdline is readable by every user of the host: the password would be too.
+    done = airlock(*command, "--data-dir", str(tmp_path / "data"), "--store", url)
+    assert done.returncode == 1
+    (line,) = done.stderr.strip().splitlines()
+    assert "a password in --store" in line
+    for way in ("PGPASSFILE", "PGPASSWORD", "service", "AIRLOCK_STORE_URL"):
+        assert way in line, way
+    assert "hunter2" not in done.stderr + done.stdout
+    assert not (tmp_path / "data").exists()
