@@ -125,6 +125,17 @@ def test_ci_runs_exactly_the_readme_test_command() -> None:
     assert ci[-1] == _commands()[1]
 
 
+def test_the_readme_installs_every_package_ci_installs() -> None:
+    """The README's install line, the block after the test command, names what `.ci/run`
+    installs on a fresh machine: one missing package fails the README's own test command."""
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    installed = {p for group in re.findall(r"missing\+=\(([^)]*)\)", ci) for p in group.split()}
+    line = _commands()[2]
+    assert line.startswith("apt-get install -y "), line
+    assert set(line.split()[3:]) == installed
+    assert installed >= {"docker.io", "debootstrap", "docker-registry", "postgresql", "npm"}
+
+
 def test_every_airlock_command_in_a_shell_block_or_client_config_parses() -> None:
     invocations = [*_shell_invocations(), *_json_invocations()]
     assert len(invocations) >= 10, invocations  # the extraction itself works
