@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import signal
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -123,6 +125,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         code = 1
     except KeyboardInterrupt:
         code = 130
+    except BrokenPipeError:
+        # The reader of stdout left (`airlock patch show ID | head`): the rest is not
+        # wanted. Point stdout at /dev/null so the interpreter's last flush cannot raise
+        # again, and end as a writer killed by SIGPIPE would, with no traceback.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = 128 + signal.SIGPIPE
     sys.exit(code)
 
 

@@ -273,3 +273,16 @@ def test_a_key_redirected_to_a_file_is_not_readable_through_a_descriptor_opened_
         os.close(out)
     assert key_file.read_text().startswith("alk_")
     assert key_file.stat().st_mode & 0o777 == 0o600
+
+
+def test_a_reader_that_leaves_early_ends_the_command_without_a_traceback() -> None:
+    # What `airlock patch show ID | head` meets: the pipe's reader is gone before the end.
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        command = [AIRLOCK, "policy", "schema"]
+        done = subprocess.run(command, stdout=write, stderr=subprocess.PIPE, text=True, timeout=60)
+    finally:
+        os.close(write)
+    assert "Traceback" not in done.stderr and "BrokenPipeError" not in done.stderr, done.stderr
+    assert done.returncode == 141, done.stderr
