@@ -53,11 +53,24 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _patch(config: Config, args: argparse.Namespace) -> int:
+    from airlock.errors import NotFound
+    from airlock.store.connection import hidden
+
     from ..config import open_records
 
     db = await open_records(config)
     try:
         return await _ACTIONS[args.patch_command](db, blob_store(config, db), config, args)
+    except NotFound as exc:
+        # A patch is in the records of the server that made it: say whose were read.
+        where = (
+            f"the store {hidden(config.store_url)}"
+            if config.store_url
+            else f"the data dir {config.data_dir}"
+        )
+        raise NotFound(
+            f"{exc} (looked in {where}: give the --data-dir or --store of the agent's server)"
+        ) from exc
     finally:
         await db.close()
 

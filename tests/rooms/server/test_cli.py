@@ -286,3 +286,15 @@ def test_a_reader_that_leaves_early_ends_the_command_without_a_traceback() -> No
         os.close(write)
     assert "Traceback" not in done.stderr and "BrokenPipeError" not in done.stderr, done.stderr
     assert done.returncode == 141, done.stderr
+
+
+@pytest.mark.parametrize("action", [["show"], ["apply", "--to", "."]])
+def test_an_unknown_patch_names_the_records_it_looked_in(tmp_path: Path, action: list[str]) -> None:
+    anyio.run(_empty_records, tmp_path / "airlock.db")
+    patch_id = "pat_" + "a" * 26
+    verb, *rest = action
+    done = airlock_main("patch", verb, patch_id, *rest, "--data-dir", str(tmp_path))
+    assert done.returncode == 1
+    (line,) = done.stderr.strip().splitlines()
+    assert f"no patch '{patch_id}'" in line and f"the data dir {tmp_path}" in line
+    assert "--data-dir or --store of the agent's server" in line
