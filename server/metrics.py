@@ -170,11 +170,14 @@ class _TenantView(Collector):
 
     def collect(self) -> Iterator[Metric]:
         for family in self.registry.collect():
-            samples = [s for s in family.samples if s.labels.get("tenant") == self.tenant]
-            if samples:
-                mine = Metric(family.name, family.documentation, family.type, family.unit)
-                mine.samples = samples
-                yield mine
+            # A server-wide family (its samples carry no tenant) is the operator's alone; a
+            # tenant's family is shown even with no sample of this tenant yet, as Prometheus
+            # clients do, so a scrape before the first run is not an empty body.
+            if any("tenant" not in s.labels for s in family.samples):
+                continue
+            mine = Metric(family.name, family.documentation, family.type, family.unit)
+            mine.samples = [s for s in family.samples if s.labels.get("tenant") == self.tenant]
+            yield mine
 
 
 def parse_listen(

@@ -119,6 +119,18 @@ def test_a_tenants_view_holds_its_own_series_only() -> None:
     assert set(acme) | set(globex) < set(everything)
 
 
+def test_a_tenants_view_before_its_first_run_lists_the_families_with_no_samples() -> None:
+    metrics = Metrics()
+    metrics.observe(RunFinished(_run("ok", 1500), "runc", (_egress("allow"),)))  # acme's
+    metrics.watch(lambda: LiveState(3, {"acme": 2}, {"acme": 1}, 4, 3, 10, 2))
+    text = metrics.render("globex").decode()
+    assert samples(text) == {}
+    for family in ("airlock_runs_total", "airlock_runs_in_progress", "airlock_live_grants"):
+        assert f"# TYPE {family} " in text, text
+    assert "airlock_live_sessions" not in text  # server-wide: the operator's view only
+    assert "acme" not in text
+
+
 @pytest.mark.anyio
 @pytest.mark.docker
 async def test_metrics_need_a_token_over_http_and_count_a_tenants_run(tmp_path: Path) -> None:
