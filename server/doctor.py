@@ -22,6 +22,7 @@ from airlock.ids import new_id
 from airlock.policies import Policy, load_policy
 from airlock.policies.references import parse_reference
 from airlock.sandbox import ArtifactCaps, DockerBackend, JobOutcome, JobSpec, connect, limits_of
+from airlock.sandbox.browser_image import browser_image_tag
 from airlock.sandbox.docker import EngineClient, engine_version, registered_runtimes
 from airlock.sandbox.environment import sandbox_environment
 from airlock.sandbox.image import (
@@ -83,6 +84,22 @@ def run_checks(config: Config) -> Iterator[Check]:
         yield from _pulled_image(client, policy, configured)
     else:
         yield from _built_image(client, policy, inputs, config)
+    yield _browser_image(client)
+
+
+def _browser_image(client: EngineClient) -> Check:
+    """The image `browse` runs: without it the first browse builds it, for minutes."""
+    tag = browser_image_tag()
+    if image_exists(client, tag):
+        return Check("browser image", True, f"{tag}: present")
+    return Check(
+        "browser image",
+        True,
+        f"{tag} is not built: the first browse builds it (minutes), answering that it is "
+        "building until then",
+        "airlock image build --browser",
+        warning=True,
+    )
 
 
 def _pulled_image(client: EngineClient, policy: Policy | None, configured: str) -> Iterator[Check]:

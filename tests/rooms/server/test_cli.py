@@ -158,6 +158,8 @@ def test_doctor_reports_engine_image_and_data_dir(tmp_path: Path) -> None:
     assert "[ok ] image" in result.stdout
     assert "[ok ] commands: `ls -la /` and `stat /` work in a sandbox under runsc" in result.stdout
     assert "[ok ] data dir" in result.stdout
+    # CI builds the browser image too (`airlock image build --browser`).
+    assert "[ok ] browser image: airlock-browser:" in result.stdout
 
 
 @pytest.fixture
