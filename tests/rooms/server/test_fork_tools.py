@@ -1,0 +1,44 @@
+"""fork_session and restore_workspace through the MCP client: a fork is a session of its
+own that counts toward the tenant's live sessions, and a bad version is a tool error
+naming the versions there are."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from mcp.client import Client
+from mcp.server.mcpserver import MCPServer
+from support import error_text, structured
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_a_fork_is_a_new_session_counted_toward_the_tenants_live_sessions(
+    make_server: Callable[..., MCPServer],
+) -> None:
+    server = make_server({"tenants": {"max_live_sessions": 2}})
+    async with Client(server) as client:
+        parent: dict[str, Any] = structured(await client.call_tool("list_workspace", {}))
+        forked = structured(
+            await client.call_tool("fork_session", {"session_id": parent["session_id"]})
+        )
+        assert forked["parent"] == parent["session_id"]
+        assert forked["session_id"] != parent["session_id"] and forked["version"] == 0
+        listing = structured(
+            await client.call_tool("list_workspace", {"session_id": forked["session_id"]})
+        )
+        assert listing["entries"] == [] and listing["version"] == 0
+        third = await client.call_tool("fork_session", {"session_id": parent["session_id"]})
+        assert third.is_error and "max_live_sessions" in error_text(third)
+
+
+async def test_a_version_the_session_lacks_is_a_tool_error_naming_its_versions(
+    make_server: Callable[..., MCPServer],
+) -> None:
+    async with Client(make_server()) as client:
+        restored = await client.call_tool("restore_workspace", {"version": 4})
+        assert restored.is_error and "versions are 0 to 0" in error_text(restored)
+        forked = await client.call_tool("fork_session", {"version": 4})
+        assert forked.is_error and "versions are 0 to 0" in error_text(forked)
