@@ -525,6 +525,11 @@ class Database:
             lambda conn: workspace.restore(conn, session_id, version, writer, at)
         )
 
+    async def workspace_versions(self, session_id: str) -> list[tuple[int, int, str | None, float]]:
+        """(version, base version, writer, time) of each version of the session, oldest
+        first: a fork's first is written by its parent, a restore's by "restore of ..."."""
+        return await self._read(lambda conn: workspace.versions(conn, session_id))
+
     # Hatch copies and patches
 
     async def add_copy(self, rec: HatchCopyRecord) -> None:

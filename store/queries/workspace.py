@@ -297,3 +297,14 @@ def _first_version(conn: Connection, session_id: str) -> int:
         select(sessions.c.parent_version).where(sessions.c.id == session_id)
     ).scalar_one_or_none()
     return int(parent_version or 0)
+
+
+def versions(conn: Connection, session_id: str) -> list[tuple[int, int, str | None, float]]:
+    """(version, base version, writer, time) of each committed version, oldest first."""
+    v = workspace_versions.c
+    query = (
+        select(v.version, v.base_version, v.written_by, v.created_at)
+        .where(v.session_id == session_id)
+        .order_by(v.version)
+    )
+    return [(int(a), int(b), w, float(t)) for a, b, w, t in conn.execute(query)]
