@@ -42,3 +42,35 @@ async def test_a_version_the_session_lacks_is_a_tool_error_naming_its_versions(
         assert restored.is_error and "versions are 0 to 0" in error_text(restored)
         forked = await client.call_tool("fork_session", {"version": 4})
         assert forked.is_error and "versions are 0 to 0" in error_text(forked)
+
+
+async def test_a_fork_sees_the_parents_files_and_each_later_change_stays_on_its_own_side(
+    make_server: Callable[..., MCPServer],
+) -> None:
+    async with Client(make_server()) as client:
+        first = structured(
+            await client.call_tool("run_code", {"code": "open('a.txt', 'w').write('a')"})
+        )
+        parent = first["session_id"]
+        fork = structured(await client.call_tool("fork_session", {"session_id": parent}))
+        assert fork["version"] == first["workspace_version"]
+        child = fork["session_id"]
+        read = "import os; print(sorted(os.listdir('.')))"
+        write_b = "open('b.txt', 'w').write('b'); " + read
+        in_fork = structured(
+            await client.call_tool("run_code", {"code": write_b, "session_id": child})
+        )
+        in_parent = structured(
+            await client.call_tool("run_code", {"code": read, "session_id": parent})
+        )
+        assert in_fork["stdout"]["text"] == "['a.txt', 'b.txt']\n"
+        assert in_parent["stdout"]["text"] == "['a.txt']\n"
+        # The fork goes back to where it started, as a new version.
+        restored = structured(
+            await client.call_tool(
+                "restore_workspace", {"version": fork["version"], "session_id": child}
+            )
+        )
+        assert restored["version"] == in_fork["workspace_version"] + 1
+        again = structured(await client.call_tool("run_code", {"code": read, "session_id": child}))
+        assert again["stdout"]["text"] == "['a.txt']\n"
