@@ -74,3 +74,33 @@ async def test_a_fork_sees_the_parents_files_and_each_later_change_stays_on_its_
         assert restored["version"] == in_fork["workspace_version"] + 1
         again = structured(await client.call_tool("run_code", {"code": read, "session_id": child}))
         assert again["stdout"]["text"] == "['a.txt']\n"
+
+
+async def test_a_capability_of_the_parent_is_refused_in_the_fork(
+    make_server: Callable[..., MCPServer],
+) -> None:
+    api = {
+        "hosts": ["api.example"],
+        "ports": [443],
+        "methods": ["GET"],
+        "paths": ["/**"],
+        "approval": "auto",
+    }
+    async with Client(make_server({"capabilities": {"api": api}})) as client:
+        granted = structured(
+            await client.call_tool(
+                "request_capability", {"session_id": "new", "capability": "api", "reason": "t"}
+            )
+        )
+        parent, cap = granted["session_id"], granted["capability_id"]
+        fork = structured(await client.call_tool("fork_session", {"session_id": parent}))
+        stolen = await client.call_tool(
+            "run_code", {"code": "pass", "session_id": fork["session_id"], "capabilities": [cap]}
+        )
+        assert stolen.is_error and "unknown, expired or revoked" in error_text(stolen)
+        own = structured(
+            await client.call_tool(
+                "run_code", {"code": "pass", "session_id": parent, "capabilities": [cap]}
+            )
+        )
+        assert own["status"] == "ok"
