@@ -196,3 +196,36 @@ async def drills_table(db: Database, *, limit: int) -> str:
             for row in d.rows
         )
     return "\n".join(lines)
+
+
+async def sessions_table(db: Database, *, tenant: str | None, limit: int) -> str:
+    """Sessions, newest first, with the session and version each fork started from."""
+    sessions = await db.list_sessions(tenant=tenant, limit=limit)
+    if not sessions:
+        return "no sessions recorded"
+    header = ("SESSION", "TENANT", "CREATED", "ENDED", "FORKED FROM")
+    return table(
+        header,
+        [
+            (
+                s.id,
+                s.tenant,
+                iso_time(s.created_at),
+                "-" if s.ended_at is None else iso_time(s.ended_at),
+                "-" if s.parent_id is None else f"{s.parent_id} at version {s.parent_version}",
+            )
+            for s in sessions
+        ],
+    )
+
+
+async def versions_table(db: Database, session_id: str) -> str:
+    """A session's workspace versions and who wrote each (a run, a copy, the parent of a
+    fork, a restore)."""
+    versions = await db.workspace_versions(session_id)
+    if not versions:
+        return f"no workspace versions recorded for session {safe_line(session_id)}"
+    return table(
+        ("VERSION", "BASE", "WRITTEN BY", "AT"),
+        [(str(v), str(b), w or "-", iso_time(t)) for v, b, w, t in versions],
+    )

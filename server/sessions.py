@@ -298,7 +298,21 @@ class Leases:
         """Calls running now, per tenant (each run holds one container)."""
         return {tenant: n for tenant, n in self._runs_by_tenant.items() if n}
 
-    async def _create(self, tenant: str, now: float) -> _Lease:
+    async def fork(self, parent: Session, version: int | None) -> tuple[Session, int]:
+        """A new lease of the parent's tenant whose workspace is the parent's at `version`
+        (its head when None), and that version. It counts toward the tenant's live
+        sessions like any other and carries nothing else of the parent: no grant, run
+        token or kept browser (those belong to a session id)."""
+        now = self._services.clock()
+        if version is None:
+            version = (await self._services.db.workspace_head(parent.id)).version
+        async with self._lock:
+            lease = await self._create(parent.tenant, now, forked=(parent.id, version))
+        return lease.view(), version
+
+    async def _create(
+        self, tenant: str, now: float, *, forked: tuple[str, int] | None = None
+    ) -> _Lease:
         most = self._services.policy_for(tenant).tenants.max_live_sessions
         live = [lease for lease in self._live.values() if lease.tenant == tenant]
         if sum(1 for lease in live if not self._expired(lease, now)) >= most:
@@ -309,15 +323,19 @@ class Leases:
             )
         lease = _Lease(id=new_id("ses_"), tenant=tenant, created_at=now, expires_at=now)
         lease.expires_at = self._idle_end(lease, now)
-        await self._services.db.create_session(
-            SessionRecord(
-                id=lease.id,
-                tenant=tenant,
-                created_at=now,
-                last_used_at=now,
-                expires_at=lease.expires_at,
-            )
+        record = SessionRecord(
+            id=lease.id,
+            tenant=tenant,
+            created_at=now,
+            last_used_at=now,
+            expires_at=lease.expires_at,
+            parent_id=forked[0] if forked else None,
+            parent_version=forked[1] if forked else None,
         )
+        if forked is None:
+            await self._services.db.create_session(record)
+        else:
+            await self._services.db.fork_session(record, at=now)
         self._live[lease.id] = lease
         return lease
 

@@ -510,6 +510,26 @@ class Database:
         """
         return await self._write(lambda conn: workspace.commit(conn, session_id, delta, writer, at))
 
+    async def fork_session(self, child: SessionRecord, *, at: float) -> None:
+        """Create `child`, forked from `child.parent_id` at `child.parent_version`: its
+        workspace is that version's, the same blobs, no content copied. A version the
+        parent does not have is `InvalidRequest`."""
+        await self._write(lambda conn: workspace.fork(conn, child, at))
+
+    async def restore_workspace(
+        self, session_id: str, version: int, *, writer: str, at: float
+    ) -> WorkspaceCommit:
+        """Commit a new version equal to version `version` of the session's own history
+        (a fork's starts at its fork point); nothing of the history is rewritten."""
+        return await self._write(
+            lambda conn: workspace.restore(conn, session_id, version, writer, at)
+        )
+
+    async def workspace_versions(self, session_id: str) -> list[tuple[int, int, str | None, float]]:
+        """(version, base version, writer, time) of each version of the session, oldest
+        first: a fork's first is written by its parent, a restore's by "restore of ..."."""
+        return await self._read(lambda conn: workspace.versions(conn, session_id))
+
     # Hatch copies and patches
 
     async def add_copy(self, rec: HatchCopyRecord) -> None:

@@ -29,6 +29,10 @@ class SessionRecord(BaseModel):
     ended_at: float | None = None
     end_reason: str | None = None
     containers_removed: int = 0
+    parent_id: str | None = None
+    """The session this one was forked from (`fork_session`), None for a fresh one."""
+    parent_version: int | None = None
+    """The parent's workspace version the fork started at."""
 
 
 class RunRecord(BaseModel):

@@ -60,6 +60,9 @@ sessions = Table(
     Column("ended_at", Seconds),
     Column("end_reason", Text),
     Column("containers_removed", Count, nullable=False, server_default="0"),
+    # A fork's parent session and the workspace version it started at (migration 0004).
+    Column("parent_id", Text),
+    Column("parent_version", Count),
 )
 
 runs = Table(

@@ -38,14 +38,21 @@ if TYPE_CHECKING:
         EndSessionResult,
         FetchResult,
         FileArg,
+        ForkResult,
         PatchResult,
+        RestoreResult,
         RevokeResult,
         RunResult,
         WorkspaceFileResult,
         WorkspaceListing,
     )
     from .session_end import STOPS, Stop, stop_session
-    from .workspace import list_workspace, read_workspace_file, read_workspace_resource
+    from .workspace import (
+        list_workspace,
+        read_workspace_file,
+        read_workspace_resource,
+        restore_workspace,
+    )
 
 _HOMES = homes(
     {
@@ -60,14 +67,21 @@ _HOMES = homes(
             "EndSessionResult",
             "FetchResult",
             "FileArg",
+            "ForkResult",
             "PatchResult",
+            "RestoreResult",
             "RevokeResult",
             "RunResult",
             "WorkspaceFileResult",
             "WorkspaceListing",
         ),
         "session_end": ("STOPS", "Stop", "stop_session"),
-        "workspace": ("list_workspace", "read_workspace_file", "read_workspace_resource"),
+        "workspace": (
+            "list_workspace",
+            "read_workspace_file",
+            "read_workspace_resource",
+            "restore_workspace",
+        ),
     }
 )
 
@@ -79,7 +93,9 @@ __all__ = [
     "EndSessionResult",
     "FetchResult",
     "FileArg",
+    "ForkResult",
     "PatchResult",
+    "RestoreResult",
     "RevokeResult",
     "RunResult",
     "Services",
@@ -98,6 +114,7 @@ __all__ = [
     "read_workspace_resource",
     "request_capability",
     "resource_label",
+    "restore_workspace",
     "revoke_capability",
     "stop_session",
     "tool_error_text",

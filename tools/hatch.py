@@ -297,9 +297,24 @@ async def find_copy(services: Services, session: Session, copy_id: str) -> Hatch
     if not COPY_ID.fullmatch(copy_id):
         raise missing
     record = await services.db.get_copy(copy_id)
-    if record is None or record.tenant != session.tenant or record.session_id != session.id:
+    if record is None or record.tenant != session.tenant:
+        raise missing
+    if record.session_id != session.id and not await _inherited(services, session.id, record):
         raise missing
     return record
+
+
+async def _inherited(services: Services, session_id: str, copy: HatchCopyRecord) -> bool:
+    """Whether a fork (`fork_session`) of the copy's session, or a fork of a fork, started
+    at a version holding the copy: its patch then diffs against the same snapshot."""
+    record = await services.db.get_session(session_id)
+    while record is not None and record.parent_id is not None:
+        if record.parent_version is None or record.parent_version < copy.version:
+            return False
+        if record.parent_id == copy.session_id:
+            return True
+        record = await services.db.get_session(record.parent_id)
+    return False
 
 
 async def make_patch(services: Services, session: Session, copy: HatchCopyRecord) -> PatchRecord:

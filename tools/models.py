@@ -150,6 +150,25 @@ class FetchResult(BaseModel):
     trust: Trust = "untrusted"
 
 
+class ForkResult(BaseModel):
+    """Structured result of fork_session."""
+
+    session_id: str = Field(description="The new session: pass it to work in the fork.")
+    session_expires_at: str
+    parent: str = Field(description="The session forked, which goes on unchanged.")
+    version: int = Field(description="The parent's workspace version the fork starts from.")
+
+
+class RestoreResult(BaseModel):
+    """Structured result of restore_workspace."""
+
+    session_id: str
+    session_expires_at: str
+    restored: int = Field(description="The version whose files the workspace holds again.")
+    version: int = Field(description="The new current version (history is kept).")
+    applied: int = Field(description="How many files and directories changed.")
+
+
 class EndSessionResult(BaseModel):
     """Structured result of end_session."""
 

@@ -22,7 +22,7 @@ from airlock.store import WorkspaceFile, WorkspaceHead
 from .artifacts import MAX_FETCH_BYTES, RUN_ID, enveloped, file_body, guess_mime_type, is_text
 from .context import Services, Session, iso_time
 from .envelope import new_nonce, wrap
-from .models import WorkspaceEntryInfo, WorkspaceFileResult, WorkspaceListing
+from .models import RestoreResult, WorkspaceEntryInfo, WorkspaceFileResult, WorkspaceListing
 
 MAX_LIST_ENTRIES = 1000
 SESSION_ID = id_pattern("ses_")
@@ -68,6 +68,21 @@ async def list_workspace(
     return CallToolResult(
         content=[TextContent(type="text", text=_listing_text(result))],
         structured_content=result.model_dump(mode="json"),
+    )
+
+
+async def restore_workspace(services: Services, session: Session, *, version: int) -> RestoreResult:
+    """Make version `version` of the session's workspace current again, as a new version:
+    the history stays, so a later version can still be restored or forked."""
+    commit = await services.db.restore_workspace(
+        session.id, version, writer=f"restore of version {version}", at=services.clock()
+    )
+    return RestoreResult(
+        session_id=session.id,
+        session_expires_at=session.expires_at_iso,
+        restored=version,
+        version=commit.version,
+        applied=commit.applied,
     )
 
 

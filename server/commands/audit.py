@@ -1,5 +1,7 @@
-"""`airlock audit runs|run|egress|drills|capabilities`: the records of past runs, egress
-decisions, drills and capability grants, read from the server's database."""
+"""`airlock audit runs|run|egress|drills|capabilities|sessions|versions`: the records of
+past runs, egress decisions, drills, capability grants, sessions (and what each fork started
+from) and workspace versions (who wrote each: a run, a fork, a restore), read from the
+server's database."""
 
 from __future__ import annotations
 
@@ -43,6 +45,15 @@ def add_parser(commands: Subparsers, common: argparse.ArgumentParser) -> None:
     )
     grants.add_argument("--session", metavar="ID", help="only this session")
     grants.add_argument("--limit", type=int, default=100, help="at most this many (default 100)")
+    sessions = audit.add_parser(
+        "sessions", parents=[common], help="sessions, and what each fork started from"
+    )
+    sessions.add_argument("--tenant", metavar="NAME", help="only sessions of this tenant")
+    sessions.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
+    versions = audit.add_parser(
+        "versions", parents=[common], help="a session's workspace versions and their writers"
+    )
+    versions.add_argument("session_id", metavar="SESSION")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -92,10 +103,24 @@ async def _capabilities(db: Database, config: Config, args: argparse.Namespace) 
     return await grants_table(db, session_id=args.session, limit=args.limit)
 
 
+async def _sessions(db: Database, config: Config, args: argparse.Namespace) -> str:
+    from ..audit import sessions_table
+
+    return await sessions_table(db, tenant=args.tenant, limit=args.limit)
+
+
+async def _versions(db: Database, config: Config, args: argparse.Namespace) -> str:
+    from ..audit import versions_table
+
+    return await versions_table(db, args.session_id)
+
+
 _REPORTS: dict[str, Callable[[Database, Config, argparse.Namespace], Awaitable[str]]] = {
     "runs": _runs,
     "run": _run,
     "egress": _egress,
     "drills": _drills,
     "capabilities": _capabilities,
+    "sessions": _sessions,
+    "versions": _versions,
 }

@@ -8,7 +8,8 @@
 - one module per tool or group of tools: `code.py` (run_code), `files.py`
   (fetch_artifact, list_workspace, read_workspace_file), `capabilities.py`
   (request_capability and its elicitation resolver, revoke_capability), `hatch.py`
-  (copy_in, get_patch), `session.py` (end_session).
+  (copy_in, get_patch), `forks.py` (fork_session, restore_workspace), `session.py`
+  (end_session).
 - `resources.py`: the resources (artifacts, workspace files, patches).
 
 To add a tool: a module here with `register(registry)`, whose tool function takes its

@@ -15,9 +15,9 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, delete, func, insert, select
 
-from airlock.errors import StoreError
+from airlock.errors import InvalidRequest, StoreError
 
-from ..records import HatchCopyRecord, PatchRecord, WorkspaceFile
+from ..records import HatchCopyRecord, PatchRecord, SessionRecord, WorkspaceFile
 from ..schema import (
     hatch_copies,
     hatch_patches,
@@ -27,6 +27,7 @@ from ..schema import (
     workspace_versions,
 )
 from ..workspace import Change, WorkspaceCommit, WorkspaceDelta, WorkspaceHead, merge
+from . import runs as runs_queries
 from .rows import from_json_fields, json_fields, matching, record_columns
 
 _ENTRY_COLUMNS = [c for c in workspace_files.c if c.name != "session_id"]
@@ -49,6 +50,7 @@ _CHANGES_SINCE = (
     )
     .order_by(workspace_changes.c.version)
 )
+_CHANGES_UPTO = _CHANGES_SINCE.where(workspace_changes.c.version <= bindparam("upto"))
 _INSERT_VERSION = insert(workspace_versions)
 # One path per parameter set (executemany), not an expanding IN: that would compile anew
 # for every count of paths, on the warm path.
@@ -92,9 +94,16 @@ def head(conn: Connection, session_id: str) -> WorkspaceHead:
     )
 
 
-def _changes_since(conn: Connection, session_id: str, version: int) -> dict[str, Change]:
-    """The last change of each path committed after `version`."""
-    rows = conn.execute(_CHANGES_SINCE, {"session_id": session_id, "version": version})
+def _changes_since(
+    conn: Connection, session_id: str, version: int, *, upto: int | None = None
+) -> dict[str, Change]:
+    """The last change of each path committed after `version` (up to `upto`)."""
+    params = {"session_id": session_id, "version": version}
+    rows = (
+        conn.execute(_CHANGES_SINCE, params)
+        if upto is None
+        else conn.execute(_CHANGES_UPTO, {**params, "upto": upto})
+    )
     since: dict[str, Change] = {}
     for row in rows.mappings():
         fields = dict(row)
@@ -224,3 +233,78 @@ def find_patch(conn: Connection, copy_id: str, source_sha256: str) -> PatchRecor
     params = {"copy_id": copy_id, "source_sha256": source_sha256}
     row = conn.execute(_FIND_PATCH, params).mappings().first()
     return _patch(row) if row is not None else None
+
+
+def state_at(conn: Connection, session_id: str, version: int) -> list[WorkspaceFile]:
+    """The session's workspace as version `version` left it: the head itself, or each
+    path's last change up to that version (every commit records its changes)."""
+    head_version = _head_version(conn, session_id)
+    if not 0 <= version <= head_version:
+        raise InvalidRequest(
+            f"session {session_id} has no workspace version {version}; its versions are "
+            f"0 to {head_version} (list_workspace shows the current one)"
+        )
+    if version == head_version:
+        return _entries(conn, session_id)
+    last: dict[str, WorkspaceFile | None] = {}
+    for path, change in _changes_since(conn, session_id, -1, upto=version).items():
+        last[path] = change.after
+    return sorted((e for e in last.values() if e is not None), key=lambda e: e.path)
+
+
+def fork(conn: Connection, child: SessionRecord, at: float) -> None:
+    """Start `child` (its parent and version set) with the parent's workspace at that
+    version: rows naming the same blobs, no content copied. The fork's history starts at
+    that version, recorded as written by the parent, whole, so its own versions can be
+    read and restored without the parent."""
+    assert child.parent_id is not None and child.parent_version is not None
+    entries = state_at(conn, child.parent_id, child.parent_version)
+    runs_queries.create_session(conn, child)
+    if child.parent_version == 0:
+        return
+    _write_version(conn, child.id, child.parent_version, child.parent_version, child.parent_id, at)
+    if entries:
+        conn.execute(_INSERT_ENTRY, [{"session_id": child.id, **e.model_dump()} for e in entries])
+    _record_changes(conn, child.id, child.parent_version, child.parent_id, entries, [])
+
+
+def restore(
+    conn: Connection, session_id: str, version: int, writer: str, at: float
+) -> WorkspaceCommit:
+    """A new version of the session's workspace equal to its version `version`; history
+    is kept as it was (the restore is one more commit, by `writer`)."""
+    first = _first_version(conn, session_id)
+    if version < first:
+        raise InvalidRequest(
+            f"versions before {first} of session {session_id} belong to the session it was "
+            "forked from; fork that session at the version instead"
+        )
+    old = {e.path: e for e in state_at(conn, session_id, version)}
+    current = {e.path: e for e in _entries(conn, session_id)}
+    upserts = [e for p, e in sorted(old.items()) if current.get(p) != e]
+    delta = WorkspaceDelta(
+        base_version=_head_version(conn, session_id),
+        upserts=tuple(upserts),
+        deletes=tuple(p for p in sorted(current) if p not in old),
+        dirs=tuple(e for _, e in sorted(old.items()) if e.kind == "dir"),
+    )
+    return commit(conn, session_id, delta, writer, at)
+
+
+def _first_version(conn: Connection, session_id: str) -> int:
+    """The first version of this session's own history: its fork point, else 0."""
+    parent_version = conn.execute(
+        select(sessions.c.parent_version).where(sessions.c.id == session_id)
+    ).scalar_one_or_none()
+    return int(parent_version or 0)
+
+
+def versions(conn: Connection, session_id: str) -> list[tuple[int, int, str | None, float]]:
+    """(version, base version, writer, time) of each committed version, oldest first."""
+    v = workspace_versions.c
+    query = (
+        select(v.version, v.base_version, v.written_by, v.created_at)
+        .where(v.session_id == session_id)
+        .order_by(v.version)
+    )
+    return [(int(a), int(b), w, float(t)) for a, b, w, t in conn.execute(query)]

@@ -25,7 +25,7 @@ import pytest
 from support import TESTS, git_apply, lock_files, services_on
 
 import airlock.tools.hatch as hatch_tool
-from airlock.errors import LimitExceeded
+from airlock.errors import LimitExceeded, NotFound
 from airlock.policies import Policy
 from airlock.sandbox.gitdiff import build_patch, git_blob_id
 from airlock.server.patches import apply, describe, load_patch, write_patch
@@ -378,3 +378,31 @@ async def test_a_patch_kept_before_source_keys_still_shows_and_applies(
         ("a.txt", False),
         ("logo.bin", False),
     ]
+
+
+async def test_get_patch_in_a_fork_diffs_against_the_same_snapshot_and_shows_only_its_changes(
+    opened: Callable[..., Any],
+) -> None:
+    services = await opened()
+    parent, copy_id = await copied(services, {"a.txt": b"a\n"})
+    await sandbox_writes(services, parent, {"parent.txt": b"parent\n"})
+    at = (await services.db.workspace_head(parent.id)).version
+    fork = Session(id="ses_2", tenant="local", expires_at=4e9)
+    record = SessionRecord(
+        id=fork.id, tenant="local", created_at=0, last_used_at=0, expires_at=4e9
+    ).model_copy(update={"parent_id": parent.id, "parent_version": at})
+    await services.db.fork_session(record, at=2.0)
+    await sandbox_writes(services, fork, {"fork.txt": b"fork\n"})
+    await sandbox_writes(services, parent, {"later.txt": b"later\n"})
+
+    in_fork = {e["path"] for e in (await whole_patch(services, fork, copy_id))["files"]}
+    in_parent = {e["path"] for e in (await whole_patch(services, parent, copy_id))["files"]}
+    assert in_fork == {"parent.txt", "fork.txt"}
+    assert in_parent == {"parent.txt", "later.txt"}
+    # A session that is no fork of the copy's does not see the copy.
+    other = Session(id="ses_3", tenant="local", expires_at=4e9)
+    await services.db.create_session(
+        SessionRecord(id=other.id, tenant="local", created_at=0, last_used_at=0, expires_at=4e9)
+    )
+    with pytest.raises(NotFound):
+        await get_patch(services, other, copy_id=copy_id, offset=0, max_bytes=1)
