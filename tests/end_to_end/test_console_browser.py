@@ -131,6 +131,10 @@ class Watch:
 
     def page_of(self, page: Page) -> Page:
         def on_console(message: ConsoleMessage) -> None:
+            # Chromium fetches /favicon.ico by itself for a page that names no icon (the
+            # guard's plain-text refusals): its 404 is the browser's doing, not a page's.
+            if message.location.get("url", "").endswith("/favicon.ico"):
+                return
             if message.type in ("error", "warning"):
                 self.errors.append(f"console {message.type}: {message.text}")
 

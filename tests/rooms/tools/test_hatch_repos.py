@@ -537,7 +537,9 @@ async def test_a_copy_racing_a_running_call_merges_and_reports_the_conflict(
         await wait_until(
             lambda: (
                 not docker_client.containers.list(
-                    all=True, filters={"label": f"airlock.run={first['run_id']}"}
+                    all=True,
+                    filters={"label": f"airlock.run={first['run_id']}"},
+                    ignore_removed=True,
                 )
             ),
             within=60,
@@ -556,7 +558,8 @@ async def test_a_copy_racing_a_running_call_merges_and_reports_the_conflict(
             tg.start_soon(long_run)
             await wait_until(
                 lambda: docker_client.containers.list(
-                    filters={"label": f"airlock.session={sid}", "status": "running"}
+                    filters={"label": f"airlock.session={sid}", "status": "running"},
+                    ignore_removed=True,
                 ),
                 within=60,
             )
