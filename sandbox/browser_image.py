@@ -52,6 +52,7 @@ BROWSER_PACKAGES = tuple(
 DRIVER_MODULES = (
     *("__init__.py", "wire.py", "codeproc.py", "runner.py"),
     *("browser.py", "browser_page.py", "browser_gate.py", "devtools.py"),
+    *("browser_actions.py", "browser_snapshot.py"),
 )
 BROWSER_LABEL = "airlock.browser"
 

@@ -103,6 +103,10 @@ class BrowseJob(BaseModel):
     the host's limit, so a page with a long one loses its tail, never the whole report."""
     max_url_chars: int
     max_error_chars: int
+    screenshot: bool = True
+    """Whether the box takes a screenshot (the snapshot is always taken)."""
+    max_snapshot_lines: int
+    """Most lines of the accessibility snapshot the box renders; it says when it cut."""
 
 
 class JobSpec(BaseModel):

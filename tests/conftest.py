@@ -58,6 +58,7 @@ BOTH_RUNTIMES = (
     "test_teardown",
     "test_toolbox",
     "test_browse",
+    "test_browse_refs",
 )
 ENGINE_FIXTURES = frozenset({"docker_client", "sandbox_image", "browser_image", "engine_runtimes"})
 """The fixtures that need the engine: a test using one needs the `docker` marker."""

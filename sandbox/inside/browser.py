@@ -51,8 +51,10 @@ if __name__ == "__main__" and not __package__:
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     __package__ = "inside"
 
+from .browser_actions import Actor, evaluate
 from .browser_gate import Gate
 from .browser_page import ALLOWED_SCHEMES, Page
+from .browser_snapshot import Refs, snapshot, world_of
 from .devtools import Cdp, Deadline, PageGone
 
 # The runner's own machinery, shared rather than copied: dropping privileges, the relay,
@@ -130,20 +132,6 @@ CLOSED_FLAGS = (
     "--hide-scrollbars",
     "--remote-debugging-pipe",
 )
-KEYS = {
-    "Enter": ("\r", 13),
-    "Tab": ("\t", 9),
-    "Escape": ("", 27),
-    "Backspace": ("", 8),
-    "ArrowUp": ("", 38),
-    "ArrowDown": ("", 40),
-    "ArrowLeft": ("", 37),
-    "ArrowRight": ("", 39),
-    "PageDown": ("", 34),
-    "PageUp": ("", 33),
-    "Home": ("", 36),
-    "End": ("", 35),
-}
 
 
 def _trust_ca(ca_pem: str) -> None:
@@ -203,68 +191,6 @@ def _start_chromium(request: dict[str, Any]) -> tuple[int, int, int]:
     os.close(to_read)
     os.close(from_write)
     return pid, to_write, from_read
-
-
-def _evaluate(page: Page, expression: str, context: int | None = None) -> Any:
-    params: dict[str, Any] = {"expression": expression, "returnByValue": True}
-    params["awaitPromise"] = True
-    if context is not None:
-        params["contextId"] = context
-    result = page.cdp.call("Runtime.evaluate", params, page.session)
-    if "exceptionDetails" in result:
-        raise ValueError(result["exceptionDetails"].get("text", "the page's script failed"))
-    return result.get("result", {}).get("value")
-
-
-def _center_of(page: Page, selector: str) -> tuple[float, float]:
-    found = _evaluate(
-        page,
-        f"(() => {{ const e = document.querySelector({json.dumps(selector)}); if (!e) return null;"
-        " e.scrollIntoView({block: 'center'}); const r = e.getBoundingClientRect();"
-        " return [r.x + r.width / 2, r.y + r.height / 2]; })()",
-    )
-    if not found:
-        raise LookupError(f"no element matches the selector {selector!r}")
-    return float(found[0]), float(found[1])
-
-
-def _act(page: Page, action: dict[str, Any]) -> None:
-    """One action of the request (validated on the host); a failure ends the actions."""
-    kind, send = action["kind"], page.cdp.call
-    if kind == "click":
-        x, y = _center_of(page, action["selector"])
-        for event in ("mousePressed", "mouseReleased"):
-            params = {"type": event, "x": x, "y": y, "button": "left", "clickCount": 1}
-            send("Input.dispatchMouseEvent", params, page.session)
-    elif kind == "type":
-        if action.get("selector"):
-            _center_of(page, action["selector"])
-            _evaluate(page, f"document.querySelector({json.dumps(action['selector'])}).focus()")
-        send("Input.insertText", {"text": action["text"]}, page.session)
-    elif kind == "press":
-        text, code = KEYS[action["key"]]
-        for event in ("keyDown", "keyUp"):
-            params = {"type": event, "key": action["key"], "windowsVirtualKeyCode": code}
-            if text and event == "keyDown":
-                params["text"] = text
-            send("Input.dispatchKeyEvent", params, page.session)
-    elif kind == "wait_for":
-        limit = int(action["timeout_ms"])
-        found = _evaluate(
-            page,
-            f"new Promise(done => {{ const s = {json.dumps(action['selector'])}, t0 = Date.now();"
-            " const look = () => document.querySelector(s) ? done(true)"
-            f" : Date.now() - t0 > {limit} ? done(false) : setTimeout(look, 50); look(); }})",
-        )
-        if not found:
-            raise LookupError(f"no element matched {action['selector']!r} within {limit} ms")
-    elif kind == "wait":
-        page.cdp.pump(lambda: False, until=time.monotonic() + int(action["ms"]) / 1000)
-    elif kind == "scroll":
-        params = {"type": "mouseWheel", "x": 1, "y": 1, "deltaX": 0, "deltaY": int(action["dy"])}
-        params["deltaX"] = int(action.get("dx", 0))
-        send("Input.dispatchMouseEvent", params, page.session)
-    page.cdp.pump(lambda: False, until=time.monotonic() + 0.1)
 
 
 def _read_page(request: dict[str, Any]) -> str:
@@ -333,7 +259,7 @@ def _not_loaded(page: Page, found: dict[str, Any], error: str = "") -> bool:
     return True
 
 
-def _browse(page: Page, gate_port: int) -> dict[str, Any]:
+def _browse(page: Page, actor: Actor, gate_port: int) -> dict[str, Any]:
     """Open the page, act, read it; what `page.json` says."""
     cdp, request = page.cdp, page.request
     _open_page(page, gate_port)
@@ -355,26 +281,24 @@ def _browse(page: Page, gate_port: int) -> dict[str, Any]:
         if page.crashed:
             break
         try:
-            _act(page, action)
+            actor.act(action)
         except (LookupError, ValueError, RuntimeError) as exc:
             found["error"] = f"action {found['actions_done'] + 1} ({action['kind']}) failed: {exc}"
             break
         found["actions_done"] += 1
     if page.crashed:
         raise PageGone("the page's renderer died")
-    return _read(page, found)
+    return _read(page, actor.refs, found)
 
 
-def _read(page: Page, found: dict[str, Any]) -> dict[str, Any]:
-    """Read the page as it now is, and its screenshot, unless an action left it unloaded."""
+def _read(page: Page, refs: Refs, found: dict[str, Any]) -> dict[str, Any]:
+    """Read the page as it now is, its snapshot and its screenshot (unless the request says
+    none), unless an action left it unloaded."""
     cdp = page.cdp
     # Read in a world of our own: the page's scripts share its DOM but not its JavaScript,
     # so a page that replaced Array.from or String.prototype.slice changes nothing here.
-    frame = cdp.call("Page.getFrameTree", {}, page.session)["frameTree"]["frame"]["id"]
-    world = cdp.call(
-        "Page.createIsolatedWorld", {"frameId": frame, "worldName": "airlock"}, page.session
-    )["executionContextId"]
-    where = str(_evaluate(page, "location.href", world) or "")
+    world = world_of(page)
+    where = str(evaluate(page, "location.href", world) or "")
     if not where.lower().startswith(ALLOWED_SCHEMES):
         if _not_loaded(page, found):
             return found
@@ -384,12 +308,14 @@ def _read(page: Page, found: dict[str, Any]) -> dict[str, Any]:
         return found
     if page.refused is not None and _not_loaded(page, found):
         return found
-    read = _evaluate(page, _read_page(page.request), world)
+    read = evaluate(page, _read_page(page.request), world)
     if isinstance(read, dict):
         found.update(read)
-    shot = cdp.call("Page.captureScreenshot", {"format": "png"}, page.session)
-    with _as_sandbox_user(), open(os.path.join(WORKSPACE, "screenshot.png"), "wb") as f:
-        f.write(base64.b64decode(shot["data"]))
+    found.update(snapshot(page, refs, int(page.request["max_snapshot_lines"])))
+    if page.request["screenshot"]:
+        shot = cdp.call("Page.captureScreenshot", {"format": "png"}, page.session)
+        with _as_sandbox_user(), open(os.path.join(WORKSPACE, "screenshot.png"), "wb") as f:
+            f.write(base64.b64decode(shot["data"]))
     # A download still running is not waited for beyond the settle time.
     cdp.pump(
         lambda: all(d["state"] in ("completed", "canceled") for d in page.downloads.values()),
@@ -434,7 +360,7 @@ def _run(job: dict[str, Any], out: BinaryIO, relay: int | None) -> dict[str, Any
     cdp.on_event = page.on_event
     timed_out, exit_code = False, 0
     try:
-        found = _browse(page, gate.port)
+        found = _browse(page, Actor(page, Refs()), gate.port)
         if found["error"]:
             exit_code = 1
     except Deadline:

@@ -3,10 +3,10 @@
 Belongs here: `Page` and its event handlers: adopting the targets of the browse's own browser
 context (and only those), failing every request whose scheme is not http(s), answering the
 proxy's 407 with the run's token, dismissing JavaScript dialogs, following the main frame's
-document (its URL, the proxy's refusal of it, Chromium's error for it), and noting console
-lines, crashes and downloads, and telling the gate which hosts the page asked for. Does not
-belong here: the pipe (`devtools`), starting Chromium,
-acting on the page or reporting (`browser`).
+document (its URL, the proxy's refusal of it, Chromium's error for it, the one it shows),
+noting console lines, crashes and downloads, and telling the gate which hosts the page
+asked for. Does not belong here: the pipe (`devtools`), starting Chromium or reporting
+(`browser`), acting on the page (`browser_actions`).
 
 Only the standard library of the image's Python (3.11) may be used here.
 """
@@ -54,6 +54,12 @@ class Page:
         self.document = ""
         """The request id of the main frame's latest document."""
         self.document_url = ""
+        self.document_loader = ""
+        """The loader of the main frame's latest document request (its lifecycle's key)."""
+        self.loader = ""
+        """The loader of the document the main frame shows now (refs are bound to it)."""
+        self.world: tuple[str, int] | None = None
+        """(loader, context id) of our own isolated world in that document."""
         self.refused: tuple[int, str] | None = None
         """(status, reason) when the proxy itself answered the main frame's document."""
         self.failed = ""
@@ -136,7 +142,13 @@ class Page:
             return
         self.document = str(params.get("requestId", ""))
         self.document_url = str(params.get("request", {}).get("url", ""))
+        self.document_loader = str(params.get("loaderId", ""))
         self.refused, self.failed = None, ""
+
+    def navigated(self, params: dict[str, Any], session: str) -> None:
+        frame = params.get("frame", {})
+        if session == self.session and not frame.get("parentId"):
+            self.loader = str(frame.get("loaderId", ""))
 
     def websocket(self, params: dict[str, Any], _session: str) -> None:
         # Fetch never pauses a websocket; its handshake is the page's all the same.
@@ -202,6 +214,7 @@ _HANDLERS = {
     "Fetch.authRequired": Page.auth,
     "Page.javascriptDialogOpening": Page.dialog,
     "Network.requestWillBeSent": Page.request_sent,
+    "Page.frameNavigated": Page.navigated,
     "Network.webSocketCreated": Page.websocket,
     "Network.responseReceived": Page.response,
     "Network.loadingFailed": Page.loading_failed,

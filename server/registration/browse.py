@@ -8,8 +8,9 @@ from typing import Annotated, Any
 from mcp.types import CallToolResult
 from pydantic import Field
 
-from airlock.tools.browse import BROWSE_ACTIONS_DOC, BROWSE_DOC
+from airlock.tools.browse import BROWSE_DOC
 from airlock.tools.browse import browse as browse_handler
+from airlock.tools.browse_input import BROWSE_ACTIONS_DOC
 
 from .registry import AirlockContext, Registry, hints
 
@@ -29,6 +30,7 @@ def register(registry: Registry) -> None:
         ] = [],  # noqa: B006 - pydantic copies defaults; the schema needs a plain []
         actions: Annotated[list[dict[str, Any]], Field(description=BROWSE_ACTIONS_DOC)] = [],  # noqa: B006
         timeout_s: Annotated[int | None, Field(description="Wall-clock limit in seconds.")] = None,
+        screenshot: Annotated[bool, Field(description="false: no PNG, the snapshot only.")] = True,
         session_id: SessionArg = None,
         ctx: AirlockContext = None,  # type: ignore[assignment]  # injected by the SDK
     ) -> CallToolResult:
@@ -40,5 +42,6 @@ def register(registry: Registry) -> None:
                 actions=actions,
                 capabilities=capabilities,
                 timeout_s=timeout_s,
+                screenshot=screenshot,
                 progress=call.progress,
             )

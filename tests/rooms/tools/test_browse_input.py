@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from airlock.errors import InvalidRequest, LimitExceeded
-from airlock.tools.browse import MAX_ACTIONS, check_actions, check_url
+from airlock.tools.browse_input import MAX_ACTIONS, check_actions, check_url
 
 
 @pytest.mark.parametrize(
@@ -50,7 +50,10 @@ def test_a_web_address_passes_unchanged() -> None:
     ("actions", "expected"),
     [
         ([{"kind": "eval", "code": "1"}], "actions.0"),
-        ([{"kind": "click"}], "actions.0.click.selector"),
+        ([{"kind": "click"}], "actions.0.click: give the element as selector (CSS) or ref"),
+        ([{"kind": "click", "selector": "a", "ref": "e1"}], "give selector or ref, not both"),
+        ([{"kind": "click", "ref": "7"}], "actions.0.click.ref"),
+        ([{"kind": "select", "ref": "e2"}], "actions.0.select.value"),
         ([{"kind": "click", "selector": "a" * 301}], "at most 300 characters"),
         ([{"kind": "press", "key": "F12"}], "actions.0.press.key"),
         ([{"kind": "wait", "ms": 10_001}], "actions.0.wait.ms"),
