@@ -25,7 +25,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,7 @@ from airlock.sandbox.image import ensure_image
 from airlock.sandbox.runtime import GVISOR, REGISTER_GVISOR, RUNC
 from airlock.server import Config, build_server
 from airlock.server.engine import Engine, EngineFactory
+from airlock.store import Database
 
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
 # Hardening, attacks, limits, egress, teardown, and the tools agents reach for (gVisor is
@@ -141,6 +142,14 @@ def store_at(request: pytest.FixtureRequest, tmp_path: Path) -> Path | str:
         return tmp_path / "airlock.db"
     url: str = request.getfixturevalue("postgres_url")
     return url
+
+
+@pytest.fixture
+async def db(store_at: Path | str) -> AsyncIterator[Database]:
+    """A `Database` on the store `store_at` names, closed after the test."""
+    database = await Database.open(store_at)
+    yield database
+    await database.close()
 
 
 @pytest.fixture(scope="session")

@@ -4,9 +4,6 @@ ways, and a restore is a new version equal to an old one, history kept."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import pytest
 from support import session_record, ws_file
 
@@ -14,18 +11,6 @@ from airlock.errors import InvalidRequest
 from airlock.store import Database, SessionRecord, WorkspaceDelta, WorkspaceFile
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-@pytest.fixture
-async def db(store_at: Path | str) -> AsyncIterator[Database]:
-    database = await Database.open(store_at)
-    yield database
-    await database.close()
 
 
 async def write(

@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import sqlite3
 import stat
-from collections.abc import AsyncIterator
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -37,13 +36,6 @@ pytestmark = pytest.mark.anyio
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
-
-
-@pytest.fixture
-async def db(store_at: Path | str) -> AsyncIterator[Database]:
-    database = await Database.open(store_at)
-    yield database
-    await database.close()
 
 
 def artifact(path: str, *, run_id: str = "r1") -> ArtifactRecord:
