@@ -90,12 +90,13 @@ class Config:
         return self.data_dir / "instances"
 
 
-async def open_store(config: Config) -> Database:
+async def open_store(config: Config, instance_id: str | None = None) -> Database:
     """The records `config` names, made or upgraded if needed (the server's and the
-    drill's); a store that cannot be opened is a `StoreError` naming the fix."""
+    drill's), their connections named for server `instance_id`; a store that cannot be
+    opened is a `StoreError` naming the fix."""
     from airlock.store import Database  # SQLAlchemy and pydantic: not for `airlock --help`
 
-    return await Database.open(config.store)
+    return await Database.open(config.store, instance_id=instance_id)
 
 
 async def open_records(config: Config) -> Database:

@@ -88,7 +88,7 @@ async def serving(
     instance = Instance.current()
     # Each step registers its own undoing as it succeeds; they run last-in, first-out.
     async with AsyncExitStack() as undo:
-        db = await open_store(config)
+        db = await open_store(config, instance.id)
         undo.push_async_callback(_shielded(db.close))
         blobs = blob_store(config, db, owner=instance.id)
         claim = await _claim(config, db, blobs, instance.id, clock)

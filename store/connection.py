@@ -26,6 +26,19 @@ from .private import private_dir
 
 BUSY_TIMEOUT_MS = 5000
 
+KEEPALIVES: dict[str, int] = {
+    "keepalives": 1,
+    "keepalives_idle": 5,
+    "keepalives_interval": 2,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 10_000,
+}
+"""libpq's settings for every PostgreSQL connection of a server (its pool, its claim, its
+notices): a database that vanished without closing the socket (a cut network) is found by
+TCP keepalives within about idle + interval * count = 11 s when idle, and by
+`tcp_user_timeout` (ms) within 10 s when sent data goes unacknowledged, instead of the
+kernel's two hours."""
+
 _POSTGRES_SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")
 _FIX = "pass --store postgresql://USER:PASSWORD@HOST:PORT/DATABASE (or sqlite:///PATH)"
 CHECK_URL = (
@@ -117,12 +130,24 @@ def driver_sentence(exc: BaseException) -> str:
     return " ".join(detail.split())
 
 
-def create(place: Location) -> Engine:
-    """The engine for `place`; for SQLite, the file and its directory are made private first."""
+def application_name(instance_id: str) -> str:
+    """What PostgreSQL shows (`pg_stat_activity.application_name`) for the connections of
+    server `instance_id`: how its claim finds its own backends left by a cut network
+    (`pg_claims`), and how an operator tells the replicas apart."""
+    return f"airlock:{instance_id}"[:63]  # PostgreSQL keeps NAMEDATALEN - 1 bytes
+
+
+def create(place: Location, instance_id: str | None = None) -> Engine:
+    """The engine for `place`, its connections named for server `instance_id` when given;
+    for SQLite, the file and its directory are made private first."""
     if place.path is not None:
         return _sqlite_engine(place.path, own_directory=place.own_directory)
     return create_engine(
         place.url,
+        connect_args={
+            **KEEPALIVES,
+            "application_name": application_name(instance_id or "store"),
+        },
         # A fleet replica's calls run concurrently; a few connections cover them, and a
         # connection the server closed is found at its next use, not on every checkout.
         pool_size=5,

@@ -91,10 +91,10 @@ def _transaction(conn: Connection, place: Location, *, write: bool) -> Iterator[
     conn.commit()
 
 
-def _prepare(place: Location) -> tuple[Engine, Connection | None]:
+def _prepare(place: Location, instance_id: str | None) -> tuple[Engine, Connection | None]:
     """Make the engine, refuse a newer schema (writing nothing), then migrate to the head.
     For SQLite, also the one connection every call then uses."""
-    engine = create(place)
+    engine = create(place, instance_id)
     try:
         conn = engine.connect()
         try:
@@ -134,13 +134,14 @@ class Database:
         )
 
     @classmethod
-    async def open(cls, where: Path | str) -> Database:
+    async def open(cls, where: Path | str, *, instance_id: str | None = None) -> Database:
         """Open the store `where` names: a path is a SQLite file (made, with its parent
-        directory, if missing); a string is a URL, `postgresql://…` or `sqlite:///PATH`.
+        directory, if missing); a string is a URL, `postgresql://…` or `sqlite:///PATH`
+        (its connections named for server `instance_id`, `connection.application_name`).
         Its schema is brought to this Airlock's; a newer one is refused, untouched."""
         place = location(where)
         try:
-            engine, conn = await anyio.to_thread.run_sync(_prepare, place)
+            engine, conn = await anyio.to_thread.run_sync(_prepare, place, instance_id)
         except (SQLAlchemyError, sqlite3.Error) as exc:
             fix = "" if place.is_sqlite else f"; {CHECK_URL}"
             raise StoreError(f"cannot open {translate(exc, place)}{fix}") from exc

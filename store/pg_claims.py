@@ -15,8 +15,14 @@ threshold would end a slow replica's runs under it.
 A replica that loses its own claim connection (found by a query every `HEARTBEAT_S`,
 bounded by `HEARTBEAT_TIMEOUT_S`) has lost its claim: `check()` then raises `StoreUnavailable`,
 so the server takes no call whose run it could not record or vouch for, and `serve`
-reconnects with backoff and takes the lock again, once no peer holds it (a peer holding it
-is ending this replica's runs: they are gone when it lets go). Calls already running when
+reconnects with backoff (at most `REGAIN_BACKOFF_MAX_S` apart) and takes the lock again,
+once no peer holds it (a peer holding it is ending this replica's runs: they are gone when it
+lets go). A cut network that swallowed the close leaves PostgreSQL keeping this replica's
+old backend, and the lock with it, for as long as the server's TCP keepalives take (two
+hours by default): every connection is named `airlock:<instance id>`
+(`connection.application_name`), so the replica ends a holder of its own lock that bears its
+own name and another pid (`pg_terminate_backend`), and serves again within seconds of the
+heal; a holder of another name (a peer) is waited for. Calls already running when
 the claim was lost go on; a peer may have ended their records `killed` meanwhile, and their
 own end, if they finish and the database is back, is written over it (not yet refused).
 
@@ -40,13 +46,29 @@ from psycopg.rows import TupleRow
 
 from airlock.errors import StoreError, StoreUnavailable
 
-from .pg_notices import BACKOFF_MAX_S, BACKOFF_MIN_S, connect, where
+from .connection import application_name
+from .pg_notices import BACKOFF_MIN_S, connect, where
 
 log = logging.getLogger(__name__)
 
 HEARTBEAT_S = 1.0
 HEARTBEAT_TIMEOUT_S = 3.0
+REGAIN_BACKOFF_MAX_S = 1.0
+"""A lost claim is tried again at least this often: one connection a second is nothing to
+the database, and a healed replica serves again within a second of its first connect."""
 ENDED_BY_DEATH = "the server running it stopped before the run ended (found by a live replica)"
+
+# An advisory lock on one bigint key shows in pg_locks as classid (its high 32 bits) and
+# objid (its low 32 bits), with objsubid 1 (as in queries/replicas.py).
+_TERMINATE_OWN = """
+    SELECT pg_terminate_backend(l.pid, 2000)
+    FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+      AND l.classid = ((%(key)s::bigint >> 32) & 4294967295)::oid
+      AND l.objid = (%(key)s::bigint & 4294967295)::oid
+      AND a.application_name = %(name)s AND l.pid <> pg_backend_pid()
+"""
 
 EndRuns = Callable[[Sequence[str], float], Awaitable[int]]
 """End `killed` the unfinished runs of these instances at this time; how many."""
@@ -75,6 +97,7 @@ class AdvisoryClaim:
         self._clock = clock
         self._id = instance_id
         self._key = lock_key(instance_id)
+        self._name = application_name(instance_id)
         self._end_runs = end_runs
         self._conn: Connection | None = conn
         # One query at a time on the claim's connection (heartbeat, scan, release).
@@ -92,7 +115,7 @@ class AdvisoryClaim:
     ) -> AdvisoryClaim:
         """Claim `instance_id` on `url`, then end the runs of every instance that died."""
         try:
-            conn = await connect(url)
+            conn = await connect(url, instance_id)
         except psycopg.Error as exc:
             raise StoreError(
                 f"cannot claim a server instance on {where(url)}: {type(exc).__name__}; check "
@@ -198,6 +221,17 @@ class AdvisoryClaim:
         )
         return True
 
+    async def _end_own_stale_backend(self, conn: Connection) -> bool:
+        """Terminate the backend holding this instance's lock if it is this server's own
+        (its `application_name`, another pid than `conn`'s): a connection this server gave
+        up on that PostgreSQL still keeps, because a cut network swallowed the close. Whether
+        one was ended (then the lock is free: terminated backends are waited for)."""
+        cursor = await conn.execute(_TERMINATE_OWN, {"key": self._key, "name": self._name})
+        ended = [bool(row[0]) for row in await cursor.fetchall()]
+        if any(ended):
+            log.warning("ended this server's own stale claim connection on %s", where(self._url))
+        return any(ended)
+
     async def _beat(self) -> bool:
         async with self._lock:
             if self._conn is None:
@@ -220,13 +254,15 @@ class AdvisoryClaim:
         delay = BACKOFF_MIN_S
         while True:
             await anyio.sleep(delay * random.uniform(0.5, 1.0))
-            delay = min(delay * 2, BACKOFF_MAX_S)
+            delay = min(delay * 2, REGAIN_BACKOFF_MAX_S)
             try:
-                conn = await connect(self._url)
+                conn = await connect(self._url, self._id)
             except psycopg.Error:
                 continue
             try:
                 held = await self._hold(conn, self._clock())
+                if not held and await self._end_own_stale_backend(conn):
+                    held = await self._hold(conn, self._clock())
             except BaseException as exc:
                 with anyio.CancelScope(shield=True):
                     await conn.close()

@@ -20,11 +20,12 @@ import random
 import anyio
 import anyio.abc
 import psycopg
-from psycopg.conninfo import conninfo_to_dict
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import TupleRow
 
 from airlock.errors import StoreError
 
+from .connection import KEEPALIVES, application_name
 from .notices import AnyNotice, Notices, decode, encode
 
 log = logging.getLogger(__name__)
@@ -44,18 +45,12 @@ def where(url: str) -> str:
     return f"{parts.get('host', 'localhost')}:{parts.get('port', 5432)}/{parts.get('dbname', '')}"
 
 
-async def connect(url: str) -> psycopg.AsyncConnection[TupleRow]:
-    """An autocommit connection to `url` with keepalives on; psycopg's errors as they are."""
-    # A database that vanished without closing the socket (a cut network) is found by
-    # TCP keepalives within about idle + interval * count = 11 seconds.
+async def connect(url: str, instance_id: str) -> psycopg.AsyncConnection[TupleRow]:
+    """An autocommit connection to `url` for the server `instance_id`, with keepalives on
+    and named for it (`connection.KEEPALIVES`); psycopg's errors as they are."""
+    conninfo = make_conninfo(url, application_name=application_name(instance_id), **KEEPALIVES)
     return await psycopg.AsyncConnection.connect(
-        url,
-        autocommit=True,
-        connect_timeout=CONNECT_TIMEOUT_S,
-        keepalives=1,
-        keepalives_idle=5,
-        keepalives_interval=2,
-        keepalives_count=3,
+        conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
     )
 
 
@@ -77,7 +72,7 @@ class PostgresNotices(Notices):
         at that first try is a `StoreError` (the server must not start deaf); later losses
         reconnect forever."""
         try:
-            first = await connect(self._url)
+            first = await connect(self._url, self.origin)
         except psycopg.Error as exc:
             raise StoreError(
                 f"cannot listen for notices on {where(self._url)}: {type(exc).__name__}; "
@@ -124,7 +119,7 @@ class PostgresNotices(Notices):
 
     async def _reconnect(self) -> psycopg.AsyncConnection[TupleRow] | None:
         try:
-            return await connect(self._url)
+            return await connect(self._url, self.origin)
         except psycopg.Error as exc:
             log.info("notice connection to %s still down (%s)", where(self._url), type(exc))
             return None
@@ -153,7 +148,7 @@ class PostgresNotices(Notices):
             for attempt in (1, 2):
                 try:
                     if self._sender is None or self._sender.closed:
-                        self._sender = await connect(self._url)
+                        self._sender = await connect(self._url, self.origin)
                     await self._sender.execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload))
                     return
                 except psycopg.Error as exc:
