@@ -10,6 +10,7 @@
     ├── ApprovalPending       a capability request now waits for the operator's decision
     ├── NotFound              unknown id; also anything of another session or tenant
     ├── SessionEnded          the session ended while a call in it was running
+    ├── RunEndedByFleet       another replica ended the run while this one had lost its claim
     ├── ConfigFileInvalid     an operator's file with problems (all of them listed)
     │   ├── PolicyInvalid     a policy file
     │   └── AuthConfigInvalid the auth config file
@@ -81,6 +82,22 @@ class NotFound(AirlockError):
 
 class SessionEnded(AirlockError):
     """The session ended (end_session, expiry, shutdown) while a call in it was running."""
+
+
+class RunEndedByFleet(AirlockError):
+    """A run's end or workspace commit refused: its record was no longer open under this
+    server's claim (a peer of the fleet ended it, or this server lost its claim and took it
+    again), so what this server made of it is discarded; the message names the record."""
+
+    def __init__(self, run_id: str, status: str, why: str | None) -> None:
+        self.run_id = run_id
+        self.status = status
+        said = f" ({why})" if why else ""
+        super().__init__(
+            f"the fleet ended run {run_id} `{status}`{said} while this server had lost its "
+            "claim on it; this server's result was discarded and nothing of it landed in the "
+            "workspace: run the code again"
+        )
 
 
 class ConfigFileInvalid(AirlockError):

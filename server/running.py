@@ -42,6 +42,10 @@ log = logging.getLogger(__name__)
 
 SWEEP_INTERVAL_S = 10.0
 REAP_INTERVAL_S = 60.0
+ENDED_ORPHANED = (
+    "the server running it no longer holds the claim it ran under (it lost it and stopped "
+    "its sandboxes, or it stopped); ended by the fleet's sweep"
+)
 
 
 @dataclass(frozen=True)
@@ -91,11 +95,11 @@ async def serving(
         db = await open_store(config, instance.id)
         undo.push_async_callback(_shielded(db.close))
         blobs = blob_store(config, db, owner=instance.id)
-        claim = await _claim(config, db, blobs, instance.id, clock)
-        # Runs after every later step's undoing, so after every run of this instance ended.
-        undo.push_async_callback(_shielded(claim.release))
         engine = engine_side(policy, instance)
         undo.callback(engine.close)
+        claim = await _claim(config, db, blobs, instance.id, clock, lambda: _fence(engine))
+        # Runs after every later step's undoing, so after every run of this instance ended.
+        undo.push_async_callback(_shielded(claim.release))
         undo.push_async_callback(_shielded(lambda: _remove_remaining(engine)))
         grants = Grants()
         tokens = RunTokens()
@@ -140,9 +144,15 @@ async def serving(
 
 
 async def _claim(
-    config: Config, db: Database, blobs: BlobStore, instance_id: str, clock: Callable[[], float]
+    config: Config,
+    db: Database,
+    blobs: BlobStore,
+    instance_id: str,
+    clock: Callable[[], float],
+    fence: Callable[[], Awaitable[object]],
 ) -> InstanceClaim:
-    """This server's claim on its runs: a flock on one machine, an advisory lock in a fleet."""
+    """This server's claim on its runs: a flock on one machine, an advisory lock in a fleet
+    (which `fence`s this server's sandboxes when it is lost)."""
     if config.fleet_url is None:
         return await FileClaim.take(db, blobs, config.instances_dir, instance_id, now=clock())
     from airlock.store.pg_claims import ENDED_BY_DEATH, AdvisoryClaim
@@ -152,7 +162,16 @@ async def _claim(
             instance_ids=instance_ids, status="killed", error=ENDED_BY_DEATH, finished_at=at
         )
 
-    return await AdvisoryClaim.take(config.fleet_url, instance_id, end_runs, clock=clock)
+    return await AdvisoryClaim.take(
+        config.fleet_url, instance_id, end_runs, clock=clock, fence=fence
+    )
+
+
+async def _fence(engine: ServerEngine) -> int:
+    """Kill every sandbox of this server: it lost its claim, so its peers will end the runs
+    (their ends and commits from here are refused by the records anyway)."""
+    backend = engine.connected()
+    return await backend.remove_all() if backend is not None else 0
 
 
 def _notices(config: Config, instance_id: str) -> Notices:
@@ -181,8 +200,9 @@ async def _housekeeping(
     leases: Leases, engine: ServerEngine, interval: float, claim: InstanceClaim
 ) -> None:
     """End expired sessions, forget ended grants and expired run tokens (their records
-    are in the store), end the runs of server instances that died, and reap containers
-    past their deadline, until cancelled."""
+    are in the store), end the runs of server instances that died and, in a fleet, every
+    run left open by an owner with no current claim, and reap containers past their
+    deadline, until cancelled."""
     services = leases.services
     last_reap = time.monotonic()
     while True:
@@ -194,6 +214,7 @@ async def _housekeeping(
             services.tokens.forget_expired(now)
             await expire_pending(services)
             await claim.end_runs_of_dead(now=now)
+            await services.db.end_orphaned_runs(error=ENDED_ORPHANED, finished_at=now)
             backend = engine.connected()
             if backend is not None and time.monotonic() - last_reap >= REAP_INTERVAL_S:
                 last_reap = time.monotonic()

@@ -16,13 +16,13 @@ import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 import anyio.to_thread
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
-from airlock.errors import StoreError
+from airlock.errors import RunEndedByFleet, StoreError
 
 from .connection import (
     CHECK_URL,
@@ -273,7 +273,25 @@ class Database:
         A run that was never created is a `StoreError`: its outcome would be lost.
         """
         if await self._write(lambda conn: runs.finish_run(conn, rec)) == 0:
-            raise StoreError(f"database {self.shown}: cannot finish unknown run {rec.id!r}")
+            await self._refuse_closed(rec.id)
+
+    async def _refuse_closed(self, run_id: str) -> NoReturn:
+        """Raise for a run whose end was not written: `RunEndedByFleet` naming what its
+        record says, or `StoreError` for a run that was never created."""
+        stored = await self.get_run(run_id)
+        if stored is None:
+            raise StoreError(f"database {self.shown}: cannot finish unknown run {run_id!r}")
+        raise RunEndedByFleet(run_id, stored.status, stored.error)
+
+    async def end_orphaned_runs(self, *, error: str, finished_at: float) -> int:
+        """End `killed` every run left `running` whose owner holds no current claim on it
+        (`queries/runs.end_orphaned_runs`); how many. A fleet's sweep: on SQLite, where no
+        claim is listed, it ends nothing (the flocks of `instances.py` find the dead)."""
+        if self._place.is_sqlite:
+            return 0
+        return await self._write(
+            lambda conn: runs.end_orphaned_runs(conn, error=error, finished_at=finished_at)
+        )
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         return await self._read(lambda conn: runs.get_run(conn, run_id))
@@ -510,6 +528,31 @@ class Database:
         (`queries/workspace.py`). The session must exist (else `StoreError`).
         """
         return await self._write(lambda conn: workspace.commit(conn, session_id, delta, writer, at))
+
+    async def commit_run(
+        self,
+        session_id: str,
+        run_id: str,
+        produced: Sequence[ArtifactRecord],
+        delta: WorkspaceDelta,
+        *,
+        at: float,
+    ) -> WorkspaceCommit:
+        """Keep what run `run_id` left: its artifacts, and `delta` committed as
+        `commit_workspace` does with the run as writer, in one transaction that first holds
+        the run's record open (`running`, under its owner's current claim): else nothing is
+        written and it raises `RunEndedByFleet`, so a fenced replica's files never land."""
+
+        def commit(conn: Connection) -> WorkspaceCommit | None:
+            if not runs.hold_open_run(conn, run_id):
+                return None
+            runs.add_artifacts(conn, produced)
+            return workspace.commit(conn, session_id, delta, run_id, at)
+
+        done = await self._write(commit)
+        if done is None:
+            await self._refuse_closed(run_id)
+        return done
 
     async def fork_session(self, child: SessionRecord, *, at: float) -> None:
         """Create `child`, forked from `child.parent_id` at `child.parent_version`: its

@@ -44,7 +44,7 @@ import anyio.abc
 import psycopg
 from psycopg.rows import TupleRow
 
-from airlock.errors import StoreError, StoreUnavailable
+from airlock.errors import AirlockError, StoreError, StoreUnavailable
 
 from .connection import application_name
 from .pg_notices import BACKOFF_MIN_S, connect, where
@@ -53,6 +53,15 @@ log = logging.getLogger(__name__)
 
 HEARTBEAT_S = 1.0
 HEARTBEAT_TIMEOUT_S = 3.0
+FENCE_KILL_S = 3.0
+"""How long stopping this replica's own sandboxes may take once it found its claim lost."""
+FENCE_DEADLINE_S = HEARTBEAT_S + HEARTBEAT_TIMEOUT_S + FENCE_KILL_S
+"""A replica's sandboxes are stopped at most this long after the last heartbeat that found
+its claim held (found lost within a beat and its timeout, then stopped)."""
+DEAD_GRACE_S = 10.0
+"""How long a peer sees an instance's lock free before it ends that instance's runs. Longer
+than `FENCE_DEADLINE_S`: the lock is freed after the owner's last good heartbeat, so by the
+time a peer may declare its runs dead, a partitioned owner has stopped them itself."""
 REGAIN_BACKOFF_MAX_S = 1.0
 """A lost claim is tried again at least this often: one connection a second is nothing to
 the database, and a healed replica serves again within a second of its first connect."""
@@ -72,6 +81,14 @@ _TERMINATE_OWN = """
 
 EndRuns = Callable[[Sequence[str], float], Awaitable[int]]
 """End `killed` the unfinished runs of these instances at this time; how many."""
+Fence = Callable[[], Awaitable[object]]
+"""Stop every sandbox this replica runs: its claim is lost, and its peers will soon end
+the runs."""
+
+
+async def _no_fence() -> None:
+    """A claim without sandboxes to stop (tests of the claim alone, a CLI)."""
+
 
 Connection = psycopg.AsyncConnection[TupleRow]
 
@@ -92,6 +109,9 @@ class AdvisoryClaim:
         end_runs: EndRuns,
         conn: Connection,
         clock: Callable[[], float] = time.time,
+        *,
+        fence: Fence = _no_fence,
+        grace_s: float = DEAD_GRACE_S,
     ) -> None:
         self._url = url
         self._clock = clock
@@ -100,6 +120,13 @@ class AdvisoryClaim:
         self._name = application_name(instance_id)
         self._end_runs = end_runs
         self._conn: Connection | None = conn
+        self._fence = fence
+        self._grace_s = grace_s
+        # (instance, epoch) -> when its lock was first seen free (monotonic), for the grace.
+        self._free_since: dict[tuple[str, int], float] = {}
+        self.epoch = 0
+        """The fencing token of this taking of the claim (0 until held): each taking draws a
+        new one, and the records write a run's end only under its run's."""
         # One query at a time on the claim's connection (heartbeat, scan, release).
         self._lock = anyio.Lock()
         self.lost = False
@@ -112,8 +139,12 @@ class AdvisoryClaim:
         end_runs: EndRuns,
         *,
         clock: Callable[[], float] = time.time,
+        fence: Fence = _no_fence,
+        grace_s: float = DEAD_GRACE_S,
     ) -> AdvisoryClaim:
-        """Claim `instance_id` on `url`, then end the runs of every instance that died."""
+        """Claim `instance_id` on `url`, then look for instances that died (their runs are
+        ended once their locks stayed free `grace_s`); `fence` stops this replica's
+        sandboxes when it loses the claim."""
         try:
             conn = await connect(url, instance_id)
         except psycopg.Error as exc:
@@ -121,7 +152,7 @@ class AdvisoryClaim:
                 f"cannot claim a server instance on {where(url)}: {type(exc).__name__}; check "
                 "the --store URL and that the database accepts connections"
             ) from exc
-        claim = cls(url, instance_id, end_runs, conn, clock)
+        claim = cls(url, instance_id, end_runs, conn, clock, fence=fence, grace_s=grace_s)
         now = clock()
         try:
             if not await claim._hold(conn, now):
@@ -159,6 +190,7 @@ class AdvisoryClaim:
         while True:
             await anyio.sleep(HEARTBEAT_S)
             if not await self._beat():
+                await self._stop_own_runs()
                 await self._regain()
 
     async def end_runs_of_dead(self, *, now: float) -> int:
@@ -167,16 +199,7 @@ class AdvisoryClaim:
         async with self._lock:
             conn = self._conn
             try:
-                cursor = await conn.execute(
-                    "SELECT id, lock_key FROM airlock_instances WHERE id <> %s", (self._id,)
-                )
-                listed = [(str(i), int(k)) for i, k in await cursor.fetchall()]
-                dead = []
-                for instance_id, key in listed:
-                    taken = await conn.execute("SELECT pg_try_advisory_lock(%s)", (key,))
-                    row = await taken.fetchone()
-                    if row is not None and row[0] is True:
-                        dead.append((instance_id, key))
+                dead = await self._dead_past_grace(conn)
                 if not dead:
                     return 0
                 try:
@@ -196,6 +219,31 @@ class AdvisoryClaim:
             log.warning("ended %d run(s) left running by replica(s) that died", ended)
         return ended
 
+    async def _dead_past_grace(self, conn: Connection) -> list[tuple[str, int]]:
+        """The listed instances whose lock has been free for `grace_s`, each now locked
+        here; a lock seen free for less is let go again and remembered."""
+        cursor = await conn.execute(
+            "SELECT id, lock_key, epoch FROM airlock_instances WHERE id <> %s", (self._id,)
+        )
+        listed = [(str(i), int(k), int(e)) for i, k, e in await cursor.fetchall()]
+        now = time.monotonic()
+        free: dict[tuple[str, int], float] = {}
+        dead = []
+        for instance_id, key, epoch in listed:
+            taken = await conn.execute("SELECT pg_try_advisory_lock(%s)", (key,))
+            row = await taken.fetchone()
+            if row is None or row[0] is not True:
+                continue  # alive: its lock is held
+            since = self._free_since.get((instance_id, epoch), now)
+            if now - since >= self._grace_s:
+                dead.append((instance_id, key))
+                continue
+            free[(instance_id, epoch)] = since
+            await conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+        # Only what is still free counts on: a lock taken again starts its grace anew.
+        self._free_since = free
+        return dead
+
     async def release(self) -> None:
         async with self._lock:
             if self._conn is not None and not self.lost:
@@ -214,12 +262,37 @@ class AdvisoryClaim:
         row = await taken.fetchone()
         if row is None or row[0] is not True:
             return False
-        await conn.execute(
-            "INSERT INTO airlock_instances (id, lock_key, claimed_at) VALUES (%s, %s, %s)"
-            " ON CONFLICT (id) DO UPDATE SET claimed_at = EXCLUDED.claimed_at",
+        # A new epoch at every taking: the runs of an earlier one are no longer this
+        # replica's to end (it stopped them when it lost the claim).
+        listed = await conn.execute(
+            "INSERT INTO airlock_instances (id, lock_key, claimed_at, epoch)"
+            " VALUES (%s, %s, %s, nextval('airlock_claim_epochs'))"
+            " ON CONFLICT (id) DO UPDATE SET claimed_at = EXCLUDED.claimed_at,"
+            " epoch = EXCLUDED.epoch RETURNING epoch",
             (self._id, self._key, now),
         )
+        epoch = await listed.fetchone()
+        assert epoch is not None  # INSERT ... RETURNING always returns its row
+        self.epoch = int(epoch[0])
         return True
+
+    async def _stop_own_runs(self) -> None:
+        """Fencing: stop this replica's sandboxes within `FENCE_KILL_S` of finding its claim
+        lost, before any peer may end their runs (`DEAD_GRACE_S`)."""
+        started = time.monotonic()
+        with anyio.move_on_after(FENCE_KILL_S) as scope:
+            try:
+                await self._fence()
+            except AirlockError as exc:
+                log.error("could not stop this server's sandboxes (fencing): %s", exc)
+                return
+        if scope.cancelled_caught:
+            log.error("stopping this server's sandboxes took over %.0f s (fencing)", FENCE_KILL_S)
+        else:
+            log.warning(
+                "stopped this server's sandboxes in %.1f s: its claim is lost",
+                time.monotonic() - started,
+            )
 
     async def _end_own_stale_backend(self, conn: Connection) -> bool:
         """Terminate the backend holding this instance's lock if it is this server's own

@@ -55,6 +55,10 @@ class RunRecord(BaseModel):
     instance_id: str = ""
     """The server instance running it (`store/instances.py`): a later server ends the run
     if this one dies first. Empty for runs recorded before Airlock recorded owners."""
+    claim_epoch: int = 0
+    """The epoch of its owner's claim when it started (`pg_claims`), set by the store: its
+    end and its workspace commit are written only while that claim is current. 0 without
+    one (a single server's, or recorded before epochs)."""
     finished_at: float | None = None
     duration_ms: int | None = None
     exit_code: int | None = None

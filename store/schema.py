@@ -89,6 +89,8 @@ runs = Table(
     Column("error", Text),
     Column("runtime", Text, nullable=False, server_default=""),
     Column("instance_id", Text, nullable=False, server_default=""),
+    # The owner's claim epoch when the run started, its fencing token (migration 0005).
+    Column("claim_epoch", Count, nullable=False, server_default="0"),
     # Insertion order, which breaks ties between runs created within one clock tick
     # (migration 0002: an identity on PostgreSQL, the rowid copied by a trigger on SQLite).
     Column("seq", Count, Identity()),
@@ -318,4 +320,6 @@ airlock_instances = Table(
     Column("id", Text, primary_key=True),
     Column("lock_key", BigInteger, nullable=False),
     Column("claimed_at", Seconds, nullable=False),
+    # The claim's current epoch, new at each taking (migration 0005).
+    Column("epoch", Count, nullable=False, server_default="0"),
 )

@@ -369,8 +369,9 @@ async def _keep_workspace(
             produced.append(record)
             if refused is not None:
                 notes.append(f"{entry.path} is not shown as an image: {refused}")
-    await services.db.add_artifacts(records)
-    commit = await services.db.commit_workspace(session.id, delta, writer=run_id, at=now)
+    # Only while the run's record is still open under this server's claim (a fenced
+    # replica's files never land: `RunEndedByFleet`).
+    commit = await services.db.commit_run(session.id, run_id, records, delta, at=now)
     artifacts = [
         ArtifactInfo(
             path=r.path,

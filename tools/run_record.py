@@ -10,7 +10,10 @@ decisions, writes the run's end once and emits `RunFinished` once:
   `killed`, with why.
 
 The end is written shielded, so a cancelled call still records it. Nothing else writes a
-run's end, except another server for the runs of one that died (`store/instances.py`).
+run's end, except another server for the runs of one that died (`store/instances.py`,
+`store/pg_claims.py`); the end is written only while the record is still open under this
+server's claim, so when a peer got there first the call raises `RunEndedByFleet` instead of
+answering a result the records do not hold.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from dataclasses import dataclass, field
 
 import anyio
 
-from airlock.errors import AirlockError, LimitExceeded, RunnerFailed
+from airlock.errors import AirlockError, LimitExceeded, RunEndedByFleet, RunnerFailed
 from airlock.sandbox import JobOutcome
 from airlock.store import EgressRecord, RunRecord
 
@@ -110,8 +113,18 @@ async def _close(services: Services, run: OpenRun, failure: BaseException | None
             log.error("egress records of %s not kept: %s", run.record.id, exc)
             lost = exc
         ended = run.end(failure if failure is not None else lost, at=services.clock())
-        await services.db.finish_run(ended)
+        try:
+            await services.db.finish_run(ended)
+        except RunEndedByFleet as fenced:
+            # Another replica ended it while this one had lost its claim: the record's
+            # end stands and this server's is discarded (the call says so).
+            log.warning("run %s: %s", ended.id, fenced)
+            stored = await services.db.get_run(ended.id)
+            ended = stored if stored is not None else ended
+            lost = fenced
         services.events.emit(RunFinished(ended, ended.runtime, tuple(run.egress)))
+    if isinstance(lost, RunEndedByFleet) and (failure is None or isinstance(failure, Exception)):
+        raise lost  # said instead of the call's own failure; a cancellation stays one
     if failure is None and lost is not None:
         raise lost
 

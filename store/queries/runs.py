@@ -4,10 +4,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import Connection, bindparam, func, insert, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    bindparam,
+    exists,
+    func,
+    insert,
+    not_,
+    or_,
+    select,
+    text,
+    update,
+)
 
 from ..records import ArtifactRecord, RunRecord, RunStatus, SessionRecord, WorkspaceFile
-from ..schema import artifacts, run_inputs, runs, sessions
+from ..schema import airlock_instances, artifacts, run_inputs, runs, sessions
 from .rows import lock_tenant, matching, record_columns, run_from_row, run_params
 
 _INSERT_SESSION = insert(sessions)
@@ -27,6 +39,40 @@ _END_SESSION = (
     )
 )
 
+# A run's owner still holds the claim it started under: its row lists the run's epoch (a
+# run without one, 0, has only its status to go by). A replica that lost its claim and took
+# it again has a new epoch; one a peer found dead has no row: either way its old runs are
+# no longer its to end (the fencing of `pg_claims`).
+_CLAIM_CURRENT: ColumnElement[bool] = or_(
+    runs.c.claim_epoch == 0,
+    exists().where(
+        airlock_instances.c.id == runs.c.instance_id,
+        airlock_instances.c.epoch == runs.c.claim_epoch,
+    ),
+)
+_OPEN = (runs.c.status == "running") & _CLAIM_CURRENT
+_OWNER_LISTED = exists().where(
+    airlock_instances.c.id == runs.c.instance_id,
+    or_(runs.c.claim_epoch == 0, airlock_instances.c.epoch == runs.c.claim_epoch),
+)
+_EPOCH_OF = select(airlock_instances.c.epoch).where(airlock_instances.c.id == bindparam("owner"))
+# On PostgreSQL a run counts toward its tenant's quota only while its owner's claim lives:
+# listed at the run's epoch, and its advisory lock held (as in queries/replicas.py). A dead
+# replica's runs stop counting at once, not when a peer gets to end them.
+_LIVE_RUNNING = text(
+    """
+    SELECT count(*) FROM runs r
+    JOIN airlock_instances i
+      ON i.id = r.instance_id AND (r.claim_epoch = 0 OR i.epoch = r.claim_epoch)
+    WHERE r.tenant = :tenant AND r.status = 'running' AND EXISTS (
+      SELECT 1 FROM pg_locks l
+      WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+        AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+        AND l.classid = ((i.lock_key >> 32) & 4294967295)::oid
+        AND l.objid = (i.lock_key & 4294967295)::oid)
+    """
+)
+
 _RUN_COLUMNS = record_columns(runs)
 _INSERT_RUN = insert(runs)
 _OUTCOME = (
@@ -44,10 +90,13 @@ _OUTCOME = (
 )
 _FINISH_RUN = (
     update(runs)
-    .where(runs.c.id == bindparam("run_id"))
+    .where(runs.c.id == bindparam("run_id"), _OPEN)
     .values({name: bindparam(name) for name in _OUTCOME})
 )
 _GET_RUN = select(*_RUN_COLUMNS).where(runs.c.id == bindparam("id"))
+_HOLD_OPEN_RUN = (
+    select(runs.c.id).where(runs.c.id == bindparam("id"), _OPEN).with_for_update(of=runs)
+)
 
 _INSERT_ARTIFACT = insert(artifacts)
 _ARTIFACTS = select(*artifacts.c).where(artifacts.c.run_id == bindparam("run_id"))
@@ -101,26 +150,57 @@ def end_session(
 
 
 def create_run(conn: Connection, rec: RunRecord, *, max_running: int | None = None) -> bool:
-    """Insert `rec` unless its tenant already has `max_running` runs running (counted under
-    the tenant's quota lock, so the count holds across servers); whether it was inserted."""
+    """Insert `rec`, with its owner's current claim epoch (0 without a listed claim), unless
+    its tenant already has `max_running` live runs (counted under the tenant's quota lock,
+    so the count holds across servers); whether it was inserted."""
     if max_running is not None:
         lock_tenant(conn, rec.tenant)
-        running = conn.execute(
-            select(func.count())
-            .select_from(runs)
-            .where(runs.c.tenant == rec.tenant, runs.c.status == "running")
-        ).scalar_one()
-        if running >= max_running:
+        if _live_running(conn, rec.tenant) >= max_running:
             return False
-    conn.execute(_INSERT_RUN, run_params(rec))
+    epoch = conn.execute(_EPOCH_OF, {"owner": rec.instance_id}).scalar()
+    conn.execute(_INSERT_RUN, {**run_params(rec), "claim_epoch": epoch or 0})
     return True
 
 
+def _live_running(conn: Connection, tenant: str) -> int:
+    if conn.dialect.name == "postgresql":
+        count: int = conn.execute(_LIVE_RUNNING, {"tenant": tenant}).scalar_one()
+        return count
+    # One machine's servers: a dead one's runs are ended at the next server's start and
+    # by every live one's housekeeping (`instances.py`).
+    return conn.execute(
+        select(func.count())
+        .select_from(runs)
+        .where(runs.c.tenant == tenant, runs.c.status == "running")
+    ).scalar_one()
+
+
 def finish_run(conn: Connection, rec: RunRecord) -> int:
-    """Overwrite the outcome fields of run `rec.id`; how many rows changed (0 or 1)."""
+    """Write the outcome fields of run `rec.id` if it is still open: `running`, under its
+    owner's current claim (in the same UPDATE, so a peer's end and this one cannot both
+    land); how many rows changed (0 or 1)."""
     params = run_params(rec)
     values = {name: params[name] for name in _OUTCOME}
     return conn.execute(_FINISH_RUN, {"run_id": rec.id, **values}).rowcount
+
+
+def hold_open_run(conn: Connection, run_id: str) -> bool:
+    """Whether run `run_id` is still open (as `finish_run` means it), locking its row until
+    the transaction ends so no peer ends it meanwhile (PostgreSQL; SQLite's writing
+    transaction holds the whole database)."""
+    return conn.execute(_HOLD_OPEN_RUN, {"id": run_id}).first() is not None
+
+
+def end_orphaned_runs(conn: Connection, *, error: str, finished_at: float) -> int:
+    """End `killed` every run still `running` whose owner holds no claim it could end it
+    under: unlisted (it stopped, or a peer found it dead) or listed at another epoch (it lost
+    its claim, stopped its runs, and took the claim again); how many."""
+    query = (
+        update(runs)
+        .where(runs.c.status == "running", not_(_OWNER_LISTED))
+        .values(status="killed", error=error, finished_at=finished_at)
+    )
+    return conn.execute(query).rowcount
 
 
 def get_run(conn: Connection, run_id: str) -> RunRecord | None:

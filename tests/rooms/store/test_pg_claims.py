@@ -25,7 +25,13 @@ from support import run_record, session_record, wait_until
 
 from airlock.errors import StoreError
 from airlock.store import Database
-from airlock.store.pg_claims import ENDED_BY_DEATH, AdvisoryClaim, EndRuns, lock_key
+from airlock.store.pg_claims import (
+    DEAD_GRACE_S,
+    ENDED_BY_DEATH,
+    AdvisoryClaim,
+    EndRuns,
+    lock_key,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -114,8 +120,12 @@ async def test_a_sigkilled_replicas_runs_are_ended_by_a_live_one_and_a_live_ones
                 dead.send_signal(signal.SIGKILL)
                 with anyio.fail_after(60):
                     await dead.wait()
-                # Its socket closed with it: PostgreSQL frees the lock as soon as it sees.
-                assert await ended_within(mine, 10) == 1
+                killed = time.monotonic()
+                # Its socket closed with it: PostgreSQL frees the lock as soon as it sees,
+                # and its runs are ended once the lock stayed free for the grace (by then a
+                # replica that was only cut off has stopped its sandboxes itself).
+                assert await ended_within(mine, DEAD_GRACE_S + 10) == 1
+                assert time.monotonic() - killed >= DEAD_GRACE_S
                 assert await listed(postgres_url) == ["inst_alive", "inst_me"]
             finally:
                 await mine.release()

@@ -11,16 +11,14 @@ and after the heal forwards new connections only; the old ones stay black holes.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
-from urllib.parse import urlsplit, urlunsplit
+from collections.abc import Sequence
 
 import anyio
 import anyio.abc
 import postgres
 import psycopg
 import pytest
+from relay import relayed
 from support import wait_until
 
 from airlock.store import Database
@@ -31,72 +29,6 @@ from airlock.store.pg_notices import connect
 pytestmark = pytest.mark.anyio
 
 HEALED_WITHIN_S = 10.0
-
-
-@dataclass
-class Relay:
-    """Forwards TCP to PostgreSQL until `cut`; a cut connection swallows all it gets."""
-
-    upstream: tuple[str, int]
-    cut: bool = False
-    generation: int = 0
-    """Bumped by each cut: a connection from an earlier generation stays swallowed."""
-
-    async def serve(self, listener: anyio.abc.Listener[anyio.abc.SocketStream]) -> None:
-        await listener.serve(self._handle)
-
-    async def _handle(self, client: anyio.abc.SocketStream) -> None:
-        born = self.generation
-        async with client:
-            if self.cut:
-                await _swallow(client)
-                return
-            server = await anyio.connect_tcp(*self.upstream)
-            async with server, anyio.create_task_group() as tg:
-                tg.start_soon(self._pump, client, server, born)
-                await self._pump(server, client, born)
-                tg.cancel_scope.cancel()
-
-    async def _pump(
-        self, source: anyio.abc.SocketStream, sink: anyio.abc.SocketStream, born: int
-    ) -> None:
-        while True:
-            try:
-                data = await source.receive()
-            except (anyio.EndOfStream, anyio.BrokenResourceError):
-                if self.generation != born:
-                    await anyio.sleep_forever()  # a partition sends no FIN either
-                return
-            if self.generation != born:
-                continue  # cut: dropped, and the socket stays open
-            await sink.send(data)
-
-    def cut_now(self) -> None:
-        self.cut = True
-        self.generation += 1
-
-
-async def _swallow(stream: anyio.abc.SocketStream) -> None:
-    while True:
-        try:
-            await stream.receive()
-        except (anyio.EndOfStream, anyio.BrokenResourceError):
-            await anyio.sleep_forever()
-
-
-@asynccontextmanager
-async def relayed(url: str) -> AsyncIterator[tuple[Relay, str]]:
-    """A relay to the database at `url`, and the URL that goes through it."""
-    parts = urlsplit(url)
-    assert parts.hostname is not None and parts.port is not None
-    relay = Relay((parts.hostname, parts.port))
-    listener = await anyio.create_tcp_listener(local_host="127.0.0.1")
-    port = listener.extra(anyio.abc.SocketAttribute.local_port)
-    netloc = parts.netloc.rsplit(":", 1)[0] + f":{port}"
-    async with listener, anyio.create_task_group() as tg:
-        tg.start_soon(relay.serve, listener)
-        yield relay, urlunsplit(parts._replace(netloc=netloc))
-        tg.cancel_scope.cancel()
 
 
 async def lock_holders(url: str, instance_id: str) -> list[tuple[int, str]]:
@@ -134,13 +66,13 @@ async def test_a_replica_cut_off_by_a_swallowing_partition_serves_again_within_1
                 await tg.start(claim.serve)
                 before = await lock_holders(postgres_url, "inst_cut")
                 assert [name for _, name in before] == [application_name("inst_cut")]
-                relay.cut_now()
+                await relay.cut()
                 await wait_until(lambda: claim.lost, within=15)
                 # The partition swallowed the close: PostgreSQL still keeps the old backend
                 # and its lock (the half-open connection of the issue).
                 assert await lock_holders(postgres_url, "inst_cut") == before
                 await anyio.sleep(2)  # reconnects meanwhile go into the black hole
-                relay.cut = False
+                relay.heal()
                 healed = time.monotonic()
                 await wait_until(lambda: not claim.lost, within=HEALED_WITHIN_S, interval=0.02)
                 took = time.monotonic() - healed
