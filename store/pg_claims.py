@@ -7,10 +7,10 @@ from its instance id (`lock_key`), on a connection of its own, and lists itself 
 migrated, before a replica claims). However a replica dies (SIGKILL, the OOM killer, its machine
 lost) its connection ends and PostgreSQL frees the lock: at once when the socket closes,
 after the TCP keepalives give up when the network is cut. A live replica that can take a
-listed instance's lock (`end_runs_of_dead`) knows that instance is dead: it ends its
-unfinished runs `killed` (through `end_runs`, the records'), removes its row and lets the
-lock go. As with the flock, a lock is never early and never late, where a heartbeat
-threshold would end a slow replica's runs under it.
+listed instance's lock, and could for `DEAD_GRACE_S` (`end_runs_of_dead`), knows that
+instance is dead: it ends its unfinished runs `killed` (through `end_runs`, the records'),
+removes its row and lets the lock go. As with the flock, a lock is never early and never
+late, where a heartbeat threshold would end a slow replica's runs under it.
 
 A replica that loses its own claim connection (found by a query every `HEARTBEAT_S`,
 bounded by `HEARTBEAT_TIMEOUT_S`) has lost its claim: `check()` then raises `StoreUnavailable`,
@@ -22,9 +22,14 @@ old backend, and the lock with it, for as long as the server's TCP keepalives ta
 hours by default): every connection is named `airlock:<instance id>`
 (`connection.application_name`), so the replica ends a holder of its own lock that bears its
 own name and another pid (`pg_terminate_backend`), and serves again within seconds of the
-heal; a holder of another name (a peer) is waited for. Calls already running when
-the claim was lost go on; a peer may have ended their records `killed` meanwhile, and their
-own end, if they finish and the database is back, is written over it (not yet refused).
+heal; a holder of another name (a peer) is waited for.
+
+Fencing: on losing its claim a replica kills its own sandboxes (`fence`, within
+`FENCE_DEADLINE_S` of its last good heartbeat), and a peer ends a listed instance's runs
+only after its lock stayed free `DEAD_GRACE_S`, longer. Each taking of the claim draws a
+new `epoch` (a fencing token): the records write a run's end and its workspace commit only
+while the run is `running` under its owner's current epoch (`queries/runs.py`), so a
+cut-off replica's late result is refused (`RunEndedByFleet`).
 
 The table is created here if missing; with the records in PostgreSQL it belongs in the
 store's migrations (store-sql). psycopg's errors leave as `StoreError`, naming the

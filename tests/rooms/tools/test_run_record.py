@@ -162,3 +162,55 @@ async def test_a_cancelled_call_ends_its_run_killed(
     [run] = await the_runs(data_dir)
     assert (run.status, run.error) == ("killed", "the call was cancelled")
     assert run.finished_at is not None
+
+
+async def test_a_run_the_fleet_ended_meanwhile_answers_so_and_keeps_nothing(
+    make_server: MakeServer, data_dir: Path
+) -> None:
+    """Another server ends the record `killed` while the code still runs here (a fenced
+    replica's run, as a peer sees it): when the code then finishes `ok`, the call says the
+    fleet ended the run, the record stays `killed` and the run's file never lands."""
+    code = "import time; time.sleep(8); open('out.txt', 'w').write('late')"
+    async with Client(make_server(NO_POOL)) as client, anyio.create_task_group() as tg:
+        answers: list[str] = []
+
+        async def call() -> None:
+            result = await client.call_tool("run_code", {"code": code, "timeout_s": 60})
+            answers.append(("error: " if result.is_error else "ok: ") + text_of(result))
+
+        tg.start_soon(call)
+        db = await Database.open(data_dir / "airlock.db")
+        try:
+
+            async def running() -> list[RunRecord]:
+                return [r for r in await db.list_runs() if r.status == "running"]
+
+            with anyio.fail_after(60):
+                while True:  # the record is made before the sandbox starts
+                    started = await running()
+                    if started:
+                        break
+                    await anyio.sleep(0.1)
+            [run] = started
+            await db.mark_unfinished_runs(
+                instance_ids=[run.instance_id],
+                status="killed",
+                error="ended by a peer in this test",
+                finished_at=300.0,
+            )
+        finally:
+            await db.close()
+        # The code goes on: it finishes `ok`, and its end and its file are refused.
+    [answer] = answers
+    assert answer.startswith("error: "), answer
+    assert f"the fleet ended run {run.id} `killed` (ended by a peer in this test)" in answer
+    assert [(r.status, r.error) for r in await the_runs(data_dir)] == [
+        ("killed", "ended by a peer in this test")
+    ]
+    db = await Database.open(data_dir / "airlock.db")
+    try:
+        head = await db.workspace_head(run.session_id)
+        assert (head.version, head.files) == (0, ())
+        assert await db.list_artifacts(run.id) == []
+    finally:
+        await db.close()
