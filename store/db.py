@@ -55,6 +55,10 @@ from .workspace import WorkspaceCommit, WorkspaceDelta, WorkspaceHead
 
 _T = TypeVar("_T")
 
+ENDED_BY_FENCING = (
+    "its server lost its claim on the fleet's database while it ran and stopped its sandbox"
+)
+
 SCHEMA_REVISION = HEAD
 
 # Two servers opening one new PostgreSQL database at once: one migrates, the other waits.
@@ -267,12 +271,26 @@ class Database:
         return await self._write(lambda conn: runs.create_run(conn, rec, max_running=max_running))
 
     async def finish_run(self, rec: RunRecord) -> None:
-        """Overwrite the outcome fields of the run `rec.id` (status through error).
+        """Write the outcome fields of the run `rec.id` (status through error), if its record
+        is still open: `running` under its owner's current claim, live on PostgreSQL
+        (`queries/runs.finish_run`). Else nothing of `rec` is written and `RunEndedByFleet`
+        names what the record says; a record still `running` under a lapsed claim is ended
+        `killed` first (`ENDED_BY_FENCING`).
 
         The fields fixed at creation (session, tenant, language, limits, code) are kept.
         A run that was never created is a `StoreError`: its outcome would be lost.
         """
-        if await self._write(lambda conn: runs.finish_run(conn, rec)) == 0:
+
+        def finish(conn: Connection) -> bool:
+            if runs.finish_run(conn, rec):
+                return True
+            # Still `running` but no longer under a live claim of its owner: `killed`, since
+            # the owner stopped its sandbox when it found the claim lost.
+            at = rec.finished_at if rec.finished_at is not None else rec.created_at
+            runs.end_fenced_run(conn, rec.id, error=ENDED_BY_FENCING, finished_at=at)
+            return False
+
+        if not await self._write(finish):
             await self._refuse_closed(rec.id)
 
     async def _refuse_closed(self, run_id: str) -> NoReturn:

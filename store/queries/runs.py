@@ -51,26 +51,34 @@ _CLAIM_CURRENT: ColumnElement[bool] = or_(
     ),
 )
 _OPEN = (runs.c.status == "running") & _CLAIM_CURRENT
+# On PostgreSQL the claim must also be live: its advisory lock held (as in
+# queries/replicas.py), so a replica that lost its claim writes nothing meanwhile, and a run
+# counts toward its tenant's quota only while its owner lives.
+_CLAIM_LIVE = text(
+    """
+    EXISTS (SELECT 1 FROM airlock_instances i JOIN pg_locks l
+      ON l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+     AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+     AND l.classid = ((i.lock_key >> 32) & 4294967295)::oid
+     AND l.objid = (i.lock_key & 4294967295)::oid
+     WHERE i.id = runs.instance_id AND (runs.claim_epoch = 0 OR i.epoch = runs.claim_epoch))
+    """
+)
+_OPEN_LIVE = _OPEN & or_(runs.c.claim_epoch == 0, _CLAIM_LIVE)
 _OWNER_LISTED = exists().where(
     airlock_instances.c.id == runs.c.instance_id,
     or_(runs.c.claim_epoch == 0, airlock_instances.c.epoch == runs.c.claim_epoch),
 )
 _EPOCH_OF = select(airlock_instances.c.epoch).where(airlock_instances.c.id == bindparam("owner"))
-# On PostgreSQL a run counts toward its tenant's quota only while its owner's claim lives:
-# listed at the run's epoch, and its advisory lock held (as in queries/replicas.py). A dead
-# replica's runs stop counting at once, not when a peer gets to end them.
-_LIVE_RUNNING = text(
-    """
-    SELECT count(*) FROM runs r
-    JOIN airlock_instances i
-      ON i.id = r.instance_id AND (r.claim_epoch = 0 OR i.epoch = r.claim_epoch)
-    WHERE r.tenant = :tenant AND r.status = 'running' AND EXISTS (
-      SELECT 1 FROM pg_locks l
-      WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
-        AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-        AND l.classid = ((i.lock_key >> 32) & 4294967295)::oid
-        AND l.objid = (i.lock_key & 4294967295)::oid)
-    """
+_LIVE_RUNNING = (
+    select(func.count())
+    .select_from(runs)
+    .where(runs.c.tenant == bindparam("tenant"), runs.c.status == "running", _CLAIM_LIVE)
+)
+_END_FENCED = (
+    update(runs)
+    .where(runs.c.id == bindparam("run_id"), runs.c.status == "running")
+    .values(status="killed", error=bindparam("error"), finished_at=bindparam("finished_at"))
 )
 
 _RUN_COLUMNS = record_columns(runs)
@@ -88,15 +96,9 @@ _OUTCOME = (
     "stderr_sha256",
     "error",
 )
-_FINISH_RUN = (
-    update(runs)
-    .where(runs.c.id == bindparam("run_id"), _OPEN)
-    .values({name: bindparam(name) for name in _OUTCOME})
-)
+_FINISH_RUN = update(runs).values({name: bindparam(name) for name in _OUTCOME})
 _GET_RUN = select(*_RUN_COLUMNS).where(runs.c.id == bindparam("id"))
-_HOLD_OPEN_RUN = (
-    select(runs.c.id).where(runs.c.id == bindparam("id"), _OPEN).with_for_update(of=runs)
-)
+_HOLD_OPEN_RUN = select(runs.c.id).with_for_update(of=runs)
 
 _INSERT_ARTIFACT = insert(artifacts)
 _ARTIFACTS = select(*artifacts.c).where(artifacts.c.run_id == bindparam("run_id"))
@@ -181,14 +183,27 @@ def finish_run(conn: Connection, rec: RunRecord) -> int:
     land); how many rows changed (0 or 1)."""
     params = run_params(rec)
     values = {name: params[name] for name in _OUTCOME}
-    return conn.execute(_FINISH_RUN, {"run_id": rec.id, **values}).rowcount
+    query = _FINISH_RUN.where(runs.c.id == bindparam("run_id"), _open(conn))
+    return conn.execute(query, {"run_id": rec.id, **values}).rowcount
+
+
+def end_fenced_run(conn: Connection, run_id: str, *, error: str, finished_at: float) -> int:
+    """End `killed` run `run_id` if still `running`: its owner's claim lapsed under it (the
+    owner stopped its sandbox when it found the claim lost), so no result of it stands."""
+    params = {"run_id": run_id, "error": error, "finished_at": finished_at}
+    return conn.execute(_END_FENCED, params).rowcount
+
+
+def _open(conn: Connection) -> ColumnElement[bool]:
+    return _OPEN_LIVE if conn.dialect.name == "postgresql" else _OPEN
 
 
 def hold_open_run(conn: Connection, run_id: str) -> bool:
     """Whether run `run_id` is still open (as `finish_run` means it), locking its row until
     the transaction ends so no peer ends it meanwhile (PostgreSQL; SQLite's writing
     transaction holds the whole database)."""
-    return conn.execute(_HOLD_OPEN_RUN, {"id": run_id}).first() is not None
+    query = _HOLD_OPEN_RUN.where(runs.c.id == bindparam("id"), _open(conn))
+    return conn.execute(query, {"id": run_id}).first() is not None
 
 
 def end_orphaned_runs(conn: Connection, *, error: str, finished_at: float) -> int:

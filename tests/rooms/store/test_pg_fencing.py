@@ -23,6 +23,7 @@ from support import run_record, session_record, wait_until, ws_file
 
 from airlock.errors import RunEndedByFleet
 from airlock.store import ArtifactRecord, Database, WorkspaceDelta
+from airlock.store.db import ENDED_BY_FENCING
 from airlock.store.pg_claims import (
     DEAD_GRACE_S,
     ENDED_BY_DEATH,
@@ -140,6 +141,32 @@ async def test_an_open_run_under_the_current_claim_ends_and_commits_once(
         assert record is not None and record.status == "ok"
     finally:
         await a.release()
+        await db.close()
+
+
+async def test_a_replica_whose_lock_is_free_writes_no_result_and_its_run_ends_killed(
+    db: Database, postgres_url: str
+) -> None:
+    """Between losing its claim and any peer's verdict, a replica's end is refused too (its
+    lock is not held): the record, still `running`, ends `killed`, never `ok`."""
+    a = await AdvisoryClaim.take(postgres_url, "inst_a", no_runs_ended)
+    try:
+        await db.create_run(run_record("run_a", instance="inst_a"))
+        await anyio.to_thread.run_sync(
+            postgres.psql, postgres_url, f"SELECT pg_terminate_backend({a.backend_pid})"
+        )
+        delta = WorkspaceDelta(base_version=0, upserts=(ws_file("out.txt"),))
+        with pytest.raises(RunEndedByFleet, match="run_a `running`"):
+            await db.commit_run("s1", "run_a", [artifact("run_a")], delta, at=1.0)
+        late = run_record("run_a", instance="inst_a").model_copy(update={"status": "ok"})
+        with pytest.raises(RunEndedByFleet, match=f"run_a `killed` \\({ENDED_BY_FENCING}\\)"):
+            await db.finish_run(late)
+        record = await db.get_run("run_a")
+        assert record is not None and (record.status, record.error) == ("killed", ENDED_BY_FENCING)
+        assert (await db.workspace_head("s1")).version == 0
+    finally:
+        with anyio.move_on_after(10):
+            await a.release()
         await db.close()
 
 

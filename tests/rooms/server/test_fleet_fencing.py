@@ -1,0 +1,85 @@
+"""A replica of a fleet that loses its claim fences itself: a real server on the real
+PostgreSQL, Docker and image, its claim connection terminated while a run of it sleeps.
+It kills that run's sandbox within `FENCE_DEADLINE_S` (before any peer may declare the run
+dead), the call answers that the fleet ended the run, naming the record, the record says
+`killed`, and the server serves again once it holds its claim anew.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import docker
+import postgres
+import pytest
+from mcp.client import Client
+from support import none_left, running, text_of, wait_for_containers
+
+from airlock.store import Database
+from airlock.store.db import ENDED_BY_FENCING
+from airlock.store.pg_claims import FENCE_DEADLINE_S
+
+pytestmark = [pytest.mark.anyio, pytest.mark.docker]
+
+LONG_RUN = "import time; print('x', flush=True); time.sleep(60); open('late.txt', 'w')"
+# The claim's holder: the backend holding the listed instance's advisory lock.
+CLAIM_BACKEND = (
+    "SELECT l.pid FROM airlock_instances i JOIN pg_locks l ON l.locktype = 'advisory'"
+    " AND l.granted AND l.classid = ((i.lock_key >> 32) & 4294967295)::oid"
+    " AND l.objid = (i.lock_key & 4294967295)::oid"
+)
+
+
+async def test_a_replica_that_loses_its_claim_kills_its_runs_and_says_the_fleet_ended_them(
+    make_server: Callable[..., Any], postgres_url: str, docker_client: docker.DockerClient
+) -> None:
+    async with Client(make_server(store=postgres_url)) as client:
+        with anyio.fail_after(120):
+            warm = await client.call_tool("run_code", {"code": "print(1)"})
+        assert warm.structured_content is not None, text_of(warm)
+        session_id = warm.structured_content["session_id"]
+        label = f"airlock.session={session_id}"
+        answers: list[Any] = []
+
+        async def long_call() -> None:
+            args = {"code": LONG_RUN, "session_id": session_id, "timeout_s": 90}
+            answers.append(await client.call_tool("run_code", args))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(long_call)
+            await wait_for_containers(docker_client, label, running(1), within=60)
+            [pid] = (
+                await anyio.to_thread.run_sync(postgres.psql, postgres_url, CLAIM_BACKEND)
+            ).split()
+            await anyio.to_thread.run_sync(
+                postgres.psql, postgres_url, f"SELECT pg_terminate_backend({pid})"
+            )
+            cut = time.monotonic()
+            await wait_for_containers(docker_client, label, none_left, within=30)
+            stopped = time.monotonic() - cut
+        assert stopped <= FENCE_DEADLINE_S, f"its sandbox was stopped {stopped:.1f} s after"
+        [answer] = answers
+        assert answer.is_error, text_of(answer)
+        message = text_of(answer)
+        assert "the fleet ended run run_" in message and "`killed`" in message, message
+        assert "nothing of it landed in the workspace" in message
+        # Its claim taken anew, it serves again, and the killed run left nothing.
+        listing = {"code": "import os; print(sorted(os.listdir()))", "session_id": session_id}
+        with anyio.fail_after(60):
+            while True:
+                after = await client.call_tool("run_code", listing)
+                if "lost its connection to the database" not in text_of(after):
+                    break
+                await anyio.sleep(0.2)
+        assert not after.is_error, text_of(after)
+        assert "late.txt" not in text_of(after)
+    db = await Database.open(postgres_url)
+    try:
+        [killed] = [r for r in await db.list_runs() if r.status != "ok"]
+        assert (killed.status, killed.error) == ("killed", ENDED_BY_FENCING)
+        assert killed.id in message
+    finally:
+        await db.close()
