@@ -96,9 +96,18 @@ _OUTCOME = (
     "stderr_sha256",
     "error",
 )
-_FINISH_RUN = update(runs).values({name: bindparam(name) for name in _OUTCOME})
+# By dialect: PostgreSQL's "open" also asks for the owner's lock.
+_FINISH_RUN = {
+    dialect: update(runs)
+    .where(runs.c.id == bindparam("run_id"), open_)
+    .values({name: bindparam(name) for name in _OUTCOME})
+    for dialect, open_ in (("sqlite", _OPEN), ("postgresql", _OPEN_LIVE))
+}
+_HOLD_OPEN_RUN = {
+    dialect: select(runs.c.id).where(runs.c.id == bindparam("id"), open_).with_for_update(of=runs)
+    for dialect, open_ in (("sqlite", _OPEN), ("postgresql", _OPEN_LIVE))
+}
 _GET_RUN = select(*_RUN_COLUMNS).where(runs.c.id == bindparam("id"))
-_HOLD_OPEN_RUN = select(runs.c.id).with_for_update(of=runs)
 
 _INSERT_ARTIFACT = insert(artifacts)
 _ARTIFACTS = select(*artifacts.c).where(artifacts.c.run_id == bindparam("run_id"))
@@ -183,7 +192,7 @@ def finish_run(conn: Connection, rec: RunRecord) -> int:
     land); how many rows changed (0 or 1)."""
     params = run_params(rec)
     values = {name: params[name] for name in _OUTCOME}
-    query = _FINISH_RUN.where(runs.c.id == bindparam("run_id"), _open(conn))
+    query = _FINISH_RUN[conn.dialect.name]
     return conn.execute(query, {"run_id": rec.id, **values}).rowcount
 
 
@@ -194,15 +203,11 @@ def end_fenced_run(conn: Connection, run_id: str, *, error: str, finished_at: fl
     return conn.execute(_END_FENCED, params).rowcount
 
 
-def _open(conn: Connection) -> ColumnElement[bool]:
-    return _OPEN_LIVE if conn.dialect.name == "postgresql" else _OPEN
-
-
 def hold_open_run(conn: Connection, run_id: str) -> bool:
     """Whether run `run_id` is still open (as `finish_run` means it), locking its row until
     the transaction ends so no peer ends it meanwhile (PostgreSQL; SQLite's writing
     transaction holds the whole database)."""
-    query = _HOLD_OPEN_RUN.where(runs.c.id == bindparam("id"), _open(conn))
+    query = _HOLD_OPEN_RUN[conn.dialect.name]
     return conn.execute(query, {"id": run_id}).first() is not None
 
 
