@@ -163,7 +163,12 @@ async def _claim(
         )
 
     return await AdvisoryClaim.take(
-        config.fleet_url, instance_id, end_runs, clock=clock, fence=fence
+        config.fleet_url,
+        instance_id,
+        end_runs,
+        clock=clock,
+        fence=fence,
+        renew=db.renew_connections,
     )
 
 

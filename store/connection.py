@@ -25,6 +25,7 @@ from airlock.errors import StoreError
 from .private import private_dir
 
 BUSY_TIMEOUT_MS = 5000
+CONNECT_TIMEOUT_S = 5
 
 KEEPALIVES: dict[str, int] = {
     "keepalives": 1,
@@ -146,6 +147,8 @@ def create(place: Location, instance_id: str | None = None) -> Engine:
         place.url,
         connect_args={
             **KEEPALIVES,
+            # A database that does not answer (a cut network) fails the call, not hangs it.
+            "connect_timeout": CONNECT_TIMEOUT_S,
             "application_name": application_name(instance_id or "store"),
         },
         # A fleet replica's calls run concurrently; a few connections cover them, and a

@@ -172,6 +172,13 @@ class Database:
             raise StoreError(f"the store {self._place.shown} is SQLite: it shares no engine")
         return self._engine
 
+    async def renew_connections(self) -> None:
+        """Replace the pool's connections with new ones as they are next needed (a fleet
+        replica's, after it regained its claim: those from before a partition may be dead
+        without knowing it). Connections in use are dropped when given back."""
+        if not self._place.is_sqlite:
+            await anyio.to_thread.run_sync(self._engine.dispose)
+
     async def close(self) -> None:
         """Close the connections; later calls raise `StoreError`."""
 

@@ -92,7 +92,7 @@ the runs."""
 
 
 async def _no_fence() -> None:
-    """A claim without sandboxes to stop (tests of the claim alone, a CLI)."""
+    """A claim without sandboxes to stop or connections to renew (tests of the claim alone)."""
 
 
 Connection = psycopg.AsyncConnection[TupleRow]
@@ -116,6 +116,7 @@ class AdvisoryClaim:
         clock: Callable[[], float] = time.time,
         *,
         fence: Fence = _no_fence,
+        renew: Fence = _no_fence,
         grace_s: float = DEAD_GRACE_S,
     ) -> None:
         self._url = url
@@ -126,6 +127,7 @@ class AdvisoryClaim:
         self._end_runs = end_runs
         self._conn: Connection | None = conn
         self._fence = fence
+        self._renew = renew
         self._grace_s = grace_s
         # (instance, epoch) -> when its lock was first seen free (monotonic), for the grace.
         self._free_since: dict[tuple[str, int], float] = {}
@@ -145,11 +147,13 @@ class AdvisoryClaim:
         *,
         clock: Callable[[], float] = time.time,
         fence: Fence = _no_fence,
+        renew: Fence = _no_fence,
         grace_s: float = DEAD_GRACE_S,
     ) -> AdvisoryClaim:
         """Claim `instance_id` on `url`, then look for instances that died (their runs are
         ended once their locks stayed free `grace_s`); `fence` stops this replica's
-        sandboxes when it loses the claim."""
+        sandboxes when it loses the claim, `renew` replaces its other connections before
+        it takes calls again (those from before the loss may be dead without knowing)."""
         try:
             conn = await connect(url, instance_id)
         except psycopg.Error as exc:
@@ -157,7 +161,9 @@ class AdvisoryClaim:
                 f"cannot claim a server instance on {where(url)}: {type(exc).__name__}; check "
                 "the --store URL and that the database accepts connections"
             ) from exc
-        claim = cls(url, instance_id, end_runs, conn, clock, fence=fence, grace_s=grace_s)
+        claim = cls(
+            url, instance_id, end_runs, conn, clock, fence=fence, renew=renew, grace_s=grace_s
+        )
         now = clock()
         try:
             if not await claim._hold(conn, now):
@@ -350,6 +356,10 @@ class AdvisoryClaim:
             if not held:
                 await conn.close()  # a peer is ending this instance's runs: try again
                 continue
+            try:
+                await self._renew()
+            except AirlockError as exc:
+                log.warning("could not renew this server's database connections: %s", exc)
             async with self._lock:
                 self._conn = conn
                 self.lost = False

@@ -25,7 +25,7 @@ from psycopg.rows import TupleRow
 
 from airlock.errors import StoreError
 
-from .connection import KEEPALIVES, application_name
+from .connection import CONNECT_TIMEOUT_S, KEEPALIVES, application_name
 from .notices import AnyNotice, Notices, decode, encode
 
 log = logging.getLogger(__name__)
@@ -33,7 +33,6 @@ log = logging.getLogger(__name__)
 CHANNEL = "airlock_notices"
 BACKOFF_MIN_S = 0.05
 BACKOFF_MAX_S = 5.0
-CONNECT_TIMEOUT_S = 5
 
 
 def where(url: str) -> str:

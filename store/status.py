@@ -59,7 +59,8 @@ def channel_status(url: str) -> StoreStatus:
     a role without the right, would break the fleet's revocations and ends). Blocking."""
     import psycopg  # for a fleet only
 
-    from .pg_notices import CHANNEL, CONNECT_TIMEOUT_S, where
+    from .connection import CONNECT_TIMEOUT_S
+    from .pg_notices import CHANNEL, where
 
     channel = f"{CHANNEL}_doctor"
     try:

@@ -6,6 +6,9 @@ black hole: what arrives is dropped and the socket stays open (no FIN, no RST), 
 route or a dropped NAT entry does; with `close_upstream` the database's side of each is
 closed at once (PostgreSQL sees the replica go, the replica does not). New connections while
 cut are swallowed too. `heal()` forwards new connections again; the old ones stay holes.
+`clients_give_up()` closes the replica's side of every cut connection and leaves the
+database's open: what the replica's kernel does once its keepalives or `tcp_user_timeout`
+give up, while PostgreSQL's kernel, without them, keeps the backend.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ class Relay:
     generation: int = 0
     """Bumped by each cut: a connection from an earlier generation stays swallowed."""
     _upstreams: list[Stream] = field(default_factory=list)
+    _clients: list[tuple[int, Stream]] = field(default_factory=list)
 
     async def serve(self, listener: anyio.abc.Listener[Stream]) -> None:
         await listener.serve(self._handle)
@@ -46,8 +50,15 @@ class Relay:
     def heal(self) -> None:
         self.is_cut = False
 
+    async def clients_give_up(self) -> None:
+        cut = [(born, c) for born, c in self._clients if born != self.generation or self.is_cut]
+        for _, client in cut:
+            await client.aclose()
+        self._clients = [entry for entry in self._clients if entry not in cut]
+
     async def _handle(self, client: Stream) -> None:
         born = self.generation
+        self._clients.append((born, client))
         async with client:
             if self.is_cut:
                 await _swallow(client)

@@ -1,4 +1,5 @@
-"""A replica of a fleet that loses its claim fences itself: a real server on the real
+"""A replica of a fleet that loses its claim fences itself, and one cut off by a partition
+serves again within 10 s of the heal: real servers on the real
 PostgreSQL, Docker and image, its claim connection terminated while a run of it sleeps.
 It kills that run's sandbox within `FENCE_DEADLINE_S` (before any peer may declare the run
 dead), the call answers that the fleet ended the run, naming the record, the record says
@@ -16,15 +17,18 @@ import docker
 import postgres
 import pytest
 from mcp.client import Client
+from relay import relayed
 from support import none_left, running, text_of, wait_for_containers
 
 from airlock.store import Database
+from airlock.store.connection import KEEPALIVES
 from airlock.store.db import ENDED_BY_FENCING
-from airlock.store.pg_claims import FENCE_DEADLINE_S
+from airlock.store.pg_claims import FENCE_DEADLINE_S, HEARTBEAT_S, HEARTBEAT_TIMEOUT_S
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
 
 LONG_RUN = "import time; print('x', flush=True); time.sleep(60); open('late.txt', 'w')"
+HEALED_WITHIN_S = 10.0
 # The claim's holder: the backend holding the listed instance's advisory lock.
 CLAIM_BACKEND = (
     "SELECT l.pid FROM airlock_instances i JOIN pg_locks l ON l.locktype = 'advisory'"
@@ -83,3 +87,67 @@ async def test_a_replica_that_loses_its_claim_kills_its_runs_and_says_the_fleet_
         assert killed.id in message
     finally:
         await db.close()
+
+
+async def test_a_replica_cut_off_by_a_swallowing_partition_serves_calls_within_10s_of_the_heal(
+    make_server: Callable[..., Any], postgres_url: str
+) -> None:
+    """The whole replica (pool, claim, notices) reaches PostgreSQL through `relay`, which
+    swallows everything; the replica's kernel gives up on its sockets after its
+    `tcp_user_timeout`, PostgreSQL's keeps the backends, the claim's lock among them. Once the
+    network heals, a call runs again within 10 s."""
+    async with (
+        relayed(postgres_url) as (relay, through),
+        Client(make_server(store=through)) as client,
+    ):
+        with anyio.fail_after(120):
+            warm = await client.call_tool("run_code", {"code": "print(1)"})
+        assert not warm.is_error, text_of(warm)
+        await relay.cut()
+        await anyio.sleep(HEARTBEAT_S + HEARTBEAT_TIMEOUT_S + 2)
+        with anyio.fail_after(10):
+            refused = await client.call_tool("run_code", {"code": "print(2)"})
+        assert "lost its connection to the database" in text_of(refused), text_of(refused)
+        await anyio.sleep(KEEPALIVES["tcp_user_timeout"] / 1000)
+        await relay.clients_give_up()
+        relay.heal()
+        healed = time.monotonic()
+        with anyio.fail_after(HEALED_WITHIN_S):
+            while True:
+                again = await client.call_tool("run_code", {"code": "print(3)"})
+                if not again.is_error:
+                    break
+                assert "lost its connection to the database" in text_of(again), text_of(again)
+                await anyio.sleep(0.2)
+        took = time.monotonic() - healed
+        assert again.structured_content is not None
+        assert again.structured_content["stdout"]["text"] == "3\n"
+        assert took < HEALED_WITHIN_S  # measured here: about 1 s
+
+
+async def test_a_replica_healed_before_its_sockets_gave_up_serves_within_10s_on_new_ones(
+    make_server: Callable[..., Any], postgres_url: str
+) -> None:
+    """A shorter cut: healed once the claim is lost, before any kernel gave up. The pool's
+    connections from before still lead into the partition (they would hang a call until
+    `tcp_user_timeout`): the replica renews them when it regains its claim."""
+    async with (
+        relayed(postgres_url) as (relay, through),
+        Client(make_server(store=through)) as client,
+    ):
+        with anyio.fail_after(120):
+            warm = await client.call_tool("run_code", {"code": "print(1)"})
+        assert not warm.is_error, text_of(warm)
+        await relay.cut()
+        await anyio.sleep(HEARTBEAT_S + HEARTBEAT_TIMEOUT_S + 2)
+        relay.heal()
+        healed = time.monotonic()
+        with anyio.fail_after(HEALED_WITHIN_S):
+            while True:
+                again = await client.call_tool("run_code", {"code": "print(3)"})
+                if not again.is_error:
+                    break
+                assert "lost its connection to the database" in text_of(again), text_of(again)
+                await anyio.sleep(0.2)
+        assert time.monotonic() - healed < HEALED_WITHIN_S  # measured here: about 4 s
+        await relay.clients_give_up()  # what is still stuck on the old sockets ends

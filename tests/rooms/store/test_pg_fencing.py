@@ -153,7 +153,7 @@ async def test_a_replica_whose_lock_is_free_writes_no_result_and_its_run_ends_ki
     try:
         await db.create_run(run_record("run_a", instance="inst_a"))
         await anyio.to_thread.run_sync(
-            postgres.psql, postgres_url, f"SELECT pg_terminate_backend({a.backend_pid})"
+            postgres.psql, postgres_url, f"SELECT pg_terminate_backend({a.backend_pid}, 5000)"
         )
         delta = WorkspaceDelta(base_version=0, upserts=(ws_file("out.txt"),))
         with pytest.raises(RunEndedByFleet, match="run_a `running`"):
@@ -192,7 +192,7 @@ async def test_the_sweep_ends_runs_whose_owner_has_no_current_claim_and_quotas_c
         # inst_dead's connection ends: its lock is free, its row still listed.
         dead_pid = dead.backend_pid
         await anyio.to_thread.run_sync(
-            postgres.psql, postgres_url, f"SELECT pg_terminate_backend({dead_pid})"
+            postgres.psql, postgres_url, f"SELECT pg_terminate_backend({dead_pid}, 5000)"
         )
         # Only run_live counts: a second live run fits under 2, a third does not.
         assert await db.create_run(run_record("run_2", instance="inst_live"), max_running=2)
