@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import NoReturn, TypeVar
 
 import anyio.to_thread
-from sqlalchemy import Connection, Engine, text
-from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy import Connection, Engine, event, text
+from sqlalchemy.exc import DBAPIError, DisconnectionError, SQLAlchemyError
+from sqlalchemy.pool import ConnectionPoolEntry
 
 from airlock.errors import RunEndedByFleet, StoreError
 
@@ -136,6 +137,13 @@ class Database:
         self._lock: contextlib.AbstractContextManager[object] = (
             threading.Lock() if place.is_sqlite else contextlib.nullcontext()
         )
+        # Pooled connections made before the last `renew_connections` are replaced when
+        # next checked out (SQLAlchemy closes one refused with DisconnectionError and makes
+        # a new one in its place); the migration's connection counts as of generation 0.
+        self._generation = 0
+        if not place.is_sqlite:
+            event.listen(engine, "connect", self._connected)
+            event.listen(engine, "checkout", self._checked_out)
 
     @classmethod
     async def open(cls, where: Path | str, *, instance_id: str | None = None) -> Database:
@@ -175,9 +183,15 @@ class Database:
     async def renew_connections(self) -> None:
         """Replace the pool's connections with new ones as they are next needed (a fleet
         replica's, after it regained its claim: those from before a partition may be dead
-        without knowing it). Connections in use are dropped when given back."""
-        if not self._place.is_sqlite:
-            await anyio.to_thread.run_sync(self._engine.dispose)
+        without knowing it), those in use included, at their next checkout."""
+        self._generation += 1
+
+    def _connected(self, _dbapi: object, record: ConnectionPoolEntry) -> None:
+        record.info["generation"] = self._generation
+
+    def _checked_out(self, _dbapi: object, record: ConnectionPoolEntry, _proxy: object) -> None:
+        if record.info.get("generation", 0) != self._generation:
+            raise DisconnectionError("made before the pool was renewed")
 
     async def close(self) -> None:
         """Close the connections; later calls raise `StoreError`."""
