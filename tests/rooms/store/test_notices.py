@@ -21,8 +21,10 @@ from airlock.store import AnyNotice, ApprovalRecord, pg_notices
 from airlock.store.notices import (
     MAX_IDS,
     ApprovalDecided,
+    Backlog,
     GrantRevoked,
     Notices,
+    Sampled,
     SessionEnded,
     revocations,
 )
@@ -330,3 +332,44 @@ async def test_a_notice_flood_is_bounded_coalesced_logged_in_few_lines_and_rerea
         # Bounded memory: the peak grew by far less than the flood's 100 000 tasks took.
         grown_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak_before) / 1024
         assert grown_mib < 64, grown_mib
+
+
+async def test_the_backlog_keeps_each_notice_once_and_at_most_its_limit_in_order() -> None:
+    backlog = Backlog(2)
+    one, two, three = (SessionEnded(tenant="t", session_id=f"ses_{i}") for i in (1, 2, 3))
+    assert backlog.put(one) and backlog.put(one) and backlog.put(two)
+    assert not backlog.put(three)  # full: dropped, for a re-read of the records
+    assert (len(backlog), backlog.coalesced, backlog.dropped, backlog.most) == (2, 1, 1, 2)
+    assert [await backlog.get(), await backlog.get()] == [one, two]
+    got: list[AnyNotice] = []
+
+    async def take() -> None:
+        got.append(await backlog.get())
+
+    async with anyio.create_task_group() as tg:  # two takers wait: each gets one
+        tg.start_soon(take)
+        tg.start_soon(take)
+        await anyio.sleep(0.05)
+        assert backlog.put(three) and backlog.put(one)
+    assert sorted(n.session_id for n in got) == ["ses_1", "ses_3"]  # type: ignore[union-attr]
+
+
+def test_a_sampled_warning_is_said_once_a_period_with_the_count_held_back(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    now = [100.0]
+    sampled = Sampled("ignored a malformed notice", every_s=10, clock=lambda: now[0])
+    for _ in range(500):
+        sampled.warn()
+    now[0] += 10
+    sampled.warn()
+    for _ in range(7):
+        sampled.warn()
+    sampled.flush()
+    sampled.flush()  # nothing more held: says nothing
+    assert [r.getMessage() for r in caplog.records] == [
+        "ignored a malformed notice",
+        "ignored a malformed notice (499 more suppressed before it)",
+        "ignored a malformed notice: 7 more suppressed",
+    ]
+    assert sampled.total == 508 and sampled.held == 0
