@@ -268,6 +268,12 @@ class Grants:
                     revoked.append(g)
         return revoked
 
+    def live_of(self, tenant: str, grant_ids: Sequence[str], now: float) -> list[str]:
+        """Those of `grant_ids` this process holds live for `tenant`."""
+        with self._lock:
+            found = (self._grants.get(grant_id) for grant_id in grant_ids)
+            return [g.id for g in found if g is not None and g.tenant == tenant and g.live(now)]
+
     def live_for_session(self, tenant: str, session_id: str, now: float) -> list[Grant]:
         """The live grants of one session, oldest first."""
         with self._lock:

@@ -14,7 +14,8 @@ settings /mcp uses), in this order:
    POST must carry Authorization or a JSON body, neither of which a page can send
    unasked: 415.
 
-/healthz is held to 1-3 as well: a rebinding page must not learn that an Airlock answers.
+/livez, /healthz and /readyz are held to 1-3 as well: a rebinding page must not learn that
+an Airlock answers.
 
 The one exception to 4 is the operator console's own forms (`forms_under`, /console): a
 urlencoded POST under it reaches the console, whose every form handler then refuses it

@@ -56,6 +56,8 @@ class Running:
     leases: Leases
     engine: ServerEngine
     """The same engine as `services.engine`, with what only the server sees (the pool)."""
+    claim: InstanceClaim
+    """This server's claim on its runs (`/readyz` fails while it is lost)."""
 
     def live_state(self) -> LiveState:
         """The gauges `/metrics` reports."""
@@ -140,7 +142,7 @@ async def serving(
         background.start_soon(engine.serve)
         interval = min(map(_sweep_interval, every_policy))
         background.start_soon(_housekeeping, leases, engine, interval, claim)
-        yield Running(services, leases, engine)
+        yield Running(services, leases, engine, claim)
 
 
 async def _claim(

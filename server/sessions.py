@@ -34,7 +34,7 @@ import anyio
 from airlock.errors import LimitExceeded, NotFound, SessionEnded
 from airlock.ids import new_id
 from airlock.policies import SessionSettings
-from airlock.store import AnyNotice, InstanceClaim, SessionRecord
+from airlock.store import AnyNotice, InstanceClaim, Sampled, SessionRecord
 from airlock.store import SessionEnded as SessionEndNotice
 from airlock.tools import EndSessionResult, Services, Session, stop_session
 
@@ -108,6 +108,7 @@ class Leases:
         """Leases let go here whose end is not recorded yet: never adopted back meanwhile."""
         """The default lease of each (tenant, connection)."""
         self._lock = anyio.Lock()
+        self.forged_ends = Sampled("ignored a session_ended notice: its session's record goes on")
         services.notices.subscribe(self._ended_elsewhere, "session_ended")
         services.notices.on_resync(self._reread)
 
@@ -262,7 +263,17 @@ class Leases:
         mine = notice.origin == self._services.notices.origin
         if not isinstance(notice, SessionEndNotice) or mine:
             return
-        await self._let_go(notice.session_id, notice.tenant, "ended on another server")
+        # A session not live here costs nothing (a flood of unknown ids takes neither the
+        # lock the calls take nor a query); one that is is let go only if its record says
+        # it ended: a notice is a hint that anyone who may connect can forge.
+        lease = self._live.get(notice.session_id)
+        if lease is None or lease.tenant != notice.tenant:
+            return
+        record = await self._services.db.get_session(lease.id)
+        if record is None or record.ended_at is None:
+            self.forged_ends.warn()
+            return
+        await self._let_go(lease.id, lease.tenant, "ended on another server")
 
     async def _reread(self) -> None:
         """The one re-read of the records of the leases live here: let go of each whose

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
         ApprovalDecided,
         GrantRevoked,
         Notices,
+        Sampled,
         SessionEnded,
         revocations,
     )
@@ -88,6 +89,7 @@ _HOMES = homes(
             "ApprovalDecided",
             "GrantRevoked",
             "Notices",
+            "Sampled",
             "SessionEnded",
             "revocations",
         ),
@@ -149,6 +151,7 @@ __all__ = [
     "ReplicaRecord",
     "RunRecord",
     "RunStatus",
+    "Sampled",
     "SessionEnded",
     "SessionRecord",
     "Staging",

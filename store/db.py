@@ -134,6 +134,7 @@ class Database:
         self._engine = engine
         self._conn = conn
         self._closed = False
+        self._pinging = False
         self._lock: contextlib.AbstractContextManager[object] = (
             threading.Lock() if place.is_sqlite else contextlib.nullcontext()
         )
@@ -238,6 +239,36 @@ class Database:
     async def _write(self, fn: Callable[[Connection], _T], *, serializable: bool = False) -> _T:
         """Run `fn` in one transaction: all of its changes are kept, or none."""
         return await anyio.to_thread.run_sync(self._run, fn, True, serializable)
+
+    async def ping(self, within_s: float) -> bool:
+        """Whether the store answered one trivial query within `within_s` seconds;
+        `StoreError` when it refused (`/readyz`). At most one ping is out at a time: the
+        thread of one that did not answer is left to finish by itself (a cut network holds
+        a connect far longer than a probe waits), and a ping meanwhile waits for it, so
+        frequent probes never pile up threads the calls need."""
+        deadline = anyio.current_time() + within_s
+        while self._pinging:
+            if anyio.current_time() >= deadline:
+                return False
+            await anyio.sleep(0.01)
+        self._pinging = True
+        began = threading.Event()
+
+        def ping() -> None:
+            began.set()
+            try:
+                self._run(lambda conn: conn.execute(text("SELECT 1")), False, False)
+            finally:
+                self._pinging = False
+
+        try:
+            with anyio.move_on_after(max(0.0, deadline - anyio.current_time())):
+                await anyio.to_thread.run_sync(ping, abandon_on_cancel=True)
+                return True
+            return False
+        finally:
+            if not began.is_set():
+                self._pinging = False  # cancelled before its thread took it: none is out
 
     # Sessions
 

@@ -4,7 +4,8 @@ travel through (`Notices`: publish, subscribe, re-read on (re)connect).
 A notice says *that* something changed, by id, so every server of a fleet can take the
 local effect at once (cut a revoked grant's tunnels, kill an ended session's containers,
 release a request waiting on an approval). It never carries authority: the records stay the
-truth, every effect is idempotent, and a server that may have missed notices (its listener
+truth (a subscriber reads the record before it acts on what a notice names), every effect
+is idempotent, and a server that may have missed notices (its listener
 reconnected) re-reads what changed through its resync hooks. A payload holds ids and a
 status only, never a secret, a token or a value (it travels in clear through PostgreSQL).
 
@@ -17,6 +18,7 @@ is for the rooms that own it, which subscribe; nothing here decides one.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Annotated, Literal
 
@@ -89,13 +91,94 @@ def encode(notice: AnyNotice) -> str:
 
 
 def decode(payload: str) -> AnyNotice | None:
-    """The notice in `payload`, or None (logged) when it is not one of ours: anyone who may
-    connect to the database may NOTIFY on the channel."""
+    """The notice in `payload`, or None when it is not one of ours: anyone who may connect
+    to the database may NOTIFY on the channel (the caller says so, `Sampled`)."""
+    if len(payload) > MAX_PAYLOAD:
+        return None  # none of ours is larger: not worth parsing
     try:
         return _NOTICE.validate_json(payload, strict=False)
-    except ValidationError as exc:
-        log.warning("ignored a malformed notice (%d error(s))", exc.error_count())
+    except ValidationError:
         return None
+
+
+class Sampled:
+    """One warning about a kind of event, said at most once every `every_s` seconds: a
+    flood of them (anyone who may connect may NOTIFY 100 000 junk payloads) writes one line
+    now and then with how many more came, not one line each. `flush` says the count held
+    back since the last line (call it now and then, so a flood's tail is said too)."""
+
+    def __init__(
+        self, message: str, *, every_s: float = 10.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._message = message
+        self._every_s = every_s
+        self._clock = clock
+        self._next = 0.0
+        self.held = 0
+        """How many since the last line, unsaid."""
+        self.total = 0
+
+    def warn(self) -> None:
+        self.total += 1
+        if self._clock() < self._next:
+            self.held += 1
+            return
+        if self.held:
+            log.warning("%s (%d more suppressed before it)", self._message, self.held)
+        else:
+            log.warning("%s", self._message)
+        self._restart()
+
+    def flush(self) -> None:
+        if self.held:
+            log.warning("%s: %d more suppressed", self._message, self.held)
+            self._restart()
+
+    def _restart(self) -> None:
+        self.held = 0
+        self._next = self._clock() + self._every_s
+
+
+class Backlog:
+    """The notices heard from the fleet that wait for their subscribers: at most `limit`,
+    each once (a duplicate of one still waiting is dropped: every effect is idempotent).
+    `put` says False when it is full and the notice is dropped: its effect is then left
+    to a re-read of the records (`Notices.on_resync`), so a flood is a delay, never
+    unbounded memory nor a lost effect."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._waiting: dict[AnyNotice, None] = {}
+        self._wake = anyio.Event()
+        self.coalesced = 0
+        self.dropped = 0
+        self.most = 0
+        """The most that ever waited at once."""
+
+    def __len__(self) -> int:
+        return len(self._waiting)
+
+    def put(self, notice: AnyNotice) -> bool:
+        if notice in self._waiting:
+            self.coalesced += 1
+            return True
+        if len(self._waiting) >= self.limit:
+            self.dropped += 1
+            return False
+        self._waiting[notice] = None
+        self.most = max(self.most, len(self._waiting))
+        self._wake.set()
+        return True
+
+    async def get(self) -> AnyNotice:
+        """The oldest notice waiting, once one is."""
+        while not self._waiting:
+            if self._wake.is_set():
+                self._wake = anyio.Event()  # every taker waits on the same one
+            await self._wake.wait()
+        notice = next(iter(self._waiting))
+        del self._waiting[notice]
+        return notice
 
 
 class Notices:

@@ -8,6 +8,13 @@ then found in the records, so a missed notice is a delay, never a lost effect. `
 delivers to this process at once and NOTIFYs on a second connection of its own (a
 connection blocked reading notices cannot also send one).
 
+Anyone who may connect may NOTIFY on the channel, as fast as they like (100 000 in under
+a second). So the listener only decodes and queues: what it hears waits in a `Backlog`
+(bounded, duplicates coalesced) for `WORKERS` tasks that hand it to the subscribers, off
+the listener and off the calls' path; what a full backlog drops is left to one re-read of
+the records (the resync hooks, at most once a `RESYNC_PAUSE_S`), and malformed payloads
+and drops are each said in a line now and then with their count (`Sampled`).
+
 Only here is psycopg imported (the SQLite default never loads it); its errors leave as
 `StoreError`, whose text names the database by host, port and name, never its password.
 """
@@ -19,6 +26,7 @@ import random
 
 import anyio
 import anyio.abc
+import anyio.lowlevel
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg.rows import TupleRow
@@ -26,13 +34,22 @@ from psycopg.rows import TupleRow
 from airlock.errors import StoreError
 
 from .connection import CONNECT_TIMEOUT_S, KEEPALIVES, application_name
-from .notices import AnyNotice, Notices, decode, encode
+from .notices import AnyNotice, Backlog, Notices, Sampled, decode, encode
 
 log = logging.getLogger(__name__)
 
 CHANNEL = "airlock_notices"
 BACKOFF_MIN_S = 0.05
 BACKOFF_MAX_S = 5.0
+BACKLOG = 1000
+"""Notices heard and not yet handled, at most; past it they are dropped and the records
+re-read instead (a payload is at most 8000 bytes: a few MiB at worst)."""
+WORKERS = 8
+"""Notices handled at once: a slow effect (removing containers) holds one worker, not all."""
+RESYNC_PAUSE_S = 1.0
+"""After notices were dropped, the wait before re-reading the records: one re-read then
+covers every notice a flood drops meanwhile."""
+WARN_EVERY_S = 10.0
 
 
 def where(url: str) -> str:
@@ -65,6 +82,13 @@ class PostgresNotices(Notices):
         """The backend of the LISTENing connection while it is up (tests terminate it)."""
         self.connects = 0
         """How many times the listener connected (1 + reconnects)."""
+        self.backlog = Backlog(BACKLOG)
+        self.malformed = Sampled("ignored a malformed notice", every_s=WARN_EVERY_S)
+        self.overflowed = Sampled(
+            f"more than {BACKLOG} notices waiting: dropped one, the records will be re-read",
+            every_s=WARN_EVERY_S,
+        )
+        self._missed = anyio.Event()
 
     async def serve(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
         """Listen until cancelled; started once LISTEN first holds. A database unreachable
@@ -79,6 +103,11 @@ class PostgresNotices(Notices):
             ) from exc
         try:
             async with anyio.create_task_group() as tg:
+                # Notices are read by the listener only, and handled by these: a flood
+                # waits in the bounded backlog, never in a task per notice.
+                for _ in range(WORKERS):
+                    tg.start_soon(self._work)
+                tg.start_soon(self._catch_up)
                 conn: psycopg.AsyncConnection[TupleRow] | None = first
                 started = False
                 delay = BACKOFF_MIN_S
@@ -91,18 +120,21 @@ class PostgresNotices(Notices):
                             continue
                     delay = BACKOFF_MIN_S
                     try:
-                        async with conn:
-                            await self._listen(conn, tg)
-                            if not started:
-                                task_status.started()
-                                started = True
-                            await self._read(conn, tg)
+                        await self._listen(conn, tg)
+                        if not started:
+                            task_status.started()
+                            started = True
+                        await self._read(conn)
                     except psycopg.Error as exc:
                         log.warning(
                             "lost the notice connection to %s (%s); reconnecting",
                             where(self._url),
                             type(exc).__name__,
                         )
+                    finally:
+                        # Shielded: a server stopping mid-flood still closes it.
+                        with anyio.CancelScope(shield=True):
+                            await conn.close()
                     self.listener_pid = None
                     conn = None
         finally:
@@ -133,13 +165,35 @@ class PostgresNotices(Notices):
         # in a task, so notices keep being read meanwhile.
         tg.start_soon(self._resync)
 
-    async def _read(self, conn: psycopg.AsyncConnection[TupleRow], tg: anyio.abc.TaskGroup) -> None:
+    async def _read(self, conn: psycopg.AsyncConnection[TupleRow]) -> None:
         async for notify in conn.notifies():
             notice = decode(notify.payload)
-            if notice is None or notice.origin == self.origin:
-                continue  # ours was delivered here when it was published
-            # Each in a task: a slow effect (removing containers) delays no other notice.
-            tg.start_soon(self.receive, notice)
+            if notice is None:
+                self.malformed.warn()
+            # Ours was delivered here when it was published.
+            elif notice.origin != self.origin and not self.backlog.put(notice):
+                self.overflowed.warn()
+                self._missed.set()
+            # Buffered notices come without waiting: let the calls run between them.
+            await anyio.lowlevel.checkpoint()
+
+    async def _work(self) -> None:
+        while True:
+            await self.receive(await self.backlog.get())
+
+    async def _catch_up(self) -> None:
+        """Re-read the records after notices were dropped (at most once a
+        `RESYNC_PAUSE_S`), and say the warnings a flood held back."""
+        while True:
+            with anyio.move_on_after(WARN_EVERY_S) as quiet:
+                await self._missed.wait()
+            if quiet.cancelled_caught:
+                self.malformed.flush()
+                self.overflowed.flush()
+            else:
+                await anyio.sleep(RESYNC_PAUSE_S)
+                self._missed = anyio.Event()
+                await self._resync()
 
     async def _send(self, notice: AnyNotice) -> None:
         payload = encode(notice)

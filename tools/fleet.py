@@ -3,7 +3,9 @@
 Every server of a fleet takes the local half of a change another server recorded, when its
 notice (`store.notices`) arrives. For `grant_revoked` that is here: the grants are revoked
 in this server's broker, so its proxies' watchers cut what they carry within
-`egress.proxy.WATCH_INTERVAL` and refuse the next request. For `session_ended` it is the
+`egress.proxy.WATCH_INTERVAL` and refuse the next request. A notice is only a hint (anyone
+who may connect can send one): only the grants live here of the notice's tenant whose
+records say they are revoked are (`take_revocation`). For `session_ended` it is the
 leases' (`server/sessions.py`, the one owner of a session's end): they cancel the calls
 still running in that session first, then stop what this server holds of it (the list in
 `tools.session_end`: grants, run tokens, containers). For
@@ -25,7 +27,14 @@ import anyio
 
 from airlock.broker import Grant
 from airlock.errors import NotFound
-from airlock.store import AnyNotice, ApprovalDecided, ApprovalRecord, GrantRevoked, Notices
+from airlock.store import (
+    AnyNotice,
+    ApprovalDecided,
+    ApprovalRecord,
+    GrantRevoked,
+    Notices,
+    Sampled,
+)
 
 from .context import Services
 
@@ -40,16 +49,33 @@ def subscribe(services: Services) -> None:
     """Take the local effect of every revocation the fleet announces, and re-read the
     grants live here whenever notices may have been missed."""
 
+    forged = Sampled("ignored grant ids in a grant_revoked notice: their records are not revoked")
+
     async def revoked(notice: AnyNotice) -> None:
         # This server's own notices are skipped: it revoked before publishing.
         if isinstance(notice, GrantRevoked) and notice.origin != services.notices.origin:
-            services.grants.revoke_ids(notice.grant_ids, now=services.clock())
+            await take_revocation(services, notice, forged)
 
     async def reread() -> None:
         await resync(services)
 
     services.notices.subscribe(revoked, "grant_revoked")
     services.notices.on_resync(reread)
+
+
+async def take_revocation(services: Services, notice: GrantRevoked, forged: Sampled) -> int:
+    """Revoke here those of the notice's grants that are live here, are its tenant's, and
+    whose records say they are revoked; how many. A notice is a hint that anyone who may
+    connect can forge (another tenant's ids, a revocation never made): the records are the
+    truth. Ids not live here cost no query."""
+    now = services.clock()
+    named = services.grants.live_of(notice.tenant, notice.grant_ids, now)
+    if not named:
+        return 0
+    revoked = await services.db.revoked_grants(named)
+    if len(revoked) < len(named):
+        forged.warn()
+    return len(services.grants.revoke_ids(sorted(revoked), now=services.clock()))
 
 
 async def resync(services: Services) -> int:

@@ -4,7 +4,7 @@
   serves, what the policies offer), and the one tool preamble, `Registry.call`: the
   caller's session by the session rule, Airlock's errors as tool errors, progress.
 - `lifespan.py`: what a serving Airlock is made of, started and taken down with the server.
-- `routes.py`: the plain HTTP routes (/healthz, /metrics, /approvals).
+- `routes.py`: the plain HTTP routes (/livez, /healthz, /readyz, /metrics, /approvals).
 - one module per tool or group of tools: `code.py` (run_code), `files.py`
   (fetch_artifact, list_workspace, read_workspace_file), `capabilities.py`
   (request_capability and its elicitation resolver, revoke_capability), `hatch.py`

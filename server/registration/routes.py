@@ -1,6 +1,7 @@
-"""The plain HTTP routes: /healthz (unauthenticated), /metrics and /approvals (the operator
-token, or the verifier's tokens for their own tenant). Custom routes skip the SDK's auth,
-so each checks its caller itself (`bearer.RouteAuth`)."""
+"""The plain HTTP routes: /livez, /healthz and /readyz (unauthenticated; `readiness`),
+/metrics and /approvals (the operator token, or the verifier's tokens for their own
+tenant). Custom routes skip the SDK's auth, so each checks its caller itself
+(`bearer.RouteAuth`)."""
 
 from __future__ import annotations
 
@@ -20,13 +21,30 @@ from ..auth import ADMIN_SCOPE
 from ..bearer import RouteAuth, RouteCaller, unauthorized
 from ..metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from ..metrics import Metrics
+from ..readiness import not_ready
 from .lifespan import ForRoutes
 
 
 def register(mcp: MCPServer, routes: ForRoutes, auth: RouteAuth, metrics: Metrics) -> None:
-    @mcp.custom_route("/healthz", methods=["GET"])  # type: ignore[untyped-decorator]
-    async def healthz(_: Request) -> Response:
+    async def alive(_: Request) -> Response:
+        # Liveness: the process answers. Never fails for the database: restarting a replica
+        # that reconnects by itself would only end its runs.
         return JSONResponse({"status": "ok" if routes.running is not None else "starting"})
+
+    async def ready(_: Request) -> Response:
+        running = routes.running
+        if running is None:
+            reason: str | None = "the server is starting or stopping"
+        else:
+            reason = await not_ready(running.services.db, running.claim)
+        if reason is not None:
+            return JSONResponse({"status": "unavailable", "reason": reason}, status_code=503)
+        return JSONResponse({"status": "ready"})
+
+    # /healthz is /livez under its older name, kept for the probes configured with it.
+    for path in ("/livez", "/healthz"):
+        mcp.custom_route(path, methods=["GET"])(alive)
+    mcp.custom_route("/readyz", methods=["GET"])(ready)
 
     @mcp.custom_route("/metrics", methods=["GET"])  # type: ignore[untyped-decorator]
     async def metrics_endpoint(request: Request) -> Response:

@@ -270,3 +270,13 @@ def test_forget_ended_drops_only_grants_that_ended_before(grants: Grants) -> Non
     assert grants.forget_ended(T0 + 21) == 1
     assert [g.id for g in grants.all()] == [live.id]
     assert expired.id not in {g.id for g in grants.all()}
+
+
+def test_live_of_names_only_the_tenants_own_live_grants(grants: Grants) -> None:
+    alpha = make_grant(grants, tenant="alpha", ttl_s=60)
+    ended = make_grant(grants, tenant="alpha", ttl_s=10)
+    beta = make_grant(grants, tenant="beta", ttl_s=60)
+    ids = [alpha.id, ended.id, beta.id, "tenant/alpha/session/s1/cap/unknown"]
+    assert grants.live_of("alpha", ids, T0 + 30) == [alpha.id]
+    assert grants.live_of("beta", ids, T0 + 30) == [beta.id]
+    assert grants.live_of("gamma", ids, T0) == []

@@ -32,11 +32,16 @@ MODES = pytest.mark.parametrize("mode", ["auto", "legacy"])
 async def test_requests_without_a_valid_token_get_401(tmp_path: Path) -> None:
     async with http_server(tmp_path) as server, httpx.AsyncClient() as probe:
         health = await probe.get(f"{server.base}/healthz")
+        # Probes need no token either (one server on SQLite: ready once serving).
+        alive = await probe.get(f"{server.base}/livez")
+        ready = await probe.get(f"{server.base}/readyz")
         missing = await probe.post(server.url, json={})
         wrong = await probe.post(
             server.url, json={}, headers={"Authorization": "Bearer alk_not-a-key"}
         )
     assert health.status_code == 200
+    assert (alive.status_code, ready.status_code) == (200, 200)
+    assert ready.json() == {"status": "ready"}
     assert missing.status_code == 401
     assert wrong.status_code == 401
     assert missing.headers["www-authenticate"].startswith("Bearer ")

@@ -7,18 +7,24 @@ tests/rooms/server/test_approvals.py).
 
 from __future__ import annotations
 
+import logging
+import resource
+from collections.abc import Callable
+
 import anyio
 import postgres
 import pytest
 from support import listening
 
 from airlock.errors import StoreError
-from airlock.store import AnyNotice, ApprovalRecord
+from airlock.store import AnyNotice, ApprovalRecord, pg_notices
 from airlock.store.notices import (
     MAX_IDS,
     ApprovalDecided,
+    Backlog,
     GrantRevoked,
     Notices,
+    Sampled,
     SessionEnded,
     revocations,
 )
@@ -246,3 +252,124 @@ async def test_a_request_waiting_on_an_approval_rereads_it_and_gives_up_in_time(
         )
     # Every wait let go of its subscription.
     assert notices._handlers == []
+
+
+async def until(done: Callable[[], bool], *, within: float) -> None:
+    with anyio.fail_after(within):
+        while True:
+            if done():
+                return
+            await anyio.sleep(0.05)
+
+
+FLOOD = 100_000
+FLOOD_SQL = f"""SELECT count(pg_notify('{CHANNEL}', CASE WHEN i % 2 = 0 THEN 'junk ' || i ELSE
+  json_build_object('kind', 'session_ended', 'tenant', 't', 'session_id', 'ses_' || i,
+                    'origin', 'inst_flood')::text END))
+FROM generate_series(1, {FLOOD}) AS i"""
+
+
+async def test_a_notice_flood_is_bounded_coalesced_logged_in_few_lines_and_reread(
+    postgres_url: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """100 000 NOTIFYs from a stranger at once, half junk, half well-formed for sessions
+    nobody has, handled by a slow subscriber: the backlog never holds more than its bound,
+    the dropped ones are left to one re-read of the records, the junk is said in a few
+    lines with its count, and the listener's event loop stays free for the calls."""
+    monkeypatch.setattr(pg_notices, "WARN_EVERY_S", 1.0)  # the flood's tail said sooner
+    async with listening(postgres_url, "inst_b") as b:
+        handled = 0
+        resyncs = 0
+
+        async def slow(_: AnyNotice) -> None:
+            nonlocal handled
+            handled += 1
+            await anyio.sleep(0.01)  # an effect that takes a while (removing containers)
+
+        async def resync() -> None:
+            nonlocal resyncs
+            resyncs += 1
+
+        b.subscribe(slow)
+        b.on_resync(resync)
+        caplog.clear()
+        gaps: list[float] = []
+        peak_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+        async def beat() -> None:
+            last = anyio.current_time()
+            while True:
+                await anyio.sleep(0.01)
+                now = anyio.current_time()
+                gaps.append(now - last)
+                last = now
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(beat)
+            sent = await anyio.to_thread.run_sync(postgres.psql, postgres_url, FLOOD_SQL)
+            assert int(sent) == FLOOD
+            backlog = b.backlog
+
+            def drained() -> bool:
+                heard = b.malformed.total + handled + backlog.dropped + backlog.coalesced
+                return heard == FLOOD and not backlog
+
+            await until(drained, within=60)
+            # The dropped ones are left to a re-read of the records.
+            await until(lambda: resyncs >= 1, within=10)
+            # What the flood's warnings held back is said, with its count, within a while.
+            await until(lambda: b.malformed.held == 0 and b.overflowed.held == 0, within=10)
+            tg.cancel_scope.cancel()
+        assert b.malformed.total == FLOOD // 2
+        assert backlog.most <= backlog.limit < FLOOD // 2 and backlog.dropped > 0
+        assert handled + backlog.dropped + backlog.coalesced == FLOOD // 2
+        lines = [r for r in caplog.records if r.levelno >= logging.WARNING]
+        assert 2 <= len(lines) <= 10, [r.getMessage() for r in lines]
+        messages = " ".join(r.getMessage() for r in lines)
+        assert "more suppressed" in messages
+        # Loose: the loop was never held for long (on today's code a call waited 40 s).
+        assert max(gaps) < 2.0, max(gaps)
+        # Bounded memory: the peak grew by far less than the flood's 100 000 tasks took.
+        grown_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak_before) / 1024
+        assert grown_mib < 64, grown_mib
+
+
+async def test_the_backlog_keeps_each_notice_once_and_at_most_its_limit_in_order() -> None:
+    backlog = Backlog(2)
+    one, two, three = (SessionEnded(tenant="t", session_id=f"ses_{i}") for i in (1, 2, 3))
+    assert backlog.put(one) and backlog.put(one) and backlog.put(two)
+    assert not backlog.put(three)  # full: dropped, for a re-read of the records
+    assert (len(backlog), backlog.coalesced, backlog.dropped, backlog.most) == (2, 1, 1, 2)
+    assert [await backlog.get(), await backlog.get()] == [one, two]
+    got: list[AnyNotice] = []
+
+    async def take() -> None:
+        got.append(await backlog.get())
+
+    async with anyio.create_task_group() as tg:  # two takers wait: each gets one
+        tg.start_soon(take)
+        tg.start_soon(take)
+        await anyio.sleep(0.05)
+        assert backlog.put(three) and backlog.put(one)
+    assert sorted(n.session_id for n in got) == ["ses_1", "ses_3"]  # type: ignore[union-attr]
+
+
+def test_a_sampled_warning_is_said_once_a_period_with_the_count_held_back(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    now = [100.0]
+    sampled = Sampled("ignored a malformed notice", every_s=10, clock=lambda: now[0])
+    for _ in range(500):
+        sampled.warn()
+    now[0] += 10
+    sampled.warn()
+    for _ in range(7):
+        sampled.warn()
+    sampled.flush()
+    sampled.flush()  # nothing more held: says nothing
+    assert [r.getMessage() for r in caplog.records] == [
+        "ignored a malformed notice",
+        "ignored a malformed notice (499 more suppressed before it)",
+        "ignored a malformed notice: 7 more suppressed",
+    ]
+    assert sampled.total == 508 and sampled.held == 0
