@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     )
     from .private import create_private_file, private_dir, private_file_problem
     from .records import (
+        PROXY_CHALLENGE,
         ApprovalRecord,
         ApprovalStatus,
         ArtifactRecord,
@@ -104,6 +105,7 @@ _HOMES = homes(
             "GrantRecord",
             "HatchCopyRecord",
             "PatchRecord",
+            "PROXY_CHALLENGE",
             "ReplicaRecord",
             "RunRecord",
             "RunStatus",
@@ -122,6 +124,7 @@ _HOMES = homes(
 )
 
 __all__ = [
+    "PROXY_CHALLENGE",
     "SCHEMA_REVISION",
     "SCHEMA_VERSION",
     "AnyNotice",
