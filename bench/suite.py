@@ -49,7 +49,7 @@ import anyio.to_thread
 
 from airlock.sandbox import connect
 from airlock.sandbox.image import ensure_image
-from bench.run import ROOT, Row, Server, machine, progress, render
+from bench.run import ROOT, Row, Server, machine, progress, write_report
 
 DEFAULT_OUT = ROOT / "bench" / "results" / "suite.json"
 SHM = "/dev/shm"
@@ -257,17 +257,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         [sys.executable, "-m", "pytest", "--version"], capture_output=True, text=True, check=False
     ).stdout.strip()
     report["elapsed_s"] = time.perf_counter() - started
-    table = rows(report["runs"])
-    m = report["machine"]
-    sys.stdout.write(
-        f"{render(table)}\n\n{m['nproc']} CPUs, Docker {m['docker_server']}, load average "
-        f"{load_before[0]:.2f} before / {report['loadavg_after'][0]:.2f} after, "
-        f"{report['elapsed_s']:.0f} s\n"
-    )
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=1, default=str) + "\n", encoding="utf-8")
-    progress(f"wrote {out}")
+    write_report(rows(report["runs"]), report, Path(args.out), "")
 
 
 if __name__ == "__main__":
