@@ -1696,20 +1696,24 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    args = parse_args(argv)
-    report, rows = anyio.run(run_sections, args)
+def write_report(rows: Sequence[Row], report: dict[str, Any], out: Path, note: str) -> None:
+    """The table and the machine's line on stdout, every number to `out` (JSON)."""
     load = report["loadavg_before"], report["loadavg_after"]
     m = report["machine"]
     sys.stdout.write(
         f"{render(rows)}\n\n{m['nproc']} CPUs, Docker {m['docker_server']}, load average "
-        f"{load[0][0]:.2f} before / {load[1][0]:.2f} after, {report['elapsed_s']:.0f} s "
-        f"({report['mode']} run)\n"
+        f"{load[0][0]:.2f} before / {load[1][0]:.2f} after, {report['elapsed_s']:.0f} s"
+        f"{note}\n"
     )
-    out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1, default=str) + "\n", encoding="utf-8")
     progress(f"wrote {out}")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
+    report, rows = anyio.run(run_sections, args)
+    write_report(rows, report, Path(args.out), f" ({report['mode']} run)")
     sys.exit(1 if report["failed_sections"] else 0)
 
 

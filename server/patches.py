@@ -24,6 +24,7 @@ from airlock.store import BlobStore, Database, HatchCopyRecord, PatchRecord
 from airlock.tools.context import iso_time
 from airlock.tools.models import PATCH_ID
 
+from .config import DRILL_TENANT
 from .terminal import safe_block, safe_line, table
 
 _PIECE = 1 << 16
@@ -61,17 +62,24 @@ def write_patch(blobs: BlobStore, record: PatchRecord, out: IO[bytes], *, raw: b
         out.write((held + tail if tail else "").encode() + b"\n")
 
 
-async def patches_table(db: Database, *, session_id: str | None, limit: int) -> str:
-    """One line per patch, newest first: where it came from and how much it changes."""
-    records = await db.list_patches(session_id=session_id, limit=limit)
+async def patches_table(
+    db: Database, *, session_id: str | None, limit: int, drill: bool = False
+) -> str:
+    """One line per patch, newest first: where it came from and how much it changes. The
+    drill's own patches (`airlock drill` copies a repository in) are not the user's: left
+    out unless asked for by `drill` or by their session, and then marked."""
+    every = drill or session_id is not None
+    records = await db.list_patches(
+        session_id=session_id, limit=limit, except_tenant=None if every else DRILL_TENANT
+    )
     if not records:
-        return "no patches recorded"
+        return "no patches recorded" + ("" if every else " (airlock drill's own: --drill)")
     header = ("PATCH", "COPY", "SESSION", "MADE", "FILES", "NEEDS HUMAN", "REFUSED")
     rows = [
         (
             r.id,
             r.copy_id,
-            r.session_id,
+            r.session_id + (" (drill)" if r.tenant == DRILL_TENANT else ""),
             iso_time(r.created_at),
             str(len(r.entries)),
             str(len(r.held_back)),

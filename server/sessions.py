@@ -8,10 +8,10 @@ default lease, created on demand; where none exists (HTTP on 2026-07-28) it star
 lease; `session_id="new"` starts a separate lease everywhere.
 
 `Leases` is the one owner of a session's end on this server, whatever ended it: a local
-end (`end_session`, a connection closing), idle or maximum lifetime (the sweep), another
-server's announced end or the records found on re-reading (one re-read path, `_reread`,
-for the sweep and a reconnected listener), a call's touch that finds it ended, this
-server's shutdown (`end_all`) and a fleet replica leaving (`leave_all`). Every one goes
+end (`end_session`, a connection closing its default lease), idle or maximum lifetime (the
+sweep), another server's announced end or the records found on re-reading (one re-read
+path, `_reread`, for the sweep and a reconnected listener), a call's touch that finds it
+ended, this server's shutdown (`end_all`) and a fleet replica leaving (`leave_all`). Every one goes
 through `_forget` (under the lock: the lease dropped, its calls cancelled) and then
 `_end`, which stops what this server holds of the session (`tools.session_end.STOPS`:
 grants, run tokens, containers) and, when the session ends here rather than only being
@@ -248,7 +248,8 @@ class Leases:
         return len(expired)
 
     def end_with(self, stack: AsyncExitStack, session: Session) -> None:
-        """End `session` when `stack` closes (a handshake-era connection going away)."""
+        """End `session` when `stack` closes (a handshake-era connection going away): only
+        for the connection's default lease, never one the agent asked for by "new"."""
 
         async def end() -> None:
             with contextlib.suppress(NotFound):

@@ -1,4 +1,5 @@
-"""Serving over stdio until stdin closes or a signal arrives, then tearing down.
+"""Serving over stdio until stdin closes, stdout's reader leaves or a signal arrives, then
+tearing down.
 
 SIGINT and SIGTERM (Claude Code stops a stdio server with SIGINT) cancel the
 server, whose lifespan then ends every session. The SDK reads stdin in a worker
@@ -57,7 +58,12 @@ async def _serve(
         serving = anyio.CancelScope()
         tg.start_soon(stop_on_signal)
         with serving:
-            await mcp.run_stdio_async()
+            try:
+                await mcp.run_stdio_async()
+            except* BrokenPipeError:
+                # The client died and its end of stdout went with it: the end stdin's EOF
+                # is, found on writing instead. The lifespan has ended every session by now.
+                log.info("the client closed its end of stdout; stopping")
         tg.cancel_scope.cancel()
 
 

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     )
     from .private import create_private_file, private_dir, private_file_problem
     from .records import (
+        PROXY_CHALLENGE,
         ApprovalRecord,
         ApprovalStatus,
         ArtifactRecord,
@@ -106,6 +107,7 @@ _HOMES = homes(
             "GrantRecord",
             "HatchCopyRecord",
             "PatchRecord",
+            "PROXY_CHALLENGE",
             "ReplicaRecord",
             "RunRecord",
             "RunStatus",
@@ -124,6 +126,7 @@ _HOMES = homes(
 )
 
 __all__ = [
+    "PROXY_CHALLENGE",
     "SCHEMA_REVISION",
     "SCHEMA_VERSION",
     "AnyNotice",

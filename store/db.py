@@ -659,11 +659,13 @@ class Database:
         return await self._read(lambda conn: workspace.get_patch(conn, patch_id))
 
     async def list_patches(
-        self, *, session_id: str | None = None, limit: int = 50
+        self, *, session_id: str | None = None, limit: int = 50, except_tenant: str | None = None
     ) -> list[PatchRecord]:
-        """Patches, newest first, of one session (or all)."""
+        """Patches, newest first, of one session (or all), none of `except_tenant`."""
         limit = _limit(limit)
-        return await self._read(lambda conn: workspace.list_patches(conn, session_id, limit))
+        return await self._read(
+            lambda conn: workspace.list_patches(conn, session_id, limit, except_tenant)
+        )
 
     async def find_patch(self, copy_id: str, source_sha256: str) -> PatchRecord | None:
         """The first patch of a copy made from exactly this source, if one was made already."""

@@ -122,6 +122,11 @@ class WorkspaceFile(BaseModel):
 EgressVerdict = Literal["allow", "deny", "error"]
 
 
+PROXY_CHALLENGE = 407
+"""An egress record's status for a request without a valid run token: the proxy's challenge,
+which a browser answers with the token (not a denial then)."""
+
+
 class EgressRecord(BaseModel):
     """One egress decision: a request, a connection refused before any request, or a
     tunnel (method CONNECT, path "-"), recorded when it ends with how it ended.

@@ -31,7 +31,14 @@ from airlock.policies import BrowserSettings, Policy
 from airlock.sandbox import EXCHANGE_GRACE_S, ArtifactCaps, EgressMount, JobOutcome, JobSpec
 from airlock.sandbox.environment import sandbox_environment
 from airlock.sandbox.spec import BrowseJob, ContainerLimits
-from airlock.store import ArtifactRecord, BlobStore, EgressRecord, RunRecord, Staging
+from airlock.store import (
+    PROXY_CHALLENGE,
+    ArtifactRecord,
+    BlobStore,
+    EgressRecord,
+    RunRecord,
+    Staging,
+)
 
 from .artifacts import IMAGES_ARE_DATA, artifact_uri, classify, image_block
 from .browse_input import MAX_URL_CHARS, authority_of, check_actions, check_url
@@ -58,7 +65,6 @@ MAX_CONSOLE = 50
 MAX_LISTED_EGRESS = 100
 MAX_OUTPUT_FILES = 24
 PAGE_FILE = "page.json"
-PROXY_CHALLENGE = 407
 SCREENSHOT_FILE = "screenshot.png"
 MIB = 1 << 20
 MAX_PAGE_JSON_BYTES = 4 * MIB

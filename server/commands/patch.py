@@ -27,6 +27,9 @@ def add_parser(commands: Subparsers, common: argparse.ArgumentParser) -> None:
     listing = patch.add_parser("list", parents=[common], help="patches agents made, newest first")
     listing.add_argument("--session", metavar="ID", help="only patches of this session")
     listing.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
+    listing.add_argument(
+        "--drill", action="store_true", help="also the patches of airlock drill's own sessions"
+    )
     show = patch.add_parser("show", parents=[common], help="what a patch changes, then the patch")
     show.add_argument("patch_id", metavar="ID")
     show.add_argument(
@@ -78,7 +81,7 @@ async def _patch(config: Config, args: argparse.Namespace) -> int:
 async def _list(db: Database, blobs: BlobStore, config: Config, args: argparse.Namespace) -> int:
     from ..patches import patches_table
 
-    out(await patches_table(db, session_id=args.session, limit=args.limit))
+    out(await patches_table(db, session_id=args.session, limit=args.limit, drill=args.drill))
     return 0
 
 

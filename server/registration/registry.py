@@ -132,11 +132,13 @@ class Registry:
         return connection_exit_stack(ctx)
 
     async def lease(self, leases: Leases, session_id: str | None, ctx: AirlockContext) -> Session:
-        """The caller's lease by the session rule. A lease made for a handshake-era HTTP
-        connection (which has a lifetime: DELETE, idle timeout) ends with that connection."""
+        """The caller's lease by the session rule. The default lease of a handshake-era HTTP
+        connection (which has a lifetime: DELETE, idle timeout) ends with that connection;
+        one asked for by "new" is the agent's, living until end_session or its idle limit
+        on any replica, as on every other transport and era."""
         connection = self.connection(ctx)
         session, created = await leases.resolve(session_id, self.caller(), connection=connection)
-        if created and isinstance(connection, AsyncExitStack):
+        if created and session_id is None and isinstance(connection, AsyncExitStack):
             leases.end_with(connection, session)
         return session
 

@@ -10,6 +10,7 @@ from sqlalchemy import (
     Connection,
     and_,
     bindparam,
+    exists,
     func,
     insert,
     select,
@@ -17,7 +18,14 @@ from sqlalchemy import (
     update,
 )
 
-from ..records import ApprovalRecord, DrillRecord, EgressCount, EgressRecord, GrantRecord
+from ..records import (
+    PROXY_CHALLENGE,
+    ApprovalRecord,
+    DrillRecord,
+    EgressCount,
+    EgressRecord,
+    GrantRecord,
+)
 from ..schema import approvals, drills, egress_log, grants
 from .rows import from_json_fields, json_fields, lock_tenant, matching, record_columns
 
@@ -63,9 +71,26 @@ def _tenants(tenant: str | None, except_tenant: str | None) -> ColumnElement[boo
     return and_(true(), *chosen)
 
 
+def _answered_challenge() -> ColumnElement[bool]:
+    """A 407 (no valid run token) that the same run answered: a later request of it to the
+    same destination got past the token check. Chromium, like any browser, asks without
+    credentials first and sends the token on the challenge; that is not a denial."""
+    answer = egress_log.alias("answer")
+    later = exists().where(
+        answer.c.run_id == egress_log.c.run_id,
+        answer.c.host == egress_log.c.host,
+        answer.c.port == egress_log.c.port,
+        answer.c.seq > egress_log.c.seq,
+        answer.c.status != PROXY_CHALLENGE,
+    )
+    return and_(egress_log.c.status == PROXY_CHALLENGE, later)
+
+
 def egress_counts(
     conn: Connection, *, since: float, tenant: str | None, except_tenant: str | None
 ) -> list[EgressCount]:
+    """Decisions summed by rule, verdict and destination; answered proxy challenges left
+    out (`_answered_challenge`)."""
     group = (egress_log.c.capability, egress_log.c.decision, egress_log.c.host, egress_log.c.port)
     # Windows rather than GROUP BY: `reason` is the latest decision's of each group, which
     # only SQLite would take from a bare column next to max(); PostgreSQL refuses that.
@@ -82,7 +107,11 @@ def egress_counts(
             .over(partition_by=group, order_by=(egress_log.c.time.desc(), egress_log.c.seq.desc()))
             .label("rank"),
         )
-        .where(egress_log.c.time >= since, _tenants(tenant, except_tenant))
+        .where(
+            egress_log.c.time >= since,
+            _tenants(tenant, except_tenant),
+            ~_answered_challenge(),
+        )
         .subquery()
     )
     query = (

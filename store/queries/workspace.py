@@ -219,10 +219,15 @@ def get_patch(conn: Connection, patch_id: str) -> PatchRecord | None:
     return _patch(row) if row is not None else None
 
 
-def list_patches(conn: Connection, session_id: str | None, limit: int) -> list[PatchRecord]:
+def list_patches(
+    conn: Connection, session_id: str | None, limit: int, except_tenant: str | None
+) -> list[PatchRecord]:
+    chosen = [matching(hatch_patches, {"session_id": session_id})]
+    if except_tenant is not None:
+        chosen.append(hatch_patches.c.tenant != except_tenant)
     query = (
         select(*_PATCH_COLUMNS)
-        .where(matching(hatch_patches, {"session_id": session_id}))
+        .where(*chosen)
         .order_by(hatch_patches.c.created_at.desc(), hatch_patches.c.seq.desc())
         .limit(limit)
     )

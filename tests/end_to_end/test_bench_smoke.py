@@ -1,4 +1,5 @@
-"""A smoke run of the benchmark: `bench/run.py --quick` runs end to end and writes its report.
+"""A smoke run of the benchmarks: `bench/run.py --quick` and `bench.suite --repeat 1` run end
+to end and write their reports.
 
 Only that it runs and what the report holds are checked here. The timing targets are the
 benchmark's business (see docs/design.md); a test never asserts on them.
@@ -60,3 +61,23 @@ def test_quick_bench_of_warm_calls_and_teardown_writes_a_complete_report(tmp_pat
 
     judged = {row["metric"] for row in report["table"] if row["ok"] is not None}
     assert {"p50 ratio", "p95 ratio", f"until none of {counts['teardown']} is left"} <= judged
+
+
+@pytest.mark.docker
+def test_the_suite_bench_runs_each_workload_on_the_host_and_both_runtimes(tmp_path: Path) -> None:
+    out = tmp_path / "suite.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.suite", "--repeat", "1", "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "airlock runsc: wall / CPU vs host" in done.stdout, done.stdout
+    runs = json.loads(out.read_text(encoding="utf-8"))["runs"]
+    assert set(runs) == {"syscall loop", "pytest suite"}
+    for by_target in runs.values():
+        assert set(by_target) == {"host", "runc", "runsc"}
+        assert all(len(measured) == 1 for measured in by_target.values())
+        assert all(run["cpu_s"] > 0 for run in by_target["runsc"])

@@ -22,9 +22,9 @@ import pytest
 from support import AIRLOCK, ROOT, airlock, airlock_main
 
 from airlock.server.cli import main
-from airlock.server.config import Config
+from airlock.server.config import DRILL_TENANT, Config
 from airlock.server.doctor import run_checks
-from airlock.store import Database
+from airlock.store import Database, HatchCopyRecord, PatchRecord, SessionRecord
 
 HEAVY = ("mcp", "docker", "uvicorn", "starlette", "httpx", "airlock.server.app", "airlock.egress")
 """What only serving, drilling and the Docker commands need: a command that does neither
@@ -300,3 +300,62 @@ def test_an_unknown_patch_names_the_records_it_looked_in(tmp_path: Path, action:
     (line,) = done.stderr.strip().splitlines()
     assert f"no patch '{patch_id}'" in line and f"the data dir {tmp_path}" in line
     assert "--data-dir or --store of the agent's server" in line
+
+
+async def _patches_of_a_user_and_the_drill(path: Path) -> None:
+    db = await Database.open(path)
+    try:
+        for n, tenant in enumerate(["local", DRILL_TENANT]):
+            session, copy = f"ses_{n}", "cpy_" + str(n) * 26
+            await db.create_session(
+                SessionRecord(id=session, tenant=tenant, created_at=0, last_used_at=0, expires_at=1)
+            )
+            await db.add_copy(
+                HatchCopyRecord(
+                    id=copy,
+                    tenant=tenant,
+                    session_id=session,
+                    root="repo",
+                    root_path="/repo",
+                    dest="repo",
+                    baseline_sha256="0" * 64,
+                    files=1,
+                    bytes=1,
+                    version=1,
+                    created_at=n,
+                )
+            )
+            await db.add_patch(
+                PatchRecord(
+                    id="pat_" + str(n) * 26,
+                    copy_id=copy,
+                    tenant=tenant,
+                    session_id=session,
+                    created_at=n,
+                    version=2,
+                    sha256="0" * 64,
+                    size=1,
+                    entries=[],
+                    held_back=[],
+                    refused=[],
+                )
+            )
+    finally:
+        await db.close()
+
+
+def test_patch_list_leaves_the_drills_patches_out_unless_asked_and_marks_them(
+    tmp_path: Path,
+) -> None:
+    anyio.run(_patches_of_a_user_and_the_drill, tmp_path / "airlock.db")
+    mine, drills = "pat_" + "0" * 26, "pat_" + "1" * 26
+    listed = airlock_main("patch", "list", "--data-dir", str(tmp_path))
+    assert listed.returncode == 0, listed.stderr
+    assert mine in listed.stdout and drills not in listed.stdout, listed.stdout
+    for asked in (["--drill"], ["--session", "ses_1"]):
+        shown = airlock_main("patch", "list", *asked, "--data-dir", str(tmp_path))
+        [row] = [line for line in shown.stdout.splitlines() if drills in line]
+        assert "ses_1 (drill)" in row, shown.stdout
+    everything = airlock_main("patch", "list", "--drill", "--data-dir", str(tmp_path)).stdout
+    [row] = [line for line in everything.splitlines() if mine in line]
+    assert "(drill)" not in row, everything

@@ -29,6 +29,7 @@ from airlock.ids import new_id
 from airlock.policies import Policy
 from airlock.policies.review import review
 from airlock.sandbox.docker import session_containers
+from airlock.sandbox.docker.labels import LABEL_SESSION
 from airlock.sandbox.environment import RELAY_PORT
 from airlock.server import Config, build_server
 from airlock.server.config import DRILL_TENANT
@@ -72,10 +73,23 @@ allow_private = ["127.0.0.0/8"]
 """
 
 
-def _containers_of_the_drill(client: docker.DockerClient) -> list[Container]:
-    return client.containers.list(
-        all=True, filters={"label": f"airlock.tenant={DRILL_TENANT}"}, ignore_removed=True
+async def _last_drill(data_dir: Path) -> DrillRecord:
+    db = await Database.open(data_dir / "airlock.db")
+    try:
+        return (await db.list_drills(limit=1))[0]
+    finally:
+        await db.close()
+
+
+def _containers_of_the_drill(client: docker.DockerClient, data_dir: Path) -> list[Container]:
+    """The containers of this test's drill, by the sessions its record lists: every
+    Airlock's drill runs as the same tenant, and another one on the engine may be drilling."""
+    sessions = set(anyio.run(_last_drill, data_dir).sessions)
+    assert sessions, "the drill recorded no session"
+    labelled = client.containers.list(
+        all=True, filters={"label": LABEL_SESSION}, ignore_removed=True
     )
+    return [c for c in labelled if c.labels.get(LABEL_SESSION) in sessions]
 
 
 @pytest.mark.docker
@@ -118,7 +132,7 @@ def test_drill_holds_against_the_default_policy_and_is_audited(
     runs = airlock("audit", "runs", "--data-dir", str(data_dir), timeout=DRILL_TIMEOUT_S)
     # Every probe went through run_code, and three pages through browse.
     assert runs.stdout.count("run_") == 13
-    assert _containers_of_the_drill(docker_client) == []
+    assert _containers_of_the_drill(docker_client, data_dir) == []
 
 
 @pytest.mark.docker
@@ -182,7 +196,7 @@ def test_drill_fails_against_a_policy_that_opens_loopback(
         "private and loopback ranges",
         OPENINGS_ATTACK,
     ]
-    assert _containers_of_the_drill(docker_client) == []
+    assert _containers_of_the_drill(docker_client, data_dir) == []
 
 
 # The issue's scenario: loopback opened on a port none of the fixed probes tries.
@@ -195,14 +209,6 @@ methods = ["GET"]
 paths = ["/**"]
 allow_private = ["127.0.0.0/8"]
 """
-
-
-async def _last_drill(data_dir: Path) -> DrillRecord:
-    db = await Database.open(data_dir / "airlock.db")
-    try:
-        return (await db.list_drills(limit=1))[0]
-    finally:
-        await db.close()
 
 
 @pytest.mark.docker
@@ -241,7 +247,7 @@ def test_drill_reports_the_loopback_port_the_policy_opens_to_a_real_server(
     # Every other attack held or did not apply: the fixed probes never saw this door.
     others = [a for a, r in rows.items() if r["held"] is False and a != OPENINGS_ATTACK]
     assert others == []
-    assert _containers_of_the_drill(docker_client) == []
+    assert _containers_of_the_drill(docker_client, data_dir) == []
 
 
 def test_policy_review_names_a_metadata_range_and_a_secret_on_a_wildcard() -> None:

@@ -1,12 +1,15 @@
 """A fleet of real `airlock serve --http` replicas on one PostgreSQL, driven by the official
 MCP client over HTTP: a replica SIGKILLed mid-run loses nothing that the others cannot carry
 on. Its run is ended `killed` by a live replica, its session goes on there with its files,
-and its container is reaped when a server starts again on that engine."""
+and its container is reaped when a server starts again on that engine. A handshake-era
+client's "new" session outlives its connection on every replica; only the connection's
+default session ends with it."""
 
 from __future__ import annotations
 
 import contextlib
 import signal
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +30,48 @@ async def call(client: Client, tool: str, **args: Any) -> dict[str, Any]:
     assert not result.is_error, text_of(result)
     assert result.structured_content is not None
     return dict(result.structured_content)
+
+
+@pytest.fixture
+def replica(
+    tmp_path: Path, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> Callable[[str], Any]:
+    """`airlock serve --http` replicas of one fleet, each with its own data directory."""
+    monkeypatch.setenv(KEY_FILE_ENV, str(vault_key_file(tmp_path / "fleet.key")))
+    # The URL holds the test database's password, which --store refuses.
+    monkeypatch.setenv("AIRLOCK_STORE_URL", postgres_url)
+    policy = tmp_path / "policy.toml"
+    policy.write_text(NO_POOL_TOML)
+
+    def make(name: str) -> Any:
+        return serving_http("--data-dir", str(tmp_path / name), "--policy", str(policy))
+
+    return make
+
+
+async def session_of(client: Client, session_id: str | None = None) -> str:
+    args = {} if session_id is None else {"session_id": session_id}
+    return str((await call(client, "list_workspace", **args))["session_id"])
+
+
+async def test_a_legacy_clients_new_session_outlives_its_connection_on_every_replica(
+    replica: Callable[[str], Any],
+) -> None:
+    """A 2025-11-25 (handshake-era) client on A asks for a session by "new" and goes away:
+    B serves that session; only A's connection default ended with the connection."""
+    async with replica("a") as a, replica("b") as b:
+        async with Client(f"{a.base}/mcp", mode="legacy") as on_a:
+            default = await session_of(on_a)
+            asked = await session_of(on_a, "new")
+        async with Client(f"{b.base}/mcp", mode="legacy") as on_b:
+            assert await session_of(on_b, asked) == asked
+            gone = await on_b.call_tool("list_workspace", {"session_id": default})
+            assert gone.is_error and "unknown session" in text_of(gone), text_of(gone)
+        # Nor does B's connection closing end it: the agent's, not the connection's.
+        async with Client(f"{a.base}/mcp", mode="legacy") as on_a:
+            assert await session_of(on_a, asked) == asked
+            ended = await call(on_a, "end_session", session_id=asked)
+            assert ended["session_id"] == asked and ended["ended"], ended
 
 
 async def _sigkilled_mid_run(serving: Any, docker_client: docker.DockerClient) -> tuple[str, str]:
@@ -65,21 +110,8 @@ async def _sigkilled_mid_run(serving: Any, docker_client: docker.DockerClient) -
 
 
 async def test_a_replica_sigkilled_mid_run_loses_nothing_the_others_cannot_carry_on(
-    tmp_path: Path,
-    postgres_url: str,
-    docker_client: docker.DockerClient,
-    monkeypatch: pytest.MonkeyPatch,
+    replica: Callable[[str], Any], postgres_url: str, docker_client: docker.DockerClient
 ) -> None:
-    monkeypatch.setenv(KEY_FILE_ENV, str(vault_key_file(tmp_path / "fleet.key")))
-    # The URL holds the test database's password, which --store refuses.
-    monkeypatch.setenv("AIRLOCK_STORE_URL", postgres_url)
-    policy = tmp_path / "policy.toml"
-    policy.write_text(NO_POOL_TOML)
-
-    def replica(name: str) -> Any:
-        args = ("--data-dir", str(tmp_path / name), "--policy", str(policy))
-        return serving_http(*args)
-
     async with replica("b") as b, Client(f"{b.base}/mcp") as on_b:
         session, long_run = await _sigkilled_mid_run(replica("a"), docker_client)
         # A live replica finds the dead one's claim free and ends its run `killed`.

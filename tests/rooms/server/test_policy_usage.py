@@ -13,6 +13,8 @@ import anyio
 import pytest
 from support import airlock_main
 
+from airlock.policies import Policy
+from airlock.server.policy_usage import usage_report
 from airlock.store import ApprovalRecord, Database, EgressRecord, GrantRecord, SessionRecord
 from airlock.tools.context import iso_time
 
@@ -46,6 +48,7 @@ paths = ["/**"]
 approval = "ask"
 """
 GRANT = "tenant/acme/session/ses_a/cap/g1"
+PYPI = {"name": "pypi", "hosts": ["pypi.org"], "methods": ["GET"], "paths": ["/**"]}
 
 
 def egress(
@@ -259,3 +262,34 @@ def test_a_tampered_egress_log_cannot_forge_a_review_section_or_drive_the_termin
     shown = next(line for line in lines if "evil.example" in line)
     assert shown.startswith("  evil.example<U+000A>Review:<U+000A>  nothing to act on<U+001B>[8m")
     assert "refused<U+000A>Review:<U+000A>  all clear<U+001B>]0;title<U+0007>" in shown
+
+
+def challenge(host: str, seq_age_s: float, run: str = "run_c", **extra: Any) -> EgressRecord:
+    """A 407 of the proxy: the request came without a valid run token."""
+    reason = "missing, expired or revoked run token; use the proxy settings Airlock put in"
+    fields = {"status": 407, "reason": reason, "method": "CONNECT", "path": "-"}
+    return egress(None, "deny", host, seq_age_s / DAY, run_id=run, **fields, **extra)
+
+
+@pytest.mark.anyio
+async def test_a_proxy_challenge_the_run_answered_with_its_token_is_not_a_denial(
+    db: Database,
+) -> None:
+    """Chromium's CONNECT without credentials, then again with the run token: one request
+    of the rule, no denial. A 407 no later request of its run answered stays a denial, as
+    does one another run answered."""
+    await db.add_egress(
+        [
+            challenge("pypi.org", 30),
+            egress("policy:pypi", "allow", "pypi.org", 29 / DAY, run_id="run_c", method="CONNECT"),
+            challenge("pypi.org", 20, run="run_other"),
+            challenge("files.pythonhosted.org", 10),
+            egress("policy:pypi", "allow", "pypi.org", 5 / DAY, run_id="run_c"),
+        ]
+    )
+    policy = Policy.model_validate({"egress": {"allow": [PYPI]}})
+    report = await usage_report(db, policy, label="p", tenant=None, since=NOW - DAY)
+    [pypi] = report.rules
+    assert (pypi.requests, pypi.denials) == (2, 0)
+    denied = {d.host: d.count for d in report.denied}
+    assert denied == {"pypi.org": 1, "files.pythonhosted.org": 1}

@@ -73,7 +73,8 @@ async def test_over_real_http_each_connection_has_a_default_and_stateless_calls_
     tmp_path: Path,
 ) -> None:
     """A real `airlock serve --http`: two handshake-era connections at once, each with its
-    own default session, ended when the connection ends; 2026-07-28 calls get new ones."""
+    own default session, ended when the connection ends (a "new" one lives on);
+    2026-07-28 calls get new ones."""
     policy = tmp_path / "no-pool.toml"
     policy.write_text(NO_POOL_TOML)
     async with serving_http("--data-dir", str(tmp_path / "data"), "--policy", str(policy)) as s:
@@ -92,9 +93,11 @@ async def test_over_real_http_each_connection_has_a_default_and_stateless_calls_
         async with Client(url, mode="auto") as stateless:
             one, two = await session_of(stateless), await session_of(stateless)
             assert len({one, two, default, separate, other}) == 5
-            # The first connection ended, and its sessions with it.
+            # The first connection ended, and its default session with it; the session it
+            # asked for by "new" is the agent's, until end_session or its idle limit.
             gone = await stateless.call_tool("list_workspace", {"session_id": default})
             assert gone.is_error and "unknown session" in text_of(gone), text_of(gone)
+            assert await session_of(stateless, separate) == separate
 
 
 async def test_stateless_http_calls_without_session_id_each_start_a_new_session(

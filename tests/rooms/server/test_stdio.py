@@ -530,3 +530,62 @@ async def test_a_run_leaving_200_mib_of_artifacts_costs_the_server_constant_memo
         assert (blobs / sha[:2] / sha[2:]).stat().st_size == BIG_FILE_MIB * MIB
     # Nothing of the run's staging is left behind.
     assert not list(blobs.glob(".*"))
+
+
+async def _rpc(process: Process, message: dict[str, Any]) -> None:
+    assert process.stdin is not None
+    await process.stdin.send((json.dumps(message) + "\n").encode())
+
+
+async def test_a_client_whose_stdout_reader_died_stops_the_server_in_one_line_with_exit_0(
+    tmp_path: Path, started_pids: list[int]
+) -> None:
+    """The client's end of stdout closes (it died): the server's next answer finds no
+    reader. That is a stop like stdin's EOF, logged in one line, its sessions ended; not a
+    BrokenPipeError traceback. The server's stdout is a plain pipe here, so the test can
+    close its reading end for real."""
+    log_path = tmp_path / "server.stderr"
+    read_end, write_end = os.pipe()
+    with log_path.open("wb") as log:
+        process = await anyio.open_process(
+            [AIRLOCK, *serve_args(tmp_path / "data")],
+            env=server_env(tmp_path),
+            stdout=write_end,
+            stderr=log,
+        )
+    os.close(write_end)
+    started_pids.append(process.pid)
+    served = Served(process, log_path)
+    replies = os.fdopen(read_end, "rb")
+    async with process:
+        client_info = {"name": "dying", "version": "1"}
+        params = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": client_info}
+        await _rpc(process, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": params})
+        with anyio.fail_after(EXIT_S):
+            assert b'"id":1' in await anyio.to_thread.run_sync(replies.readline), served.log()
+        await _rpc(process, {"jsonrpc": "2.0", "method": "notifications/initialized"})
+        call = {"name": "list_workspace", "arguments": {}}
+        await _rpc(process, {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call})
+        with anyio.fail_after(EXIT_S):
+            reply = json.loads(await anyio.to_thread.run_sync(replies.readline))
+        session_id = reply["result"]["structuredContent"]["session_id"]
+        replies.close()
+        stopping = "the client closed its end of stdout; stopping"
+        with anyio.fail_after(EXIT_S):
+            # Each request is an answer to write; each line also wakes the SDK's stdin
+            # reader, a thread no cancellation interrupts.
+            for n in range(3, 10_000):
+                if stopping in served.log() or process.returncode is not None:
+                    break
+                with suppress(anyio.BrokenResourceError, OSError):
+                    await _rpc(process, {"jsonrpc": "2.0", "id": n, "method": "ping"})
+                await anyio.sleep(0.2)
+        assert await wait_for_exit(served) == 0, served.log()
+    text = served.log()
+    assert stopping in text and "Traceback" not in text and "BrokenPipe" not in text, text
+    db = await Database.open(tmp_path / "data" / "airlock.db")
+    try:
+        record = await db.get_session(session_id)
+    finally:
+        await db.close()
+    assert record is not None and record.ended_at is not None, text
