@@ -42,6 +42,7 @@ from .registration.lifespan import ForRoutes, lifespan
 from .registration.registry import Registry
 from .sessions import SessionRule
 from .strict_tools import StrictToolServer
+from .tasks import TasksExtension
 
 INSTRUCTIONS = """\
 Airlock runs code you write in a fresh, network-less, resource-limited container per call.
@@ -118,6 +119,7 @@ def build_server(
         token_verifier=token_verifier,
         auth=auth,
         session_sentence=_session_sentence if http else None,
+        extensions=[TasksExtension(local_tenant=local_tenant)],
     )
     routes.register(mcp, for_routes, RouteAuth(token_verifier, operator_token), meter)
     registry = Registry(mcp, policy, tenants, http=http, local_tenant=local_tenant)

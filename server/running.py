@@ -37,6 +37,7 @@ from .engine import Engine, EngineFactory, ServerEngine
 from .metrics import LiveState
 from .secret_check import warn_missing_secrets
 from .sessions import Leases
+from .tasks.jobs import TaskJobs
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,8 @@ class Running:
     leases: Leases
     engine: ServerEngine
     """The same engine as `services.engine`, with what only the server sees (the pool)."""
+    tasks: TaskJobs
+    """The calls of this server that may become MCP tasks (`server/tasks`)."""
 
     def live_state(self) -> LiveState:
         """The gauges `/metrics` reports."""
@@ -136,7 +139,8 @@ async def serving(
         background.start_soon(engine.serve)
         interval = min(map(_sweep_interval, every_policy))
         background.start_soon(_housekeeping, leases, engine, interval, claim)
-        yield Running(services, leases, engine)
+        tasks = TaskJobs(db, background, policy.tasks, instance_id=instance.id, clock=clock)
+        yield Running(services, leases, engine, tasks)
 
 
 async def _claim(

@@ -61,6 +61,8 @@ if TYPE_CHECKING:
         RunRecord,
         RunStatus,
         SessionRecord,
+        TaskRecord,
+        TaskStatus,
         WorkspaceFile,
     )
     from .workspace import (
@@ -108,6 +110,8 @@ _HOMES = homes(
             "RunRecord",
             "RunStatus",
             "SessionRecord",
+            "TaskRecord",
+            "TaskStatus",
             "WorkspaceFile",
         ),
         "workspace": (
@@ -152,6 +156,8 @@ __all__ = [
     "SessionEnded",
     "SessionRecord",
     "Staging",
+    "TaskRecord",
+    "TaskStatus",
     "WorkspaceCommit",
     "WorkspaceConflict",
     "WorkspaceDelta",

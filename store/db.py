@@ -16,7 +16,7 @@ import sqlite3
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import anyio.to_thread
 from sqlalchemy import Connection, Engine, text
@@ -35,7 +35,7 @@ from .connection import (
 )
 from .migrations import HEAD, refuse_newer, upgrade
 from .migrations import SCHEMA_VERSION as SCHEMA_VERSION
-from .queries import audit, replicas, runs, workspace
+from .queries import audit, replicas, runs, tasks, workspace
 from .records import (
     ApprovalRecord,
     ArtifactRecord,
@@ -49,6 +49,8 @@ from .records import (
     RunRecord,
     RunStatus,
     SessionRecord,
+    TaskRecord,
+    TaskStatus,
     WorkspaceFile,
 )
 from .workspace import WorkspaceCommit, WorkspaceDelta, WorkspaceHead
@@ -294,6 +296,37 @@ class Database:
         return await self._write(
             lambda conn: runs.mark_unfinished_runs(
                 conn, instance_ids=instance_ids, status=status, error=error, finished_at=finished_at
+            )
+        )
+
+    # Tasks
+
+    async def create_task(self, rec: TaskRecord) -> None:
+        """Insert a new task; an existing id is a `StoreError`. Committed when this returns,
+        so a `tasks/get` on any server reading these records finds it."""
+        await self._write(lambda conn: tasks.create_task(conn, rec))
+
+    async def get_task(self, task_id: str) -> TaskRecord | None:
+        return await self._read(lambda conn: tasks.get_task(conn, task_id))
+
+    async def set_task_run(self, task_id: str, run_id: str) -> None:
+        """Name the run a task's call started (what its failure names if its server dies)."""
+        await self._write(lambda conn: tasks.set_task_run(conn, task_id, run_id))
+
+    async def end_task(
+        self,
+        task_id: str,
+        *,
+        status: TaskStatus,
+        at: float,
+        message: str | None = None,
+        result: dict[str, Any] | None = None,
+        error: dict[str, Any] | None = None,
+    ) -> bool:
+        """End an open task with its outcome; the first end wins. Whether this one did."""
+        return await self._write(
+            lambda conn: tasks.end_task(
+                conn, task_id, status=status, at=at, message=message, result=result, error=error
             )
         )
 

@@ -1,0 +1,126 @@
+"""MCP Tasks (io.modelcontextprotocol/tasks, 2026-07-28) over real HTTP against a real
+`airlock serve --http`: requests written by hand with the schema's field names
+(`task_wire`), every task response checked against the extension's JSON schema."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import docker
+import pytest
+from support import NO_POOL_TOML, http_server, none_left, poll_containers, running
+from task_wire import EXTENSION, TaskClient
+
+pytestmark = [pytest.mark.anyio, pytest.mark.docker]
+
+SLOW = "import time; time.sleep({s}); print('slept {s}'); open('out.txt', 'w').write('kept')"
+
+
+def quick_tasks(tmp_path: Path, seconds: float = 1.0, *, pool: bool = True) -> str:
+    """A policy whose calls become tasks after `seconds` (tests need not wait 5); without
+    the pool, a run's container carries its session's label from the start."""
+    path = tmp_path / "tasks.toml"
+    no_pool = "" if pool else NO_POOL_TOML
+    path.write_text(f"[tasks]\nanswer_within_s = {seconds}\nttl_s = 600\n{no_pool}")
+    return str(path)
+
+
+async def until_ended(client: TaskClient, task_id: str, *, within: float) -> dict[str, Any]:
+    """Poll tasks/get until the task leaves `working`; its last answer's result."""
+    seen: dict[str, Any] = {}
+    with anyio.move_on_after(within):
+        while True:
+            seen = (await client.get(task_id))["result"]
+            if seen["status"] != "working":
+                return seen
+            await anyio.sleep(0.25)
+    pytest.fail(f"task {task_id} still {seen.get('status')} after {within}s")
+
+
+def text(result: dict[str, Any]) -> str:
+    return "\n".join(block["text"] for block in result["content"] if block["type"] == "text")
+
+
+async def test_discover_lists_the_extension_and_a_long_run_becomes_a_task(tmp_path: Path) -> None:
+    async with http_server(tmp_path, "--policy", quick_tasks(tmp_path)) as server:
+        acme = TaskClient(server.url, server.keys["acme"])
+        discovered = await acme.rpc("server/discover", {})
+        created = await acme.call_tool("run_code", {"code": SLOW.format(s=6)})
+        working = (await acme.get(created["taskId"]))["result"]
+        done = await until_ended(acme, created["taskId"], within=60)
+    assert EXTENSION in discovered["result"]["capabilities"]["extensions"]
+    assert created["resultType"] == "task" and created["status"] == "working"
+    assert created["taskId"].startswith("task_") and len(created["taskId"]) == 5 + 26
+    assert created["pollIntervalMs"] == 2000
+    assert working["status"] == "working" and working["resultType"] == "complete"
+    assert done["status"] == "completed"
+    result = done["result"]
+    # The CallToolResult the call would have answered: summary, envelope, structured output.
+    assert result["isError"] is False
+    assert "<untrusted-output" in text(result) and "slept 6" in text(result)
+    assert result["structuredContent"]["status"] == "ok"
+    assert "out.txt" in str(result["structuredContent"])
+    # Kept ttl_s (600 s) after its end, counted from creation.
+    assert 600_000 <= done["ttlMs"] <= 600_000 + 60_000
+
+
+async def test_a_quick_call_and_a_caller_without_the_extension_get_plain_results(
+    tmp_path: Path,
+) -> None:
+    # The default answer_within_s (5 s): a quick run answers well within it.
+    async with http_server(tmp_path) as server:
+        declaring = TaskClient(server.url, server.keys["acme"])
+        plain = TaskClient(server.url, server.keys["acme"], tasks=False)
+        quick = await declaring.call_tool("run_code", {"code": "print('quick')"})
+        slow = await plain.call_tool("run_code", {"code": SLOW.format(s=7)})
+        poll = await plain.get("task_" + "a" * 26)
+    for result in (quick, slow):
+        assert result["resultType"] == "complete" and "taskId" not in result
+        assert result["structuredContent"]["status"] == "ok"
+    assert "slept 7" in text(slow)
+    # tasks/* from a caller that did not declare the extension: -32021, naming it.
+    assert poll["error"]["code"] == -32021
+    assert EXTENSION in str(poll["error"]["data"])
+
+
+async def test_another_tenants_poll_and_cancel_answer_as_an_unknown_task(tmp_path: Path) -> None:
+    async with http_server(tmp_path, "--policy", quick_tasks(tmp_path)) as server:
+        acme = TaskClient(server.url, server.keys["acme"])
+        globex = TaskClient(server.url, server.keys["globex"])
+        task_id = (await acme.call_tool("run_code", {"code": SLOW.format(s=4)}))["taskId"]
+        never = "task_" + "b" * 26
+        theirs = {"get": await globex.get(task_id), "cancel": await globex.cancel(task_id)}
+        unknown = {"get": await globex.get(never), "cancel": await globex.cancel(never)}
+        own = await until_ended(acme, task_id, within=60)
+    for method in ("get", "cancel"):
+        assert theirs[method]["error"]["code"] == -32602
+        foreign = str(theirs[method]["error"]).replace(task_id, "ID")
+        assert foreign == str(unknown[method]["error"]).replace(never, "ID")
+    # The other tenant's cancel changed nothing.
+    assert own["status"] == "completed"
+
+
+async def test_cancel_stops_the_runs_container_within_5_s(tmp_path: Path) -> None:
+    engine = docker.from_env()
+    async with http_server(tmp_path, "--policy", quick_tasks(tmp_path, pool=False)) as server:
+        acme = TaskClient(server.url, server.keys["acme"])
+        plain = TaskClient(server.url, server.keys["acme"], tasks=False)
+        first = await plain.call_tool("run_code", {"code": "print(1)"})
+        session = first["structuredContent"]["session_id"]
+        label = f"airlock.session={session}"
+        created = await acme.call_tool(
+            "run_code", {"code": SLOW.format(s=120), "session_id": session, "timeout_s": 300}
+        )
+        started = await poll_containers(engine, label, running(1), within=30)
+        assert running(1)(started)
+        at = time.monotonic()
+        acked = await acme.cancel(created["taskId"])
+        gone = await poll_containers(engine, label, none_left, within=5)
+        took = time.monotonic() - at
+        ended = await until_ended(acme, created["taskId"], within=5)
+    assert acked["result"]["resultType"] == "complete"
+    assert none_left(gone), f"containers left {took:.1f}s after the cancel: {gone}"
+    assert ended["status"] == "cancelled"
