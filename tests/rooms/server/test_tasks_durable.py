@@ -1,0 +1,113 @@
+"""MCP tasks outlive what they ran on: a finished task still answers after its server
+restarts, and on any replica of a fleet; a task whose server was SIGKILLed mid-run ends
+`failed`, naming its run and the run's `killed` record, never staying `working`."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from support import NO_POOL_TOML, http_server, serving_http, vault_key_file
+from task_wire import TaskClient
+
+from airlock.broker.vault import KEY_FILE_ENV
+from airlock.store import Database
+
+pytestmark = [pytest.mark.anyio, pytest.mark.docker]
+
+QUICK = "[tasks]\nanswer_within_s = 1.0\n"
+SLEEP = "import time; time.sleep({s}); print('slept {s}')"
+
+
+async def until_ended(client: TaskClient, task_id: str, *, within: float) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    with anyio.move_on_after(within):
+        while True:
+            seen = (await client.get(task_id))["result"]
+            if seen["status"] != "working":
+                return seen
+            await anyio.sleep(0.25)
+    pytest.fail(f"task {task_id} still {seen.get('status')} after {within}s")
+
+
+async def its_run(db: Database, task_id: str) -> str:
+    """The run the task's call started, once it has one."""
+    with anyio.fail_after(60):
+        while True:
+            record = await db.get_task(task_id)
+            if record is not None and record.run_id is not None:
+                return record.run_id
+            await anyio.sleep(0.2)
+
+
+def assert_failed_with_killed_run(task: dict[str, Any], run_id: str) -> None:
+    assert task["status"] == "failed", task
+    assert task["error"]["code"] == -32603
+    assert run_id in task["error"]["message"] and "killed" in task["error"]["message"]
+    assert task["error"]["data"] == {"run_id": run_id, "run_status": "killed"}
+
+
+async def test_tasks_answer_after_a_restart_and_one_whose_server_died_fails_naming_its_run(
+    tmp_path: Path,
+) -> None:
+    policy = tmp_path / "tasks.toml"
+    policy.write_text(QUICK)
+    async with http_server(tmp_path, "--policy", str(policy)) as server:
+        acme = TaskClient(server.url, server.keys["acme"])
+        finished = (await acme.call_tool("run_code", {"code": SLEEP.format(s=3)}))["taskId"]
+        before = await until_ended(acme, finished, within=60)
+        lost = await acme.call_tool("run_code", {"code": SLEEP.format(s=100), "timeout_s": 120})
+        db = await Database.open(server.data_dir / "airlock.db")
+        try:
+            run_id = await its_run(db, lost["taskId"])
+        finally:
+            await db.close()
+        server.process.send_signal(signal.SIGKILL)
+        await server.process.wait()
+    # The same data directory, a new server (the keys are new, their ids and tenants kept).
+    async with http_server(tmp_path, "--policy", str(policy)) as again:
+        acme = TaskClient(again.url, again.keys["acme"])
+        after = (await acme.get(finished))["result"]
+        died = await until_ended(acme, lost["taskId"], within=30)
+    assert after["status"] == "completed" and after["result"] == before["result"]
+    assert "slept 3" in str(after["result"])
+    assert_failed_with_killed_run(died, run_id)
+
+
+async def test_a_replicas_task_is_polled_on_another_and_fails_when_its_replica_is_killed(
+    tmp_path: Path, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(KEY_FILE_ENV, str(vault_key_file(tmp_path / "fleet.key")))
+    # The URL holds the test database's password, which --store refuses.
+    monkeypatch.setenv("AIRLOCK_STORE_URL", postgres_url)
+    policy = tmp_path / "policy.toml"
+    policy.write_text(NO_POOL_TOML + QUICK)
+
+    def replica(name: str) -> Any:
+        return serving_http("--data-dir", str(tmp_path / name), "--policy", str(policy))
+
+    db = await Database.open(postgres_url)
+    try:
+        async with replica("b") as b:
+            on_b = TaskClient(f"{b.base}/mcp")
+            async with replica("a") as a:
+                on_a = TaskClient(f"{a.base}/mcp")
+                short = await on_a.call_tool("run_code", {"code": SLEEP.format(s=3)})
+                long = await on_a.call_tool(
+                    "run_code", {"code": SLEEP.format(s=100), "timeout_s": 120}
+                )
+                working = (await on_b.get(long["taskId"]))["result"]
+                done = await until_ended(on_b, short["taskId"], within=60)
+                run_id = await its_run(db, long["taskId"])
+                a.process.send_signal(signal.SIGKILL)
+                await a.process.wait()
+            # B finds A's claim free within a sweep and ends its run and its task.
+            died = await until_ended(on_b, long["taskId"], within=90)
+    finally:
+        await db.close()
+    assert working["status"] == "working"
+    assert done["status"] == "completed" and "slept 3" in str(done["result"])
+    assert_failed_with_killed_run(died, run_id)
