@@ -139,7 +139,14 @@ async def serving(
         background.start_soon(engine.serve)
         interval = min(map(_sweep_interval, every_policy))
         background.start_soon(_housekeeping, leases, engine, interval, claim)
-        tasks = TaskJobs(db, background, policy.tasks, instance_id=instance.id, clock=clock)
+        tasks = TaskJobs(
+            db,
+            background,
+            policy.tasks,
+            notices=services.notices,
+            instance_id=instance.id,
+            clock=clock,
+        )
         yield Running(services, leases, engine, tasks)
 
 

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
         GrantRevoked,
         Notices,
         SessionEnded,
+        TaskCancelRequested,
         revocations,
     )
     from .private import create_private_file, private_dir, private_file_problem
@@ -91,6 +92,7 @@ _HOMES = homes(
             "GrantRevoked",
             "Notices",
             "SessionEnded",
+            "TaskCancelRequested",
             "revocations",
         ),
         "private": ("create_private_file", "private_dir", "private_file_problem"),
@@ -156,6 +158,7 @@ __all__ = [
     "SessionEnded",
     "SessionRecord",
     "Staging",
+    "TaskCancelRequested",
     "TaskRecord",
     "TaskStatus",
     "WorkspaceCommit",

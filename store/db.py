@@ -313,6 +313,11 @@ class Database:
         """Name the run a task's call started (what its failure names if its server dies)."""
         await self._write(lambda conn: tasks.set_task_run(conn, task_id, run_id))
 
+    async def request_task_cancel(self, task_id: str, *, at: float) -> bool:
+        """Record a caller's cancel of an open task (the server running it stops it when
+        told, `TaskCancelRequested`); whether the task was open and not asked before."""
+        return await self._write(lambda conn: tasks.request_cancel(conn, task_id, at))
+
     async def end_task(
         self,
         task_id: str,

@@ -351,3 +351,5 @@ class TaskRecord(BaseModel):
     error: dict[str, Any] | None = None
     """The JSON-RPC error the call raised, once `failed`."""
     ended_at: float | None = None
+    cancel_requested_at: float | None = None
+    """When its caller asked to cancel it (tasks/cancel, on any server of the records)."""

@@ -207,6 +207,7 @@ tasks = Table(
     Column("run_id", Text),
     Column("result_json", Text),
     Column("error_json", Text),
+    Column("cancel_requested_at", Seconds),
 )
 # The tasks a dead instance leaves open are failed with its runs.
 Index("tasks_by_instance", tasks.c.instance_id, tasks.c.status)

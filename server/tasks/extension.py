@@ -62,7 +62,7 @@ class TasksExtension(Extension):
     async def _cancel(self, ctx: Context, params: TaskParams) -> HandlerResult:
         running, record = await self._visible(ctx, params.task_id)
         if record.status in ("working", "input_required"):
-            running.tasks.cancel(record.id)
+            await running.tasks.cancel(record)
         return {"resultType": "complete"}
 
     async def _visible(self, ctx: Context, task_id: str) -> tuple[Running, TaskRecord]:

@@ -20,7 +20,7 @@ from pydantic import BaseModel
 from airlock.errors import AirlockError
 from airlock.ids import new_id
 from airlock.policies import TaskSettings
-from airlock.store import Database, TaskRecord
+from airlock.store import AnyNotice, Database, Notices, TaskCancelRequested, TaskRecord
 from airlock.tools.run_record import run_started
 
 from . import wire
@@ -63,12 +63,15 @@ class TaskJobs:
         group: TaskGroup,
         settings: TaskSettings,
         *,
+        notices: Notices,
         instance_id: str,
         clock: Callable[[], float],
     ) -> None:
         self._db, self._group, self.settings = db, group, settings
-        self._instance_id, self._clock = instance_id, clock
+        self._notices, self._instance_id, self._clock = notices, instance_id, clock
         self._live: dict[str, _Job] = {}
+        notices.subscribe(self._told, "task_cancel_requested")
+        notices.on_resync(self._reread)
 
     async def answer(self, tool: str, owner: Owner, call: Call) -> HandlerResult:
         """The call's own answer if it ends within `answer_within_s`, else a
@@ -95,13 +98,28 @@ class TaskJobs:
             record, now=self._clock(), poll_interval_ms=self.settings.poll_interval_ms
         )
 
-    def cancel(self, task_id: str) -> bool:
-        """Cancel the call of a task of this server; whether it runs here."""
+    async def cancel(self, record: TaskRecord) -> None:
+        """Cancel an open task's call, whichever server of the records runs it: the
+        request is recorded, then announced; the server running the call stops it."""
+        if await self._db.request_task_cancel(record.id, at=self._clock()):
+            notice = TaskCancelRequested(task_id=record.id, tenant=record.tenant)
+            await self._notices.publish(notice)
+
+    async def _told(self, notice: AnyNotice) -> None:
+        if isinstance(notice, TaskCancelRequested) and notice.task_id in self._live:
+            await self._cancel_if_asked(notice.task_id)
+
+    async def _reread(self) -> None:
+        """Notices may have been missed: cancel the calls whose cancel is recorded."""
+        for task_id in list(self._live):
+            await self._cancel_if_asked(task_id)
+
+    async def _cancel_if_asked(self, task_id: str) -> None:
+        # The records are the truth; a notice only says to look.
+        record = await self._db.get_task(task_id)
         job = self._live.get(task_id)
-        if job is None:
-            return False
-        job.scope.cancel()
-        return True
+        if job is not None and record is not None and record.cancel_requested_at is not None:
+            job.scope.cancel()
 
     async def _write(self, job: _Job) -> TaskRecord:
         assert job.task_id is not None

@@ -48,6 +48,16 @@ def set_task_run(conn: Connection, task_id: str, run_id: str) -> None:
     conn.execute(_SET_RUN, {"task_id": task_id, "run": run_id})
 
 
+def request_cancel(conn: Connection, task_id: str, at: float) -> bool:
+    """Record that the caller asked to cancel an open task; whether it was open."""
+    query = (
+        update(tasks)
+        .where(tasks.c.id == task_id, _OPEN, tasks.c.cancel_requested_at.is_(None))
+        .values(cancel_requested_at=at)
+    )
+    return bool(conn.execute(query).rowcount)
+
+
 def end_task(
     conn: Connection,
     task_id: str,

@@ -42,5 +42,6 @@ def upgrade() -> None:
         sa.Column("run_id", sa.Text()),
         sa.Column("result_json", sa.Text()),
         sa.Column("error_json", sa.Text()),
+        sa.Column("cancel_requested_at", Seconds),
     )
     op.create_index("tasks_by_instance", "tasks", ["instance_id", "status"])

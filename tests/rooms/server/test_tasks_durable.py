@@ -1,16 +1,27 @@
 """MCP tasks outlive what they ran on: a finished task still answers after its server
-restarts, and on any replica of a fleet; a task whose server was SIGKILLed mid-run ends
-`failed`, naming its run and the run's `killed` record, never staying `working`."""
+restarts, and on any replica of a fleet, where any replica cancels it; a task whose server
+was SIGKILLed mid-run ends `failed`, naming its run and the run's `killed` record, never
+staying `working`. Every poll is a new HTTP connection: the one that asked is long gone."""
 
 from __future__ import annotations
 
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
 import anyio
+import docker
 import pytest
-from support import NO_POOL_TOML, http_server, serving_http, vault_key_file
+from support import (
+    NO_POOL_TOML,
+    http_server,
+    none_left,
+    running,
+    serving_http,
+    vault_key_file,
+    wait_for_containers,
+)
 from task_wire import TaskClient
 
 from airlock.broker.vault import KEY_FILE_ENV
@@ -77,8 +88,11 @@ async def test_tasks_answer_after_a_restart_and_one_whose_server_died_fails_nami
     assert_failed_with_killed_run(died, run_id)
 
 
-async def test_a_replicas_task_is_polled_on_another_and_fails_when_its_replica_is_killed(
-    tmp_path: Path, postgres_url: str, monkeypatch: pytest.MonkeyPatch
+async def test_a_replicas_task_is_polled_and_cancelled_on_another_and_fails_with_its_replica(
+    tmp_path: Path,
+    postgres_url: str,
+    docker_client: docker.DockerClient,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv(KEY_FILE_ENV, str(vault_key_file(tmp_path / "fleet.key")))
     # The URL holds the test database's password, which --store refuses.
@@ -101,6 +115,17 @@ async def test_a_replicas_task_is_polled_on_another_and_fails_when_its_replica_i
                 )
                 working = (await on_b.get(long["taskId"]))["result"]
                 done = await until_ended(on_b, short["taskId"], within=60)
+                # Cancelled through B: A, which runs it, stops its container.
+                doomed = await on_a.call_tool(
+                    "run_code", {"code": SLEEP.format(s=100), "timeout_s": 120}
+                )
+                label = f"airlock.run={await its_run(db, doomed['taskId'])}"
+                await wait_for_containers(docker_client, label, running(1), within=30)
+                at = time.monotonic()
+                await on_b.cancel(doomed["taskId"])
+                await wait_for_containers(docker_client, label, none_left, within=5)
+                stopped_in = time.monotonic() - at
+                cancelled = await until_ended(on_b, doomed["taskId"], within=5)
                 run_id = await its_run(db, long["taskId"])
                 a.process.send_signal(signal.SIGKILL)
                 await a.process.wait()
@@ -109,5 +134,6 @@ async def test_a_replicas_task_is_polled_on_another_and_fails_when_its_replica_i
     finally:
         await db.close()
     assert working["status"] == "working"
+    assert cancelled["status"] == "cancelled", f"stopped in {stopped_in:.1f}s"
     assert done["status"] == "completed" and "slept 3" in str(done["result"])
     assert_failed_with_killed_run(died, run_id)
