@@ -18,6 +18,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import jsonschema
 
@@ -107,6 +108,17 @@ class TaskClient:
         if "result" in answer:
             check("GetTaskResult", answer["result"])
         return dict(answer)
+
+    async def until_ended(self, task_id: str, *, within: float) -> dict[str, Any]:
+        """Poll tasks/get until the task leaves `working`: its last answer's result."""
+        seen: dict[str, Any] = {}
+        with anyio.move_on_after(within):
+            while True:
+                seen = (await self.get(task_id))["result"]
+                if seen["status"] != "working":
+                    return seen
+                await anyio.sleep(0.25)
+        raise AssertionError(f"task {task_id} still {seen.get('status')} after {within}s")
 
     async def cancel(self, task_id: str) -> dict[str, Any]:
         answer = await self.rpc("tasks/cancel", {"taskId": task_id}, name=task_id)

@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import anyio
 import docker
 import pytest
 from support import NO_POOL_TOML, http_server, none_left, poll_containers, running
@@ -28,18 +27,6 @@ def quick_tasks(tmp_path: Path, seconds: float = 1.0, *, pool: bool = True) -> s
     return str(path)
 
 
-async def until_ended(client: TaskClient, task_id: str, *, within: float) -> dict[str, Any]:
-    """Poll tasks/get until the task leaves `working`; its last answer's result."""
-    seen: dict[str, Any] = {}
-    with anyio.move_on_after(within):
-        while True:
-            seen = (await client.get(task_id))["result"]
-            if seen["status"] != "working":
-                return seen
-            await anyio.sleep(0.25)
-    pytest.fail(f"task {task_id} still {seen.get('status')} after {within}s")
-
-
 def text(result: dict[str, Any]) -> str:
     return "\n".join(block["text"] for block in result["content"] if block["type"] == "text")
 
@@ -50,7 +37,7 @@ async def test_discover_lists_the_extension_and_a_long_run_becomes_a_task(tmp_pa
         discovered = await acme.rpc("server/discover", {})
         created = await acme.call_tool("run_code", {"code": SLOW.format(s=6)})
         working = (await acme.get(created["taskId"]))["result"]
-        done = await until_ended(acme, created["taskId"], within=60)
+        done = await acme.until_ended(created["taskId"], within=60)
     assert EXTENSION in discovered["result"]["capabilities"]["extensions"]
     assert created["resultType"] == "task" and created["status"] == "working"
     assert created["taskId"].startswith("task_") and len(created["taskId"]) == 5 + 26
@@ -94,7 +81,7 @@ async def test_another_tenants_poll_and_cancel_answer_as_an_unknown_task(tmp_pat
         never = "task_" + "b" * 26
         theirs = {"get": await globex.get(task_id), "cancel": await globex.cancel(task_id)}
         unknown = {"get": await globex.get(never), "cancel": await globex.cancel(never)}
-        own = await until_ended(acme, task_id, within=60)
+        own = await acme.until_ended(task_id, within=60)
     for method in ("get", "cancel"):
         assert theirs[method]["error"]["code"] == -32602
         foreign = str(theirs[method]["error"]).replace(task_id, "ID")
@@ -120,7 +107,22 @@ async def test_cancel_stops_the_runs_container_within_5_s(tmp_path: Path) -> Non
         acked = await acme.cancel(created["taskId"])
         gone = await poll_containers(engine, label, none_left, within=5)
         took = time.monotonic() - at
-        ended = await until_ended(acme, created["taskId"], within=5)
+        ended = await acme.until_ended(created["taskId"], within=5)
     assert acked["result"]["resultType"] == "complete"
     assert none_left(gone), f"containers left {took:.1f}s after the cancel: {gone}"
     assert ended["status"] == "cancelled"
+
+
+async def test_only_the_long_tools_become_tasks(tmp_path: Path) -> None:
+    # answer_within_s so short that every run_code outlasts it.
+    async with http_server(tmp_path, "--policy", quick_tasks(tmp_path, 0.01)) as server:
+        acme = TaskClient(server.url, server.keys["acme"])
+        ran = await acme.call_tool("run_code", {"code": "open('a.txt', 'w').write('a')"})
+        done = await acme.until_ended(ran["taskId"], within=60)
+        session = done["result"]["structuredContent"]["session_id"]
+        listed = await acme.call_tool("list_workspace", {"session_id": session})
+        read = await acme.call_tool("read_workspace_file", {"session_id": session, "path": "a.txt"})
+    assert ran["resultType"] == "task"
+    for plain in (listed, read):
+        assert plain["resultType"] == "complete" and not plain.get("isError"), plain
+    assert "a.txt" in str(listed["structuredContent"])

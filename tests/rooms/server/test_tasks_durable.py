@@ -33,17 +33,6 @@ QUICK = "[tasks]\nanswer_within_s = 1.0\n"
 SLEEP = "import time; time.sleep({s}); print('slept {s}')"
 
 
-async def until_ended(client: TaskClient, task_id: str, *, within: float) -> dict[str, Any]:
-    seen: dict[str, Any] = {}
-    with anyio.move_on_after(within):
-        while True:
-            seen = (await client.get(task_id))["result"]
-            if seen["status"] != "working":
-                return seen
-            await anyio.sleep(0.25)
-    pytest.fail(f"task {task_id} still {seen.get('status')} after {within}s")
-
-
 async def its_run(db: Database, task_id: str) -> str:
     """The run the task's call started, once it has one."""
     with anyio.fail_after(60):
@@ -69,7 +58,7 @@ async def test_tasks_answer_after_a_restart_and_one_whose_server_died_fails_nami
     async with http_server(tmp_path, "--policy", str(policy)) as server:
         acme = TaskClient(server.url, server.keys["acme"])
         finished = (await acme.call_tool("run_code", {"code": SLEEP.format(s=3)}))["taskId"]
-        before = await until_ended(acme, finished, within=60)
+        before = await acme.until_ended(finished, within=60)
         lost = await acme.call_tool("run_code", {"code": SLEEP.format(s=100), "timeout_s": 120})
         db = await Database.open(server.data_dir / "airlock.db")
         try:
@@ -82,7 +71,7 @@ async def test_tasks_answer_after_a_restart_and_one_whose_server_died_fails_nami
     async with http_server(tmp_path, "--policy", str(policy)) as again:
         acme = TaskClient(again.url, again.keys["acme"])
         after = (await acme.get(finished))["result"]
-        died = await until_ended(acme, lost["taskId"], within=30)
+        died = await acme.until_ended(lost["taskId"], within=30)
     assert after["status"] == "completed" and after["result"] == before["result"]
     assert "slept 3" in str(after["result"])
     assert_failed_with_killed_run(died, run_id)
@@ -114,7 +103,7 @@ async def test_a_replicas_task_is_polled_and_cancelled_on_another_and_fails_with
                     "run_code", {"code": SLEEP.format(s=100), "timeout_s": 120}
                 )
                 working = (await on_b.get(long["taskId"]))["result"]
-                done = await until_ended(on_b, short["taskId"], within=60)
+                done = await on_b.until_ended(short["taskId"], within=60)
                 # Cancelled through B: A, which runs it, stops its container.
                 doomed = await on_a.call_tool(
                     "run_code", {"code": SLEEP.format(s=100), "timeout_s": 120}
@@ -125,12 +114,12 @@ async def test_a_replicas_task_is_polled_and_cancelled_on_another_and_fails_with
                 await on_b.cancel(doomed["taskId"])
                 await wait_for_containers(docker_client, label, none_left, within=5)
                 stopped_in = time.monotonic() - at
-                cancelled = await until_ended(on_b, doomed["taskId"], within=5)
+                cancelled = await on_b.until_ended(doomed["taskId"], within=5)
                 run_id = await its_run(db, long["taskId"])
                 a.process.send_signal(signal.SIGKILL)
                 await a.process.wait()
             # B finds A's claim free within a sweep and ends its run and its task.
-            died = await until_ended(on_b, long["taskId"], within=90)
+            died = await on_b.until_ended(long["taskId"], within=90)
     finally:
         await db.close()
     assert working["status"] == "working"
