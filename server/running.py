@@ -147,6 +147,7 @@ async def serving(
             instance_id=instance.id,
             clock=clock,
         )
+        background.start_soon(tasks.serve)
         yield Running(services, leases, engine, tasks)
 
 

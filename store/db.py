@@ -318,6 +318,10 @@ class Database:
         told, `TaskCancelRequested`); whether the task was open and not asked before."""
         return await self._write(lambda conn: tasks.request_cancel(conn, task_id, at))
 
+    async def forget_expired_tasks(self, *, now: float) -> int:
+        """Delete the tasks that ended more than their `ttl_s` before `now`; how many."""
+        return await self._write(lambda conn: tasks.forget_expired(conn, now))
+
     async def end_task(
         self,
         task_id: str,

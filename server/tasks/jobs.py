@@ -28,6 +28,7 @@ from . import wire
 log = logging.getLogger(__name__)
 
 Call = Callable[[], Awaitable[HandlerResult]]
+FORGET_INTERVAL_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,16 @@ class TaskJobs:
         return wire.created(
             record, now=self._clock(), poll_interval_ms=self.settings.poll_interval_ms
         )
+
+    async def serve(self) -> None:
+        """Forget the tasks kept past their `ttl_s` (tasks/get already answers them as
+        unknown), every `FORGET_INTERVAL_S`, until cancelled."""
+        while True:
+            await anyio.sleep(FORGET_INTERVAL_S)
+            try:
+                await self._db.forget_expired_tasks(now=self._clock())
+            except AirlockError as exc:
+                log.warning("forgetting expired tasks failed: %s", exc)
 
     async def cancel(self, record: TaskRecord) -> None:
         """Cancel an open task's call, whichever server of the records runs it: the

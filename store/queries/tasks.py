@@ -7,7 +7,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, insert, select, update
+from sqlalchemy import Connection, bindparam, delete, insert, select, update
 
 from ..records import TASK_OPEN, TaskRecord, TaskStatus
 from ..schema import runs, tasks
@@ -82,6 +82,14 @@ def end_task(
         )
     )
     return bool(conn.execute(query).rowcount)
+
+
+def forget_expired(conn: Connection, now: float) -> int:
+    """Delete the tasks ended more than their `ttl_s` ago; how many."""
+    query = delete(tasks).where(
+        tasks.c.ended_at.is_not(None), tasks.c.ended_at + tasks.c.ttl_s < now
+    )
+    return conn.execute(query).rowcount
 
 
 def fail_tasks_of(conn: Connection, instance_ids: Sequence[str], at: float) -> int:

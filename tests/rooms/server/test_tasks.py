@@ -4,10 +4,12 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
 
+import anyio
 import docker
 import pytest
 from support import NO_POOL_TOML, http_server, none_left, poll_containers, running
@@ -18,12 +20,12 @@ pytestmark = [pytest.mark.anyio, pytest.mark.docker]
 SLOW = "import time; time.sleep({s}); print('slept {s}'); open('out.txt', 'w').write('kept')"
 
 
-def quick_tasks(tmp_path: Path, seconds: float = 1.0, *, pool: bool = True) -> str:
+def quick_tasks(tmp_path: Path, seconds: float = 1.0, *, pool: bool = True, more: str = "") -> str:
     """A policy whose calls become tasks after `seconds` (tests need not wait 5); without
     the pool, a run's container carries its session's label from the start."""
     path = tmp_path / "tasks.toml"
     no_pool = "" if pool else NO_POOL_TOML
-    path.write_text(f"[tasks]\nanswer_within_s = {seconds}\nttl_s = 600\n{no_pool}")
+    path.write_text(f"[tasks]\nanswer_within_s = {seconds}\nttl_s = 600\n{no_pool}{more}")
     return str(path)
 
 
@@ -126,3 +128,45 @@ async def test_only_the_long_tools_become_tasks(tmp_path: Path) -> None:
     for plain in (listed, read):
         assert plain["resultType"] == "complete" and not plain.get("isError"), plain
     assert "a.txt" in str(listed["structuredContent"])
+
+
+async def test_copy_in_and_get_patch_become_tasks_that_complete_with_their_results(
+    tmp_path: Path,
+) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "app.py").write_text("print('old')\n")
+    policy = quick_tasks(tmp_path, 0.01, more=f'\n[hatch.roots]\napp = "{repo}"\n')
+    async with http_server(tmp_path, "--policy", policy) as server:
+        acme = TaskClient(server.url, server.keys["acme"])
+        plain = TaskClient(server.url, server.keys["acme"], tasks=False)
+        copying = await acme.call_tool("copy_in", {"root": "app", "to": "app"})
+        copied = (await acme.until_ended(copying["taskId"], within=60))["result"]
+        session = copied["structuredContent"]["session_id"]
+        edit = "open('app/app.py', 'w').write(\"print('new')\\n\")"
+        await plain.call_tool("run_code", {"code": edit, "session_id": session})
+        patching = await acme.call_tool(
+            "get_patch",
+            {"copy_id": copied["structuredContent"]["copy_id"], "session_id": session},
+        )
+        patched = (await acme.until_ended(patching["taskId"], within=60))["result"]
+    assert copying["resultType"] == patching["resultType"] == "task"
+    assert not copied["isError"] and not patched["isError"], (copied, patched)
+    assert "+print('new')" in json.dumps(patched)
+
+
+async def test_a_task_past_its_ttl_answers_as_an_unknown_one(tmp_path: Path) -> None:
+    policy = tmp_path / "short.toml"
+    policy.write_text("[tasks]\nanswer_within_s = 0.01\nttl_s = 1\n")
+    async with http_server(tmp_path, "--policy", str(policy)) as server:
+        acme = TaskClient(server.url, server.keys["acme"])
+        task_id = (await acme.call_tool("run_code", {"code": "print(1)"}))["taskId"]
+        ended = await acme.until_ended(task_id, within=60)
+        await anyio.sleep(1.5)
+        expired = await acme.get(task_id)
+        never = await acme.get("task_" + "c" * 26)
+    assert ended["status"] == "completed" and ended["ttlMs"] >= 1000
+    assert expired["error"]["code"] == -32602
+    assert str(expired["error"]).replace(task_id, "ID") == str(never["error"]).replace(
+        "task_" + "c" * 26, "ID"
+    )
