@@ -102,6 +102,7 @@ def build_server(
     tests/memory_backend.py."""
     meter, tenants = metrics or Metrics(), tenant_policies or {}
     for_routes = for_routes if for_routes is not None else ForRoutes()
+    tasks = TasksExtension(local_tenant=local_tenant)
     mcp = _AirlockServer(
         "airlock",
         version=__version__,
@@ -119,8 +120,9 @@ def build_server(
         token_verifier=token_verifier,
         auth=auth,
         session_sentence=_session_sentence if http else None,
-        extensions=[TasksExtension(local_tenant=local_tenant)],
+        extensions=[tasks],
     )
+    tasks.bind(mcp.call_tool_handler)
     routes.register(mcp, for_routes, RouteAuth(token_verifier, operator_token), meter)
     registry = Registry(mcp, policy, tenants, http=http, local_tenant=local_tenant)
     for step in TOOLS:

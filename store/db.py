@@ -313,6 +313,20 @@ class Database:
         """Name the run a task's call started (what its failure names if its server dies)."""
         await self._write(lambda conn: tasks.set_task_run(conn, task_id, run_id))
 
+    async def set_task_input(
+        self,
+        task_id: str,
+        *,
+        at: float,
+        requests: dict[str, Any] | None,
+        call: dict[str, Any] | None = None,
+    ) -> bool:
+        """Move a task to `input_required` (with `requests` and the `call` to retry), or,
+        with None, back to `working` (one caller wins); whether it moved."""
+        return await self._write(
+            lambda conn: tasks.set_input(conn, task_id, at=at, requests=requests, call=call)
+        )
+
     async def request_task_cancel(self, task_id: str, *, at: float) -> bool:
         """Record a caller's cancel of an open task (the server running it stops it when
         told, `TaskCancelRequested`); whether the task was open and not asked before."""

@@ -353,3 +353,7 @@ class TaskRecord(BaseModel):
     ended_at: float | None = None
     cancel_requested_at: float | None = None
     """When its caller asked to cancel it (tasks/cancel, on any server of the records)."""
+    input_requests: dict[str, Any] | None = None
+    """While `input_required`: the requests the client must answer (tasks/update)."""
+    call: dict[str, Any] | None = None
+    """While `input_required`: the call to retry with the answers (server-side only)."""

@@ -208,6 +208,9 @@ tasks = Table(
     Column("result_json", Text),
     Column("error_json", Text),
     Column("cancel_requested_at", Seconds),
+    # While `input_required`: what the client is asked, and the call to retry with its answers.
+    Column("input_requests_json", Text),
+    Column("call_json", Text),
 )
 # The tasks a dead instance leaves open are failed with its runs.
 Index("tasks_by_instance", tasks.c.instance_id, tasks.c.status)

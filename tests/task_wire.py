@@ -58,8 +58,10 @@ def check(definition: str, value: dict[str, Any]) -> dict[str, Any]:
     return value
 
 
-def meta(*, tasks: bool) -> dict[str, Any]:
+def meta(*, tasks: bool, elicitation: bool = False) -> dict[str, Any]:
     capabilities: dict[str, Any] = {"extensions": {EXTENSION: {}}} if tasks else {}
+    if elicitation:
+        capabilities["elicitation"] = {}
     return {
         "io.modelcontextprotocol/protocolVersion": VERSION,
         "io.modelcontextprotocol/clientCapabilities": capabilities,
@@ -70,8 +72,10 @@ def meta(*, tasks: bool) -> dict[str, Any]:
 class TaskClient:
     """One caller (a bearer key, or none) of one server's /mcp."""
 
-    def __init__(self, url: str, key: str | None = None, *, tasks: bool = True) -> None:
-        self.url, self.tasks = url, tasks
+    def __init__(
+        self, url: str, key: str | None = None, *, tasks: bool = True, elicitation: bool = False
+    ) -> None:
+        self.url, self.tasks, self.elicitation = url, tasks, elicitation
         self._headers = {"Authorization": f"Bearer {key}"} if key else {}
 
     async def rpc(self, method: str, params: dict[str, Any], *, name: str | None = None) -> Any:
@@ -80,7 +84,7 @@ class TaskClient:
             "jsonrpc": "2.0",
             "id": next(_ids),
             "method": method,
-            "params": {**params, "_meta": meta(tasks=self.tasks)},
+            "params": {**params, "_meta": meta(tasks=self.tasks, elicitation=self.elicitation)},
         }
         headers = {
             **self._headers,
@@ -119,6 +123,17 @@ class TaskClient:
                     return seen
                 await anyio.sleep(0.25)
         raise AssertionError(f"task {task_id} still {seen.get('status')} after {within}s")
+
+    async def update(self, task_id: str, responses: dict[str, Any]) -> dict[str, Any]:
+        params = {"taskId": task_id, "inputResponses": responses}
+        check(
+            "UpdateTaskRequest",
+            {"jsonrpc": "2.0", "id": 0, "method": "tasks/update", "params": params},
+        )
+        answer = await self.rpc("tasks/update", params, name=task_id)
+        if "result" in answer:
+            check("UpdateTaskResult", answer["result"])
+        return dict(answer)
 
     async def cancel(self, task_id: str) -> dict[str, Any]:
         answer = await self.rpc("tasks/cancel", {"taskId": task_id}, name=task_id)

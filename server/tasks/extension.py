@@ -4,26 +4,27 @@ into jobs (`TaskJobs.answer`), and serves tasks/get and tasks/cancel from the st
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.extension import Extension, MethodBinding
 from mcp.server.mcpserver import require_client_extension
-from mcp.types import CallToolRequestParams, RequestParams
+from mcp.types import CallToolRequestParams, InputRequiredResult, RequestParams
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from airlock.store import TaskRecord
 
 from ..auth import current_tenant
-from . import wire
+from . import inputs, wire
 from .jobs import Owner
 
 if TYPE_CHECKING:
     from ..running import Running  # which holds the jobs: imported for its type only
 
 Context = ServerRequestContext[Any, Any]
+ToolHandler = Callable[[Context, CallToolRequestParams], Awaitable[HandlerResult]]
 
 
 class TaskParams(RequestParams):
@@ -32,26 +33,68 @@ class TaskParams(RequestParams):
     task_id: str
 
 
+class UpdateParams(TaskParams):
+    """The params of tasks/update: answers keyed as the task's inputRequests."""
+
+    input_responses: dict[str, Any]
+
+
 class TasksExtension(Extension):
     identifier = wire.EXTENSION
 
     def __init__(self, *, local_tenant: str) -> None:
         self._local_tenant = local_tenant
+        self._call_tool: ToolHandler | None = None
+
+    def bind(self, call_tool: ToolHandler) -> None:
+        """The server's own tools/call handler, which tasks/update retries a call with."""
+        self._call_tool = call_tool
 
     def methods(self) -> Sequence[MethodBinding]:
         modern = frozenset(MODERN_PROTOCOL_VERSIONS)
         return (
             MethodBinding("tasks/get", TaskParams, self._get, modern),
             MethodBinding("tasks/cancel", TaskParams, self._cancel, modern),
+            MethodBinding("tasks/update", UpdateParams, self._update, modern),
         )
 
     async def intercept_tool_call(
         self, params: CallToolRequestParams, ctx: Context, call_next: CallNext
     ) -> HandlerResult:
-        if params.name not in wire.TASK_TOOLS or not _declares(ctx):
+        if not _declares(ctx):
             return await call_next(ctx)
         running: Running = ctx.lifespan_context
+        if params.name in inputs.ASKING_TOOLS:
+            result = await call_next(ctx)
+            if not isinstance(result, InputRequiredResult):
+                return result
+            services = running.services
+            return await inputs.waiting_task(
+                services.db,
+                running.tasks.settings,
+                owner=self._owner(),
+                params=params,
+                result=result,
+                instance_id=services.instance_id,
+                now=services.clock(),
+            )
+        if params.name not in wire.TASK_TOOLS:
+            return await call_next(ctx)
         return await running.tasks.answer(params.name, self._owner(), lambda: call_next(ctx))
+
+    async def _update(self, ctx: Context, params: UpdateParams) -> HandlerResult:
+        running, record = await self._visible(ctx, params.task_id)
+        call_tool = self._call_tool
+        assert call_tool is not None, "TasksExtension.bind was not called"
+        services = running.services
+        await inputs.answer(
+            services.db,
+            record,
+            params.input_responses,
+            lambda retried: call_tool(ctx, retried),
+            services.clock,
+        )
+        return {"resultType": "complete"}
 
     async def _get(self, ctx: Context, params: TaskParams) -> HandlerResult:
         running, record = await self._visible(ctx, params.task_id)

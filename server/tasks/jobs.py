@@ -182,7 +182,7 @@ class TaskJobs:
             error = job.error.error.model_dump(mode="json", exclude_none=True)
             await self._end(job, "failed", {"error": error, "message": job.error.message})
         else:
-            await self._end(job, "completed", {"result": _wire(job.result)})
+            await self._end(job, "completed", {"result": wire_result(job.result)})
 
     async def _end(self, job: _Job, status: Any, outcome: dict[str, Any]) -> None:
         """Record the outcome of a call that became a task (a call answered directly has
@@ -200,7 +200,7 @@ class TaskJobs:
                 log.error("task %s of %s: its outcome was not kept: %s", job.task_id, job.tool, exc)
 
 
-def _wire(result: HandlerResult) -> dict[str, Any]:
+def wire_result(result: HandlerResult) -> dict[str, Any]:
     """The result as the wire would have carried it (a CallToolResult, camelCase)."""
     if isinstance(result, BaseModel):
         dumped = result.model_dump(by_alias=True, mode="json", exclude_none=True)

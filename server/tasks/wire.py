@@ -46,7 +46,9 @@ def task_fields(rec: TaskRecord, *, now: float, poll_interval_ms: int) -> dict[s
     }
     if rec.status_message is not None:
         fields["statusMessage"] = rec.status_message
-    if rec.status == "completed":
+    if rec.status == "input_required":
+        fields["inputRequests"] = rec.input_requests or {}
+    elif rec.status == "completed":
         fields["result"] = rec.result or {}
     elif rec.status == "failed":
         fields["error"] = rec.error or {"code": -32603, "message": "the call failed"}

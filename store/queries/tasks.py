@@ -16,7 +16,7 @@ _INSERT = insert(tasks)
 _GET = select(*tasks.c).where(tasks.c.id == bindparam("id"))
 _OPEN = tasks.c.status.in_(TASK_OPEN)
 _SET_RUN = update(tasks).where(tasks.c.id == bindparam("task_id")).values(run_id=bindparam("run"))
-_JSON = ("result", "error")
+_JSON = ("result", "error", "input_requests", "call")
 
 
 def _params(rec: TaskRecord) -> dict[str, Any]:
@@ -46,6 +46,33 @@ def get_task(conn: Connection, task_id: str) -> TaskRecord | None:
 
 def set_task_run(conn: Connection, task_id: str, run_id: str) -> None:
     conn.execute(_SET_RUN, {"task_id": task_id, "run": run_id})
+
+
+def set_input(
+    conn: Connection,
+    task_id: str,
+    *,
+    at: float,
+    requests: dict[str, Any] | None,
+    call: dict[str, Any] | None,
+) -> bool:
+    """`requests` given: the open task waits on its client (`input_required`) to answer
+    them, then `call` is retried. None: it goes back to `working` from `input_required`,
+    which only one caller can do (the one that answers). Whether it changed."""
+    waiting = requests is not None
+    query = (
+        update(tasks)
+        .where(
+            tasks.c.id == task_id, tasks.c.status == ("working" if waiting else "input_required")
+        )
+        .values(
+            status="input_required" if waiting else "working",
+            updated_at=at,
+            input_requests_json=json.dumps(requests) if waiting else None,
+            call_json=json.dumps(call) if waiting else None,
+        )
+    )
+    return bool(conn.execute(query).rowcount)
 
 
 def request_cancel(conn: Connection, task_id: str, at: float) -> bool:

@@ -43,5 +43,7 @@ def upgrade() -> None:
         sa.Column("result_json", sa.Text()),
         sa.Column("error_json", sa.Text()),
         sa.Column("cancel_requested_at", Seconds),
+        sa.Column("input_requests_json", sa.Text()),
+        sa.Column("call_json", sa.Text()),
     )
     op.create_index("tasks_by_instance", "tasks", ["instance_id", "status"])

@@ -170,3 +170,44 @@ async def test_a_task_past_its_ttl_answers_as_an_unknown_one(tmp_path: Path) -> 
     assert str(expired["error"]).replace(task_id, "ID") == str(never["error"]).replace(
         "task_" + "c" * 26, "ID"
     )
+
+
+ASK = """
+[capabilities.docs]
+hosts = ["docs.example.com"]
+methods = ["GET"]
+paths = ["/**"]
+approval = "ask"
+"""
+
+
+async def test_a_capability_waiting_on_the_human_is_input_required_until_tasks_update(
+    tmp_path: Path,
+) -> None:
+    async with http_server(tmp_path, "--policy", quick_tasks(tmp_path, more=ASK)) as server:
+        acme = TaskClient(server.url, server.keys["acme"], elicitation=True)
+        globex = TaskClient(server.url, server.keys["globex"], elicitation=True)
+        asked = await acme.call_tool(
+            "request_capability", {"capability": "docs", "reason": "read the API docs"}
+        )
+        waiting = (await acme.get(asked["taskId"]))["result"]
+        [(key, question)] = waiting["inputRequests"].items()
+        approve = {key: {"action": "accept", "content": {"approve": True}}}
+        foreign = await globex.update(asked["taskId"], approve)
+        still = (await acme.get(asked["taskId"]))["result"]
+        acked = await acme.update(asked["taskId"], approve)
+        done = (await acme.get(asked["taskId"]))["result"]
+        again = await acme.update(asked["taskId"], approve)
+    assert asked["resultType"] == "task" and asked["status"] == "input_required"
+    assert waiting["status"] == "input_required"
+    assert question["method"] == "elicitation/create"
+    assert "docs" in question["params"]["message"]
+    assert "read the API docs" in question["params"]["message"]
+    assert foreign["error"]["code"] == -32602 and still["status"] == "input_required"
+    assert acked["result"]["resultType"] == "complete"
+    assert done["status"] == "completed", done
+    granted = done["result"]["structuredContent"]
+    assert granted["capability"] == "docs" and granted["approved_by"] == "user"
+    assert granted["scope"]["hosts"] == ["docs.example.com"]
+    # An answer to a task no longer waiting is acknowledged and ignored.
+    assert again["result"]["resultType"] == "complete"
