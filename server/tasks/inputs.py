@@ -6,19 +6,24 @@ which stays in the store (never sent to the client)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import anyio
 from mcp import MCPError
 from mcp.server.context import HandlerResult
 from mcp.types import CallToolRequestParams, InputRequiredResult
+from mcp_types import INTERNAL_ERROR
 
 from airlock.ids import new_id
 from airlock.policies import TaskSettings
 from airlock.store import Database, TaskRecord
 
 from . import wire
-from .jobs import Owner, wire_result
+from .jobs import INTERNAL, Owner, wire_result
+
+log = logging.getLogger(__name__)
 
 ASKING_TOOLS = frozenset({"request_capability"})
 """The tools whose question to the human may wait as a task."""
@@ -87,9 +92,18 @@ async def answer(
     )
     try:
         result = await call_tool(params)
-    except MCPError as exc:
-        error = exc.error.model_dump(mode="json", exclude_none=True)
-        await db.end_task(record.id, status="failed", at=now(), error=error, message=exc.message)
+    except BaseException as exc:
+        # Never left `working` with no job behind it: the retry runs in this request only.
+        failure = exc if isinstance(exc, MCPError) else MCPError(INTERNAL_ERROR, INTERNAL)
+        error = failure.error.model_dump(mode="json", exclude_none=True)
+        with anyio.CancelScope(shield=True):
+            await db.end_task(
+                record.id, status="failed", at=now(), error=error, message=failure.message
+            )
+        if not isinstance(exc, Exception):
+            raise
+        if not isinstance(exc, MCPError):
+            log.error("the retried call of %s failed", record.tool, exc_info=exc)
         return
     if isinstance(result, InputRequiredResult):
         requests, again = _pending(result, params)

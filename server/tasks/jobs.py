@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 
 Call = Callable[[], Awaitable[HandlerResult]]
 FORGET_INTERVAL_S = 60.0
+INTERNAL = "the call failed inside the server; its log says why"
 
 
 @dataclass(frozen=True)
@@ -169,6 +170,11 @@ class TaskJobs:
                     job.result = await call()
                 except MCPError as exc:
                     job.error = exc
+                except Exception:
+                    # The SDK makes a tool's own errors results; this is a fault of ours,
+                    # and it must not take the server's task group down with it.
+                    log.exception("the call of %s failed", job.tool)
+                    job.error = MCPError(INTERNAL_ERROR, INTERNAL)
         except BaseException:
             # The server stops: the task must not read `working` for ever.
             job.done.set()

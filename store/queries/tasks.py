@@ -120,12 +120,13 @@ def forget_expired(conn: Connection, now: float) -> int:
 
 
 def fail_tasks_of(conn: Connection, instance_ids: Sequence[str], at: float) -> int:
-    """Fail the open tasks of dead instances, naming each one's run and how it ended (its
+    """Fail the working tasks of dead instances, naming each one's run and how it ended (its
     runs were ended first, in the same transaction); return how many."""
     query = (
         select(tasks.c.id, tasks.c.run_id, runs.c.status, runs.c.error)
         .select_from(tasks.outerjoin(runs, runs.c.id == tasks.c.run_id))
-        .where(tasks.c.instance_id.in_(list(instance_ids)), _OPEN)
+        # A task waiting on its client (`input_required`) needs no server: any answers it.
+        .where(tasks.c.instance_id.in_(list(instance_ids)), tasks.c.status == "working")
     )
     found = conn.execute(query).all()
     for task_id, run_id, run_status, run_error in found:

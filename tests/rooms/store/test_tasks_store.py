@@ -48,12 +48,15 @@ async def test_a_dead_instances_open_tasks_fail_naming_their_killed_runs(db: Dat
     await db.create_task(task("task_run", instance="dead", run_id="r1"))
     await db.create_task(task("task_none", instance="dead"))
     await db.create_task(task("task_live", instance="alive"))
+    waiting = task("task_asks", instance="dead").model_copy(update={"status": "input_required"})
+    await db.create_task(waiting)
     await db.create_task(task("task_done", instance="dead"))
     await db.end_task("task_done", status="completed", at=150.0, result={"content": []})
     await db.mark_unfinished_runs(
         instance_ids=["dead"], status="killed", error="its server died", finished_at=200.0
     )
-    found = {name: await db.get_task(f"task_{name}") for name in ("run", "none", "live", "done")}
+    names = ("run", "none", "live", "done", "asks")
+    found = {name: await db.get_task(f"task_{name}") for name in names}
     records = {name: rec for name, rec in found.items() if rec is not None}
     assert records.keys() == found.keys()
     failed = records["run"]
@@ -64,6 +67,7 @@ async def test_a_dead_instances_open_tasks_fail_naming_their_killed_runs(db: Dat
     assert records["none"].error is not None and records["none"].error["data"]["run_id"] is None
     assert records["live"].status == "working"
     assert records["done"].status == "completed"
+    assert records["asks"].status == "input_required"
 
 
 async def test_tasks_past_their_ttl_after_their_end_are_forgotten(db: Database) -> None:
