@@ -25,6 +25,7 @@ from support import (
 from task_wire import TaskClient
 
 from airlock.broker.vault import KEY_FILE_ENV
+from airlock.server.auth import generate_api_key
 from airlock.store import Database
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
@@ -126,3 +127,43 @@ async def test_a_replicas_task_is_polled_and_cancelled_on_another_and_fails_with
     assert cancelled["status"] == "cancelled", f"stopped in {stopped_in:.1f}s"
     assert done["status"] == "completed" and "slept 3" in str(done["result"])
     assert_failed_with_killed_run(died, run_id)
+
+
+async def test_a_task_is_its_principals_and_a_stopped_server_leaves_none_working(
+    tmp_path: Path,
+) -> None:
+    # Two keys of one tenant: the task of one is unknown to the other.
+    keys = {name: generate_api_key() for name in ("ci", "laptop")}
+    auth = tmp_path / "auth.toml"
+    auth.write_text(
+        "".join(
+            f'[[keys]]\nid = "acme-{name}"\ntenant = "acme"\nhash = "{digest}"\n'
+            for name, (_, digest) in keys.items()
+        )
+    )
+    policy = tmp_path / "tasks.toml"
+    policy.write_text(QUICK)
+    args = ("--auth", str(auth), "--data-dir", str(tmp_path / "data"), "--policy", str(policy))
+    async with serving_http(*args) as server:
+        ci = TaskClient(f"{server.base}/mcp", keys["ci"][0])
+        laptop = TaskClient(f"{server.base}/mcp", keys["laptop"][0])
+        task_id = (await ci.call_tool("run_code", {"code": SLEEP.format(s=100)}))["taskId"]
+        other = await laptop.get(task_id)
+        never = await laptop.get("task_" + "d" * 26)
+        working = (await ci.get(task_id))["result"]
+        # SIGTERM: the server ends its sessions and their runs, and its tasks with them.
+        server.process.send_signal(signal.SIGTERM)
+        await server.process.wait()
+    async with serving_http(*args) as again:
+        ci = TaskClient(f"{again.base}/mcp", keys["ci"][0])
+        after = (await ci.get(task_id))["result"]
+    assert other["error"]["code"] == -32602
+    assert str(other["error"]).replace(task_id, "ID") == str(never["error"]).replace(
+        "task_" + "d" * 26, "ID"
+    )
+    assert working["status"] == "working"
+    # The server ended the session first, so the call answered as it would have: a tool
+    # error naming the ended session, kept as the task's result.
+    assert after["status"] == "completed", after
+    assert after["result"]["isError"] is True
+    assert "ended while the call was running" in str(after["result"])
