@@ -7,7 +7,9 @@ finished within `[tasks] answer_within_s`, its task is written to the store and 
 answers `CreateTaskResult`; the job runs on and ends the task with the call's outcome.
 `tasks/get` and `tasks/cancel` (`extension.TasksExtension`) read the store, so any server
 on the same records answers them; a task is its caller's (tenant and principal): anyone
-else gets the unknown-task answer. `wire.py` writes the extension's shapes.
+else gets the unknown-task answer. A `request_capability` asking the human becomes a task
+in `input_required`, answered by tasks/update (`inputs.py`). `wire.py` writes the
+extension's shapes.
 """
 
 from __future__ import annotations

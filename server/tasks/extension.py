@@ -1,6 +1,7 @@
 """`TasksExtension`: what the SDK's extension hooks get. It advertises the extension
-(server/discover, initialize), turns the long tools' calls of declaring 2026-07-28 callers
-into jobs (`TaskJobs.answer`), and serves tasks/get and tasks/cancel from the store."""
+(server/discover), turns the long tools' calls of declaring 2026-07-28 callers into jobs
+(`TaskJobs.answer`) and a question to the human into a waiting task (`inputs`), and
+serves tasks/get, tasks/cancel and tasks/update from the store."""
 
 from __future__ import annotations
 
@@ -40,6 +41,9 @@ class UpdateParams(TaskParams):
 
 
 class TasksExtension(Extension):
+    """The extension, for `MCPServer(extensions=...)`; `bind` gives it the server's
+    tools/call handler once the server exists."""
+
     identifier = wire.EXTENSION
 
     def __init__(self, *, local_tenant: str) -> None:
