@@ -211,3 +211,15 @@ async def test_a_capability_waiting_on_the_human_is_input_required_until_tasks_u
     assert granted["scope"]["hosts"] == ["docs.example.com"]
     # An answer to a task no longer waiting is acknowledged and ignored.
     assert again["result"]["resultType"] == "complete"
+
+
+@pytest.mark.usefixtures("browser_image")
+async def test_browse_becomes_a_task_that_completes_with_its_answer(tmp_path: Path) -> None:
+    async with http_server(tmp_path, "--policy", quick_tasks(tmp_path, 0.01)) as server:
+        acme = TaskClient(server.url, server.keys["acme"])
+        # No capability reaches the host: the browse answers what its box saw (denied).
+        browsing = await acme.call_tool("browse", {"url": "https://docs.example.com/"})
+        browsed = await acme.until_ended(browsing["taskId"], within=120)
+    assert browsing["resultType"] == "task"
+    assert browsed["status"] == "completed"
+    assert "docs.example.com" in json.dumps(browsed["result"])
