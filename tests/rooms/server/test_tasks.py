@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -12,8 +13,8 @@ from typing import Any
 import anyio
 import docker
 import pytest
-from support import NO_POOL_TOML, http_server, none_left, poll_containers, running
-from task_wire import EXTENSION, TaskClient
+from support import NO_POOL_TOML, ROOT, http_server, none_left, poll_containers, running
+from task_wire import EXTENSION, TaskClient, meta
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
 
@@ -223,3 +224,25 @@ async def test_browse_becomes_a_task_that_completes_with_its_answer(tmp_path: Pa
     assert browsing["resultType"] == "task"
     assert browsed["status"] == "completed"
     assert "docs.example.com" in json.dumps(browsed["result"])
+
+
+def readme_exchange() -> tuple[dict[str, Any], dict[str, Any]]:
+    """The request and the answer the README shows under "Long calls as MCP tasks"."""
+    section = (ROOT / "README.md").read_text().split("### Long calls as MCP tasks", 1)[1]
+    blocks = re.findall(r"^```json\n(.*?)^```", section, re.M | re.S)
+    return json.loads(blocks[0]), json.loads(blocks[1])
+
+
+async def test_the_readmes_exchange_is_what_the_server_answers(tmp_path: Path) -> None:
+    request, shown = readme_exchange()
+    params = request["params"]
+    # The README's run would end at once here (no pytest to run): sleep instead.
+    arguments = {**params["arguments"], "code": SLOW.format(s=3)}
+    async with http_server(tmp_path, "--policy", quick_tasks(tmp_path)) as server:
+        acme = TaskClient(server.url, server.keys["acme"])
+        answer = await acme.call_tool(params["name"], arguments)
+    assert params["_meta"] == {
+        key: value for key, value in meta(tasks=True).items() if "clientInfo" not in key
+    }
+    assert set(answer) - {"_meta"} == set(shown["result"])
+    assert (answer["resultType"], answer["status"]) == ("task", "working")
