@@ -64,6 +64,7 @@ from airlock.policies.model import (
     PoolSettings,
     SandboxSettings,
     SessionSettings,
+    TaskSettings,
     TenantLimits,
 )
 
@@ -90,6 +91,7 @@ __all__ = [
     "SandboxSettings",
     "Scope",
     "SessionSettings",
+    "TaskSettings",
     "TenantLimits",
     "canonical_host",
     "canonical_host_pattern",

@@ -1061,6 +1061,21 @@ class ImageSettings(_Section):
         return names
 
 
+class TaskSettings(_Section):
+    """When a tool call becomes an MCP task (io.modelcontextprotocol/tasks), and how long
+    a task is kept."""
+
+    answer_within_s: float = Field(default=5.0, gt=0, le=600)
+    """Seconds run_code, get_patch, copy_in and browse may take before a caller that
+    declared the Tasks extension gets a task handle to poll instead of the result."""
+
+    ttl_s: int = Field(default=3600, gt=0, le=30 * 86400)
+    """Seconds a task's outcome is kept after it ends (tasks/get answers it until then)."""
+
+    poll_interval_ms: int = Field(default=2000, ge=100, le=60000)
+    """How often a client is asked to poll a task (pollIntervalMs)."""
+
+
 class Policy(_Section):
     """A complete Airlock policy. Every section may be left out to take its defaults."""
 
@@ -1087,6 +1102,9 @@ class Policy(_Section):
 
     sessions: SessionSettings = SessionSettings()
     """Idle and total lifetime of session leases."""
+
+    tasks: TaskSettings = TaskSettings()
+    """When a long tool call becomes an MCP task, and how long a task is kept."""
 
     pool: PoolSettings = PoolSettings()
     """Warm pool of containers."""

@@ -42,6 +42,7 @@ from .registration.lifespan import ForRoutes, lifespan
 from .registration.registry import Registry
 from .sessions import SessionRule
 from .strict_tools import StrictToolServer
+from .tasks import TasksExtension
 
 INSTRUCTIONS = """\
 Airlock runs code you write in a fresh, network-less, resource-limited container per call.
@@ -101,6 +102,7 @@ def build_server(
     tests/memory_backend.py."""
     meter, tenants = metrics or Metrics(), tenant_policies or {}
     for_routes = for_routes if for_routes is not None else ForRoutes()
+    tasks = TasksExtension(local_tenant=local_tenant)
     mcp = _AirlockServer(
         "airlock",
         version=__version__,
@@ -118,7 +120,9 @@ def build_server(
         token_verifier=token_verifier,
         auth=auth,
         session_sentence=_session_sentence if http else None,
+        extensions=[tasks],
     )
+    tasks.bind(mcp.call_tool_handler)
     routes.register(mcp, for_routes, RouteAuth(token_verifier, operator_token), meter)
     registry = Registry(mcp, policy, tenants, http=http, local_tenant=local_tenant)
     for step in TOOLS:

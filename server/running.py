@@ -37,6 +37,7 @@ from .engine import Engine, EngineFactory, ServerEngine
 from .metrics import LiveState
 from .secret_check import warn_missing_secrets
 from .sessions import Leases
+from .tasks.jobs import TaskJobs
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,8 @@ class Running:
     """The same engine as `services.engine`, with what only the server sees (the pool)."""
     claim: InstanceClaim
     """This server's claim on its runs (`/readyz` fails while it is lost)."""
+    tasks: TaskJobs
+    """The calls of this server that may become MCP tasks (`server/tasks`)."""
 
     def live_state(self) -> LiveState:
         """The gauges `/metrics` reports."""
@@ -142,7 +145,16 @@ async def serving(
         background.start_soon(engine.serve)
         interval = min(map(_sweep_interval, every_policy))
         background.start_soon(_housekeeping, leases, engine, interval, claim)
-        yield Running(services, leases, engine, claim)
+        tasks = TaskJobs(
+            db,
+            background,
+            policy.tasks,
+            notices=services.notices,
+            instance_id=instance.id,
+            clock=clock,
+        )
+        background.start_soon(tasks.serve)
+        yield Running(services, leases, engine, claim, tasks)
 
 
 async def _claim(

@@ -8,17 +8,19 @@ registration and rewrites argument errors into one sentence built from the tool'
 
 This is the one adapter over the SDK's tool registration, and the one module that touches
 its internals: `MCPServer._tool_manager`, `Tool.fn_metadata.arg_model`, `Tool.parameters`,
-and the tools/list handler `_handle_list_tools` (bound by the SDK at construction), which a
+the tools/list handler `_handle_list_tools` (bound by the SDK at construction), which a
 server whose session rule depends on the caller's protocol era overrides to say that era's
-rule. `sdk_shape_problem` checks all of them: a server refuses to be built (and
-tests/rooms/server/test_arguments.py fails by name) when a new SDK moves one, instead of
-quietly accepting unknown arguments. So `mcp` follows 2.x rather than one minor release.
+rule, and the tools/call handler `_handle_call_tool`, which the Tasks extension retries a
+call that waited on its client with (`call_tool_handler`). `sdk_shape_problem` checks all
+of them: a server refuses to be built (and tests/rooms/server/test_arguments.py fails by
+name) when a new SDK moves one, instead of quietly accepting unknown arguments. So `mcp`
+follows 2.x rather than one minor release.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from mcp.server.context import ServerRequestContext
@@ -27,6 +29,7 @@ from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.server.mcpserver.tools.base import Tool
 from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase
 from mcp.types import (
+    CallToolRequestParams,
     CallToolResult,
     Icon,
     InputRequiredResult,
@@ -78,6 +81,14 @@ class StrictToolServer(MCPServer[Any]):
             for tool in listed.tools
         ]
         return listed.model_copy(update={"tools": tools})
+
+    @property
+    def call_tool_handler(
+        self,
+    ) -> Callable[[ServerRequestContext[Any, Any], CallToolRequestParams], Awaitable[Any]]:
+        """The SDK's tools/call handler (`MCPServer._handle_call_tool`), beneath the
+        extensions' interceptor: what the Tasks extension retries a waiting call with."""
+        return self._handle_call_tool
 
     def add_tool(
         self,
@@ -139,6 +150,11 @@ def sdk_shape_problem(server: MCPServer[Any]) -> str | None:
         return "MCPServer._handle_list_tools is gone"
     if list(inspect.signature(handler).parameters) != ["self", "ctx", "params"]:
         return "MCPServer._handle_list_tools takes other arguments"
+    call = getattr(MCPServer, "_handle_call_tool", None)
+    if not inspect.iscoroutinefunction(call):
+        return "MCPServer._handle_call_tool is gone"
+    if list(inspect.signature(call).parameters) != ["self", "ctx", "params"]:
+        return "MCPServer._handle_call_tool takes other arguments"
     fields = getattr(Tool, "model_fields", {})
     if "fn_metadata" not in fields or "parameters" not in fields:
         return "a registered Tool has no fn_metadata or parameters"

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
         Notices,
         Sampled,
         SessionEnded,
+        TaskCancelRequested,
         revocations,
     )
     from .private import create_private_file, private_dir, private_file_problem
@@ -63,6 +64,8 @@ if TYPE_CHECKING:
         RunRecord,
         RunStatus,
         SessionRecord,
+        TaskRecord,
+        TaskStatus,
         WorkspaceFile,
     )
     from .workspace import (
@@ -92,6 +95,7 @@ _HOMES = homes(
             "Notices",
             "Sampled",
             "SessionEnded",
+            "TaskCancelRequested",
             "revocations",
         ),
         "private": ("create_private_file", "private_dir", "private_file_problem"),
@@ -112,6 +116,8 @@ _HOMES = homes(
             "RunRecord",
             "RunStatus",
             "SessionRecord",
+            "TaskRecord",
+            "TaskStatus",
             "WorkspaceFile",
         ),
         "workspace": (
@@ -158,6 +164,9 @@ __all__ = [
     "SessionEnded",
     "SessionRecord",
     "Staging",
+    "TaskCancelRequested",
+    "TaskRecord",
+    "TaskStatus",
     "WorkspaceCommit",
     "WorkspaceConflict",
     "WorkspaceDelta",

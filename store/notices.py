@@ -68,9 +68,18 @@ class ApprovalDecided(_Notice):
     status: Literal["approved", "denied", "expired"]
 
 
-AnyNotice = GrantRevoked | SessionEnded | ApprovalDecided
+class TaskCancelRequested(_Notice):
+    """A caller asked to cancel this MCP task (`server/tasks`): the server running its
+    call, stop it."""
+
+    kind: Literal["task_cancel_requested"] = "task_cancel_requested"
+    task_id: str = Field(max_length=200)
+    tenant: str = Field(max_length=200)
+
+
+AnyNotice = GrantRevoked | SessionEnded | ApprovalDecided | TaskCancelRequested
 Notice = Annotated[AnyNotice, Field(discriminator="kind")]
-Kind = Literal["grant_revoked", "session_ended", "approval_decided"]
+Kind = Literal["grant_revoked", "session_ended", "approval_decided", "task_cancel_requested"]
 _NOTICE: TypeAdapter[AnyNotice] = TypeAdapter(Notice)
 
 Handler = Callable[[AnyNotice], Awaitable[None]]

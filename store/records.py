@@ -16,6 +16,13 @@ RunStatus = Literal["running", "ok", "error", "timeout", "oom", "killed"]
 never that the user's code exited non-zero (that is `ok` with an `exit_code`)."""
 
 
+TaskStatus = Literal["working", "input_required", "completed", "failed", "cancelled"]
+"""A task's state (the MCP Tasks extension's): the last three are terminal."""
+
+TASK_OPEN: tuple[TaskStatus, ...] = ("working", "input_required")
+"""The states a task leaves only once: every other one is its end."""
+
+
 class SessionRecord(BaseModel):
     """A session lease: who owns it, when it expires, and how it ended."""
 
@@ -326,3 +333,36 @@ class EgressCount(BaseModel):
     last_time: float
     reason: str
     """One of the reasons given (the latest)."""
+
+
+class TaskRecord(BaseModel):
+    """A tool call that outlived its answer (`server/tasks`): whose it is, which server
+    instance runs it, and once ended, the JSON-RPC result or error the call came to."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    tenant: str
+    principal: str
+    """Who of the tenant called (the token's client id; empty without a token)."""
+    tool: str
+    status: TaskStatus
+    created_at: float
+    updated_at: float
+    ttl_s: int
+    """Seconds the task is kept after it ends."""
+    instance_id: str
+    """The server instance running the call: when it dies, the task fails with its run."""
+    run_id: str | None = None
+    status_message: str | None = None
+    result: dict[str, Any] | None = None
+    """The call's result as the wire had it (a CallToolResult), once `completed`."""
+    error: dict[str, Any] | None = None
+    """The JSON-RPC error the call raised, once `failed`."""
+    ended_at: float | None = None
+    cancel_requested_at: float | None = None
+    """When its caller asked to cancel it (tasks/cancel, on any server of the records)."""
+    input_requests: dict[str, Any] | None = None
+    """While `input_required`: the requests the client must answer (tasks/update)."""
+    call: dict[str, Any] | None = None
+    """While `input_required`: the call to retry with the answers (server-side only)."""

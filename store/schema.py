@@ -32,7 +32,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.types import TypeEngine
 
-from .records import ApprovalStatus, EntryKind, RunStatus
+from .records import ApprovalStatus, EntryKind, RunStatus, TaskStatus
 
 Seconds: TypeEngine[float] = Double().with_variant(REAL(), "sqlite")
 Count: TypeEngine[int] = BigInteger().with_variant(Integer(), "sqlite")
@@ -48,6 +48,7 @@ def _one_of(column: str, values: tuple[str, ...]) -> CheckConstraint:
 RUN_STATUSES: tuple[str, ...] = get_args(RunStatus)
 APPROVAL_STATUSES: tuple[str, ...] = get_args(ApprovalStatus)
 ENTRY_KINDS: tuple[str, ...] = get_args(EntryKind)
+TASK_STATUSES: tuple[str, ...] = get_args(TaskStatus)
 
 sessions = Table(
     "sessions",
@@ -189,6 +190,32 @@ approvals = Table(
     Column("grant_id", Text),
 )
 Index("approvals_by_status", approvals.c.status, approvals.c.created_at)
+
+# Tool calls that became MCP tasks (migration 0006): the JSON-RPC outcome once ended.
+tasks = Table(
+    "tasks",
+    metadata,
+    Column("id", Text, primary_key=True),
+    Column("tenant", Text, nullable=False),
+    Column("principal", Text, nullable=False),
+    Column("tool", Text, nullable=False),
+    Column("status", Text, _one_of("status", TASK_STATUSES), nullable=False),
+    Column("status_message", Text),
+    Column("created_at", Seconds, nullable=False),
+    Column("updated_at", Seconds, nullable=False),
+    Column("ended_at", Seconds),
+    Column("ttl_s", Count, nullable=False),
+    Column("instance_id", Text, nullable=False),
+    Column("run_id", Text),
+    Column("result_json", Text),
+    Column("error_json", Text),
+    Column("cancel_requested_at", Seconds),
+    # While `input_required`: what the client is asked, and the call to retry with its answers.
+    Column("input_requests_json", Text),
+    Column("call_json", Text),
+)
+# The tasks a dead instance leaves open are failed with its runs.
+Index("tasks_by_instance", tasks.c.instance_id, tasks.c.status)
 
 # Each `airlock drill`: when, against which policy, what held (rows as JSON).
 drills = Table(

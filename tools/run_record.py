@@ -19,8 +19,9 @@ answering a result the records do not hold.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 import anyio
@@ -83,6 +84,13 @@ class OpenRun:
         return ended.model_copy(update={"status": "error", "error": why[:MAX_ERROR_CHARS]})
 
 
+run_started: ContextVar[Callable[[str], Awaitable[None]] | None] = ContextVar(
+    "run_started", default=None
+)
+"""Told each run's id once its record exists, in the call that started it: a call that
+became an MCP task (`server/tasks`) keeps it, so the task's failure can name its run."""
+
+
 @asynccontextmanager
 async def recorded_run(services: Services, record: RunRecord) -> AsyncIterator[OpenRun]:
     """Create `record` (status `running`) and end it however the block ends; LimitExceeded
@@ -95,6 +103,9 @@ async def recorded_run(services: Services, record: RunRecord) -> AsyncIterator[O
             "these records; wait for one to finish (the operator sets [tenants] "
             "max_concurrent_runs)"
         )
+    told = run_started.get()
+    if told is not None:
+        await told(record.id)
     run = OpenRun(record)
     try:
         yield run

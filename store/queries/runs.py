@@ -21,6 +21,7 @@ from sqlalchemy import (
 from ..records import ArtifactRecord, RunRecord, RunStatus, SessionRecord, WorkspaceFile
 from ..schema import airlock_instances, artifacts, run_inputs, runs, sessions
 from .rows import lock_tenant, matching, record_columns, run_from_row, run_params
+from .tasks import fail_tasks_of
 
 _INSERT_SESSION = insert(sessions)
 _GET_SESSION = select(*sessions.c).where(sessions.c.id == bindparam("id"))
@@ -254,7 +255,10 @@ def mark_unfinished_runs(
         .where(runs.c.status == "running", runs.c.instance_id.in_(list(instance_ids)))
         .values(status=status, error=error, finished_at=finished_at)
     )
-    return conn.execute(query).rowcount
+    ended: int = conn.execute(query).rowcount
+    # Their tasks end with them, in this transaction: a task never outlives its run open.
+    fail_tasks_of(conn, instance_ids, finished_at)
+    return ended
 
 
 def add_artifacts(conn: Connection, records: Sequence[ArtifactRecord]) -> None:

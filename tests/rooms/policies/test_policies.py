@@ -352,6 +352,7 @@ def test_json_schema_describes_the_sections() -> None:
         "output",
         "files",
         "sessions",
+        "tasks",
         "pool",
         "browser",
         "capabilities",

@@ -1,0 +1,157 @@
+"""MCP Tasks over real HTTP, written by hand as the 2026-07-28 transport and the
+extension write them (the SDK's client cannot send tasks), and every task response checked
+against the extension's published JSON schema.
+
+The schema is the public modelcontextprotocol/ext-tasks repository's
+`schema/2026-07-28/schema.json` at commit 05dde3b (the one version of 2026-07-28). It is
+not committed here (this workplace keeps a fetched repository's data files only in the
+steering repository's shared/): it is read from `shared/vendor/` beside the repository,
+else from the machine's mirror of the repository; neither there fails the test by name.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import jsonschema
+
+EXTENSION = "io.modelcontextprotocol/tasks"
+VERSION = "2026-07-28"
+SCHEMA_COMMIT = "05dde3b"
+_BESIDE = Path(__file__).resolve().parents[2]
+_IN_SHARED = _BESIDE / "shared/vendor/ext-tasks-2026-07-28.schema.json"
+_MIRROR = Path("/work/.mirror/modelcontextprotocol+ext-tasks/repo")
+_ids = itertools.count(1)
+
+
+@cache
+def schema() -> dict[str, Any]:
+    if _IN_SHARED.is_file():
+        loaded: dict[str, Any] = json.loads(_IN_SHARED.read_text())
+        return loaded
+    shown = subprocess.run(
+        ["git", "-C", str(_MIRROR), "show", f"{SCHEMA_COMMIT}:schema/{VERSION}/schema.json"],
+        capture_output=True,
+        text=True,
+    )
+    assert shown.returncode == 0, (
+        f"the Tasks extension's schema is neither at {_IN_SHARED} nor in {_MIRROR}: "
+        "put schema/2026-07-28/schema.json of modelcontextprotocol/ext-tasks at 05dde3b there"
+    )
+    loaded = json.loads(shown.stdout)
+    return loaded
+
+
+def check(definition: str, value: dict[str, Any]) -> dict[str, Any]:
+    """`value` if it is the schema's `definition`; else the test fails saying why."""
+    root = schema()
+    jsonschema.Draft202012Validator(
+        {"$ref": f"#/$defs/{definition}", "$defs": root["$defs"]}
+    ).validate(value)
+    return value
+
+
+def meta(*, tasks: bool, elicitation: bool = False) -> dict[str, Any]:
+    capabilities: dict[str, Any] = {"extensions": {EXTENSION: {}}} if tasks else {}
+    if elicitation:
+        capabilities["elicitation"] = {}
+    return {
+        "io.modelcontextprotocol/protocolVersion": VERSION,
+        "io.modelcontextprotocol/clientCapabilities": capabilities,
+        "io.modelcontextprotocol/clientInfo": {"name": "task-wire-test", "version": "0"},
+    }
+
+
+class TaskClient:
+    """One caller (a bearer key, or none) of one server's /mcp."""
+
+    def __init__(
+        self, url: str, key: str | None = None, *, tasks: bool = True, elicitation: bool = False
+    ) -> None:
+        self.url, self.tasks, self.elicitation = url, tasks, elicitation
+        self._headers = {"Authorization": f"Bearer {key}"} if key else {}
+
+    async def rpc(self, method: str, params: dict[str, Any], *, name: str | None = None) -> Any:
+        """The JSON-RPC response (result or error) of one request, as a dict."""
+        body = {
+            "jsonrpc": "2.0",
+            "id": next(_ids),
+            "method": method,
+            "params": {**params, "_meta": meta(tasks=self.tasks, elicitation=self.elicitation)},
+        }
+        headers = {
+            **self._headers,
+            "Accept": "application/json, text/event-stream",
+            "MCP-Protocol-Version": VERSION,
+            "Mcp-Method": method,
+        }
+        if name is not None:
+            headers["Mcp-Name"] = name
+        async with httpx.AsyncClient(timeout=120) as http:
+            response = await http.post(self.url, json=body, headers=headers)
+        return _message(response)
+
+    async def call_tool(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        answer = await self.rpc("tools/call", {"name": tool, "arguments": arguments}, name=tool)
+        assert "result" in answer, answer
+        result: dict[str, Any] = answer["result"]
+        if result.get("resultType") == "task":
+            check("CreateTaskResult", result)
+        return result
+
+    async def get(self, task_id: str) -> dict[str, Any]:
+        """The tasks/get answer: the result (checked as a GetTaskResult) or the error."""
+        answer = await self.rpc("tasks/get", {"taskId": task_id}, name=task_id)
+        if "result" in answer:
+            check("GetTaskResult", answer["result"])
+        return dict(answer)
+
+    async def until_ended(self, task_id: str, *, within: float) -> dict[str, Any]:
+        """Poll tasks/get until the task leaves `working`: its last answer's result."""
+        seen: dict[str, Any] = {}
+        with anyio.move_on_after(within):
+            while True:
+                seen = (await self.get(task_id))["result"]
+                if seen["status"] != "working":
+                    return seen
+                await anyio.sleep(0.25)
+        raise AssertionError(f"task {task_id} still {seen.get('status')} after {within}s")
+
+    async def update(self, task_id: str, responses: dict[str, Any]) -> dict[str, Any]:
+        params = {"taskId": task_id, "inputResponses": responses}
+        check(
+            "UpdateTaskRequest",
+            {"jsonrpc": "2.0", "id": 0, "method": "tasks/update", "params": params},
+        )
+        answer = await self.rpc("tasks/update", params, name=task_id)
+        if "result" in answer:
+            check("UpdateTaskResult", answer["result"])
+        return dict(answer)
+
+    async def cancel(self, task_id: str) -> dict[str, Any]:
+        answer = await self.rpc("tasks/cancel", {"taskId": task_id}, name=task_id)
+        if "result" in answer:
+            check("CancelTaskResult", answer["result"])
+        return dict(answer)
+
+
+def _message(response: httpx.Response) -> Any:
+    """The one JSON-RPC message of a response, JSON or an SSE stream."""
+    if response.headers.get("content-type", "").startswith("text/event-stream"):
+        data = [
+            line[len("data:") :].strip()
+            for line in response.text.splitlines()
+            if line.startswith("data:") and line[len("data:") :].strip()
+        ]
+        messages = [json.loads(item) for item in data]
+        final = [m for m in messages if "id" in m and ("result" in m or "error" in m)]
+        assert final, response.text
+        return final[-1]
+    return response.json()
