@@ -29,7 +29,9 @@ def job_labels(instance: Instance, job: JobSpec) -> dict[str, str]:
         LABEL_SESSION: job.session_id,
         LABEL_RUN: job.run_id,
         LABEL_TENANT: job.tenant,
-        LABEL_DEADLINE: str(int(time.time() + job.timeout_s + EXCHANGE_GRACE_S)),
+        LABEL_DEADLINE: str(
+            int(time.time() + max(job.timeout_s, job.lifetime_s or 0) + EXCHANGE_GRACE_S)
+        ),
     }
 
 

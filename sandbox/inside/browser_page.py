@@ -65,6 +65,15 @@ class Page:
         self.failed = ""
         """Chromium's error for the main frame's document, when no answer came."""
 
+    def next_step(self, request: dict[str, Any], token: str) -> None:
+        """A new job on this page (a kept browser's next step): its request and run token;
+        what the page said and did is counted afresh for each step's report."""
+        self.request = request
+        self.token = token
+        self.console, self.dialogs, self.blocked = [], [], []
+        self.downloads = {}
+        self.auth_tries = {}
+
     def on_event(self, message: dict[str, Any]) -> None:
         method = message.get("method", "")
         params = message.get("params", {})
