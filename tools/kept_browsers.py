@@ -106,6 +106,14 @@ class KeptBrowsers:
             )
         return browser
 
+    async def live(self, tenant: str, session_id: str, browser_id: str, now: float) -> KeptBrowser:
+        """`get`, but one idle past its limit is closed here and refused like a closed one
+        (the sweep may not have come by yet)."""
+        browser = self.get(tenant, session_id, browser_id)
+        if not browser.lock.locked() and now - browser.used_at >= browser.idle_s:
+            await self.close(browser)
+        return self.get(tenant, session_id, browser_id)
+
     def count(self) -> int:
         return len(self._open)
 
@@ -131,14 +139,15 @@ class KeptBrowsers:
         return len(doomed)
 
     async def close_idle(self, now: float) -> int:
-        """Close those unused for their idle limit (not one a call is using)."""
+        """Close those unused for their idle limit (not one a call is using); a failure is
+        logged, not raised: the housekeeping sweep that calls this goes on."""
         doomed = [
             b for b in self._open.values() if not b.lock.locked() and now - b.used_at >= b.idle_s
         ]
-        await self._close_all(doomed)
+        await self._close_all(doomed, raising=False)
         return len(doomed)
 
-    async def _close_all(self, doomed: list[KeptBrowser]) -> None:
+    async def _close_all(self, doomed: list[KeptBrowser], *, raising: bool = True) -> None:
         failure: Exception | None = None
         for browser in doomed:
             try:
@@ -146,5 +155,5 @@ class KeptBrowsers:
             except Exception as exc:
                 log.error("closing kept browser %s failed", browser.id, exc_info=exc)
                 failure = failure or exc
-        if failure is not None:
+        if failure is not None and raising:
             raise failure

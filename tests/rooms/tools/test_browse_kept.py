@@ -21,12 +21,13 @@ from mcp.types import CallToolResult
 from support import text_of
 from test_browse import browse_policy, call, grant, serve, site_server
 from test_browse_refs import ref_of
+from test_browse_secrets import API, api_policy, vault_holds_the_secret
 from upstream import Upstream
 
 from airlock.sandbox.docker.labels import LABEL_SESSION
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker, pytest.mark.usefixtures("browser_image")]
-__all__ = ["site_server"]
+__all__ = ["site_server", "vault_holds_the_secret"]
 
 LOGIN = """<title>sign in</title><h1>Sign in</h1>
 <form action="/login" method="get">
@@ -233,6 +234,41 @@ async def test_the_cap_names_itself_and_a_revoke_between_steps_denies_the_next_r
         assert all(e["decision"] == "deny" for e in denied["egress"]), denied["egress"]
         assert "the page did not load" in (denied["error"] or ""), denied["error"]
         assert "/next" not in upstream.paths()
+        # A capability granted after the browser opened applies from its next request on.
+        again = await grant(c)
+        allowed = data_of(
+            await call(
+                c,
+                "browse",
+                {
+                    "browser_id": opened["browser_id"],
+                    "url": f"{url[:-5]}/next",
+                    "capabilities": [again],
+                },
+            )
+        )
+        assert allowed["title"] == "next" and allowed["browser_open"], allowed["error"]
+        assert "/next" in upstream.paths()
+
+
+@pytest.mark.usefixtures("vault_holds_the_secret")
+async def test_a_kept_browser_is_never_given_a_capability_with_a_secret(
+    make_server: Any, upstream: Upstream, upstream_ca_file: Path
+) -> None:
+    server = make_server(api_policy(upstream.port, upstream_ca_file))
+    url = serve(upstream, "/page", "<title>page</title><p>hello</p>")
+    async with Client(server) as c:
+        opened = await open_kept(c, url)
+        asked = await call(c, "request_capability", {"capability": API, "reason": "test"})
+        assert asked.structured_content is not None, text_of(asked)
+        api = asked.structured_content["capability_id"]
+        refused = await call(
+            c, "browse", {"browser_id": opened["browser_id"], "capabilities": [api]}
+        )
+        assert refused.is_error and "carries a secret" in text_of(refused), text_of(refused)
+        # The browser itself is untouched by the refusal.
+        still = data_of(await call(c, "browse", {"browser_id": opened["browser_id"]}))
+        assert still["title"] == "page" and still["browser_open"]
 
 
 async def test_a_stale_ref_of_an_earlier_page_fails_clearly_on_the_kept_browser(
