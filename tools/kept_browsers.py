@@ -74,6 +74,10 @@ class KeptBrowsers:
 
     def check_room(self, tenant: str, session_id: str, settings: BrowserSettings) -> None:
         """LimitExceeded, naming the cap and how to close one, when another would be over."""
+        if settings.max_kept == 0:
+            raise LimitExceeded(
+                "keeping a browser is off here ([browser] max_kept = 0); browse without keep"
+            )
         mine = [b for b in self._open.values() if b.session_id == session_id]
         if len(mine) >= settings.max_kept:
             shown = ", ".join(b.id for b in mine) or "none"

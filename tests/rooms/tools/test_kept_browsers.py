@@ -52,6 +52,8 @@ def test_the_session_cap_and_the_tenant_cap_name_themselves_and_how_to_close_one
         browsers.check_room("t1", "ses_3", settings)
     # Another tenant's count is its own.
     browsers.check_room("t2", "ses_4", settings)
+    with pytest.raises(LimitExceeded, match=r"off here \(\[browser\] max_kept = 0\)"):
+        browsers.check_room("t2", "ses_4", BrowserSettings(max_kept=0))
 
 
 async def test_a_foreign_an_unknown_and_a_closed_id_are_the_same_one_sentence() -> None:
