@@ -70,6 +70,7 @@ class Running:
             pool_ready=pool.ready_count() if pool is not None else 0,
             pool_hits=pool.hits if pool is not None else 0,
             pool_misses=pool.misses if pool is not None else 0,
+            kept_browsers=services.browsers.by_tenant(),
         )
 
 

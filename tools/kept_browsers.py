@@ -121,6 +121,13 @@ class KeptBrowsers:
     def count(self) -> int:
         return len(self._open)
 
+    def by_tenant(self) -> dict[str, int]:
+        """How many are open per tenant (the metrics' gauge)."""
+        counts: dict[str, int] = {}
+        for browser in self._open.values():
+            counts[browser.tenant] = counts.get(browser.tenant, 0) + 1
+        return counts
+
     async def close(self, browser: KeptBrowser) -> None:
         """Remove its box and its CA; it is gone from the registry at once."""
         if self._open.get(browser.id) is browser:
