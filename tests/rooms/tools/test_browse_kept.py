@@ -24,7 +24,7 @@ from test_browse_refs import ref_of
 from test_browse_secrets import API, api_policy, vault_holds_the_secret
 from upstream import Upstream
 
-from airlock.sandbox.docker.labels import LABEL_SESSION
+from airlock.sandbox.docker.labels import LABEL_KEPT, LABEL_SESSION
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker, pytest.mark.usefixtures("browser_image")]
 __all__ = ["site_server", "vault_holds_the_secret"]
@@ -155,7 +155,8 @@ async def test_a_login_in_three_calls_ends_signed_in_and_the_browser_is_only_its
             )
             assert foreign.is_error
             assert "is not a browser this session keeps open" in text_of(foreign)
-        assert len(session_boxes(docker_client, session_a)) == 1
+        [box] = docker_client.containers.list(filters={"label": f"{LABEL_SESSION}={session_a}"})
+        assert box.labels[LABEL_KEPT] == "1"
         closed = await call(c, "browse", {"browser_id": browser_id, "close": True})
         assert data_of(closed)["closed"]
         again = await call(c, "browse", {"browser_id": browser_id})
