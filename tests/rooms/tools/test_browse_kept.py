@@ -155,7 +155,9 @@ async def test_a_login_in_three_calls_ends_signed_in_and_the_browser_is_only_its
             )
             assert foreign.is_error
             assert "is not a browser this session keeps open" in text_of(foreign)
-        [box] = docker_client.containers.list(filters={"label": f"{LABEL_SESSION}={session_a}"})
+        [box] = docker_client.containers.list(
+            filters={"label": f"{LABEL_SESSION}={session_a}"}, ignore_removed=True
+        )
         assert box.labels[LABEL_KEPT] == "1"
         closed = await call(c, "browse", {"browser_id": browser_id, "close": True})
         assert data_of(closed)["closed"]
