@@ -272,12 +272,9 @@ def _browse(page: Page, actor: Actor) -> dict[str, Any]:
         loader = str(navigated.get("loaderId", ""))
         seen = page.lifecycle_seen
         cdp.pump(lambda: (loader, "load") in seen or page.crashed)
-        # What the page fetches on load is let finish (Chromium calls the network idle
-        # after 500 ms without a request), up to SETTLE_S.
-        cdp.pump(
-            lambda: (loader, "networkIdle") in seen or page.crashed,
-            until=time.monotonic() + SETTLE_S,
-        )
+        # What the page fetches on load is let finish (until no request is in flight for
+        # 500 ms), up to SETTLE_S.
+        page.settle(time.monotonic() + SETTLE_S)
         if _not_loaded(page, found):
             return found
     for action in request["actions"]:

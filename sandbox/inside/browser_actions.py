@@ -148,10 +148,7 @@ class Actor:
 
         page.cdp.pump(ended, until=time.monotonic() + NAVIGATION_S)
         if not (page.failed or page.refused):
-            page.cdp.pump(
-                lambda: (page.document_loader, "networkIdle") in seen or page.crashed,
-                until=time.monotonic() + SETTLE_S,
-            )
+            page.settle(time.monotonic() + SETTLE_S)
 
     def _history(self, step: int) -> None:
         page = self.page
