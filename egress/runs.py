@@ -175,6 +175,7 @@ class Egress:
         secrets: SecretUse,
         capabilities: Mapping[str, Capability] | None = None,
         socket_dir: Path | None = None,
+        ca: RunCA | None = None,
     ) -> AsyncIterator[RunEgress]:
         """The run's egress under `settings`, those of the policy of the run's tenant.
 
@@ -183,6 +184,8 @@ class Egress:
         `socket_dir`: an existing, empty directory to listen in (the sandbox's egress
         directory, owned by the backend; only the socket is removed from it at the end).
         Missing: a directory of the run's own, removed at the end.
+        `ca`: the CA the sandbox already trusts (a kept browser's, made once for the box
+        and used by each of its steps' proxies); missing: a new one for this run.
         `secrets`: "inject" adds each grant's secret as its capability says; "withhold"
         sends every request without one (no rule carries a secret, and the proxy can look
         none up, so should one slip through the request is denied, never injected). No
@@ -217,7 +220,7 @@ class Egress:
                 # to enter it (the umask may have taken bits from mkdir's mode).
                 socket_dir.mkdir()
                 socket_dir.chmod(0o755)
-            ca = RunCA(run_id, run_dir / PRIVATE_DIR)
+            ca = ca or RunCA(run_id, run_dir / PRIVATE_DIR)
             egress = RunEgress(
                 plan=EgressPlan(socket_dir=socket_dir, ca_pem=ca.pem.decode(), token=token)
             )

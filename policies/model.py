@@ -232,6 +232,15 @@ class BrowserSettings(_Section):
     height: int = Field(default=800, ge=240, le=2160)
     """Viewport height in CSS pixels (the screenshot's height)."""
 
+    keep_idle_s: int = Field(default=300, gt=0, le=86_400)
+    """Seconds a kept browser (`browse(keep=true)`) may sit unused before it is closed."""
+
+    max_kept: int = Field(default=2, ge=0, le=50)
+    """Most kept browsers open at once in one session; 0 turns keeping off."""
+
+    max_kept_per_tenant: int = Field(default=8, ge=0, le=1000)
+    """Most kept browsers open at once across a tenant's sessions on one server."""
+
     secrets: Literal["refuse", "withhold"] = "refuse"
     """What `browse` does with a capability that has a secret. A browser box never carries
     one, whatever this says: a page can make its browser send any request to a granted host

@@ -44,6 +44,16 @@ class Sandbox(Protocol):
         back as drafts in `staging`, for the caller to keep or let go."""
         ...
 
+    @property
+    def kept(self) -> bool:
+        """Whether the last job left the sandbox waiting for another (a browse job with
+        `keep` whose box reported it kept its browser)."""
+        ...
+
+    async def step(self, job: JobSpec, staging: Staging) -> JobOutcome:
+        """Another job in a `kept` sandbox, on the same stream; else a `SandboxError`."""
+        ...
+
 
 class Backend(Protocol):
     def sandbox(self, job: JobSpec, *, egress: bool) -> AbstractAsyncContextManager[Sandbox]:

@@ -69,6 +69,8 @@ class RunnerReport(BaseModel):
     listing_complete: bool = True
     """False when the runner left entries of /workspace out of its listing (a cap, an
     unreadable directory): nothing absent from it may be taken as deleted."""
+    kept: bool = False
+    """The box waits for another job on the same stream (a kept browser's next step)."""
 
     @property
     def listing_sent(self) -> bool:

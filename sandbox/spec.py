@@ -94,6 +94,7 @@ class BrowseJob(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     url: str
+    """Empty only for a kept browser's later step, which stays on its page."""
     actions: tuple[dict[str, str | int], ...] = ()
     width: int
     height: int
@@ -107,6 +108,9 @@ class BrowseJob(BaseModel):
     """Whether the box takes a screenshot (the snapshot is always taken)."""
     max_snapshot_lines: int
     """Most lines of the accessibility snapshot the box renders; it says when it cut."""
+    keep: bool = False
+    """Leave Chromium running after this job, for another on the same stream
+    (`Sandbox.step`): a kept browser (`tools/kept_browsers.py`)."""
 
 
 class JobSpec(BaseModel):
@@ -132,6 +136,9 @@ class JobSpec(BaseModel):
     browse: BrowseJob | None = None
     """Set for a browse: the image is the browser image, whose driver ignores `language`
     and `code` and reads this instead."""
+    lifetime_s: float | None = None
+    """How long the sandbox may live, when longer than the job's timeout: a kept browser's
+    box lives across calls, up to its session's lifetime (the reaper's deadline label)."""
 
 
 class StreamCapture(BaseModel):

@@ -14,7 +14,7 @@ import ipaddress
 import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -55,6 +55,8 @@ class LiveState:
     """Runs that got a ready container, since the server started."""
     pool_misses: int = 0
     """Runs that found none ready and had one created."""
+    kept_browsers: dict[str, int] = field(default_factory=dict)
+    """Kept browsers open (`browse(keep=true)`), by tenant: each holds one container."""
 
 
 class _LiveCollector(Collector):
@@ -92,6 +94,12 @@ class _LiveCollector(Collector):
         yield CounterMetricFamily(
             "airlock_pool_misses", "Runs that found no warm container.", state.pool_misses
         )
+        kept = GaugeMetricFamily(
+            "airlock_kept_browsers", "Kept browsers open, each a container.", labels=["tenant"]
+        )
+        for tenant, count in sorted(state.kept_browsers.items()):
+            kept.add_metric([tenant], count)
+        yield kept
         yield GaugeMetricFamily(
             "airlock_live_containers",
             "Containers of this server: one per run in progress plus the warm ones.",

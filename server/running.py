@@ -79,6 +79,7 @@ class Running:
             pool_ready=pool.ready_count() if pool is not None else 0,
             pool_hits=pool.hits if pool is not None else 0,
             pool_misses=pool.misses if pool is not None else 0,
+            kept_browsers=services.browsers.by_tenant(),
         )
 
 
@@ -210,8 +211,11 @@ def _shielded(step: Callable[[], Awaitable[object]]) -> Callable[[], Awaitable[N
 
 
 def _sweep_interval(policy: Policy) -> float:
-    # Often enough that a lease ends within a fraction of its TTL of expiring.
-    shortest = min(policy.sessions.idle_ttl_s, policy.sessions.max_lifetime_s)
+    # Often enough that a lease (or a kept browser) ends within a fraction of its TTL of
+    # expiring.
+    shortest = min(
+        policy.sessions.idle_ttl_s, policy.sessions.max_lifetime_s, policy.browser.keep_idle_s
+    )
     return min(SWEEP_INTERVAL_S, max(0.5, shortest / 4))
 
 
@@ -229,6 +233,7 @@ async def _housekeeping(
         try:
             await leases.sweep()
             now = services.clock()
+            await services.browsers.close_idle(now)
             services.grants.forget_ended(now)
             services.tokens.forget_expired(now)
             await expire_pending(services)

@@ -60,6 +60,7 @@ BOTH_RUNTIMES = (
     "test_toolbox",
     "test_browse",
     "test_browse_refs",
+    "test_browse_kept",
 )
 ENGINE_FIXTURES = frozenset({"docker_client", "sandbox_image", "browser_image", "engine_runtimes"})
 """The fixtures that need the engine: a test using one needs the `docker` marker."""

@@ -238,6 +238,13 @@ class MemorySandbox:
             raise SandboxError("the sandbox stopped before it took the job; nothing ran")
         return await run_here(job, staging, self._box.started, self.egress_dir, self._received)
 
+    @property
+    def kept(self) -> bool:
+        return False
+
+    async def step(self, job: JobSpec, staging: Staging) -> JobOutcome:
+        raise SandboxError("the in-memory backend of the tests keeps no sandbox for a step")
+
 
 class MemoryServerEngine:
     """The engine side of a test server on a `MemoryBackend`: ready at once, no image."""

@@ -34,7 +34,7 @@ KINDS = (
 BROWSE_ACTIONS_DOC = (
     'Up to 20 steps, objects such as {"kind": "type", "selector": "#q", "text": "..."}: '
     f"{KINDS}; a ref ([ref=eN] of a snapshot) acts only in the browser that showed it (a "
-    "fresh browse has none: use CSS selectors). No scripts."
+    "fresh one has none). No scripts."
 )
 
 Selector = Annotated[str, Field(min_length=1, max_length=MAX_SELECTOR_CHARS)]

@@ -23,12 +23,21 @@ if TYPE_CHECKING:
     from airlock.sandbox import Backend, Ready
     from airlock.store import BlobStore, Database, Notices
 
+    from .kept_browsers import KeptBrowsers
+
 
 def _in_process() -> Notices:
     """One server's notices (no fleet), made when a `Services` is: not at import."""
     from airlock.store import Notices
 
     return Notices("")
+
+
+def _no_browsers() -> KeptBrowsers:
+    """The server's kept browsers, none yet (made when a `Services` is: not at import)."""
+    from .kept_browsers import KeptBrowsers
+
+    return KeptBrowsers()
 
 
 @dataclass(frozen=True)
@@ -80,6 +89,8 @@ class Services:
     notices: Notices = field(default_factory=_in_process)
     """How this server tells the fleet what it changed and hears what others did
     (`store.notices`; in-process on one server, subscribed by `tools.fleet`)."""
+    browsers: KeptBrowsers = field(default_factory=_no_browsers)
+    """The browsers `browse(keep=true)` left open, by id (`tools.kept_browsers`)."""
 
     def policy_for(self, tenant: str) -> Policy:
         """The tenant's own policy, or the server's."""

@@ -25,12 +25,19 @@ Progress = Callable[[float, str], Awaitable[None]]
 
 
 async def run_reporting(
-    backend: Backend, box: Sandbox, job: JobSpec, staging: Staging, progress: Progress | None
+    backend: Backend,
+    box: Sandbox,
+    job: JobSpec,
+    staging: Staging,
+    progress: Progress | None,
+    *,
+    again: bool = False,
 ) -> JobOutcome:
-    """`box.run(job, staging)` (a sandbox of `backend`), reporting progress each second
-    after the first."""
+    """`box.run(job, staging)` (a sandbox of `backend`), or with `again` `box.step` (a
+    kept browser's next job), reporting progress each second after the first."""
+    run = box.step if again else box.run
     if progress is None:
-        return await box.run(job, staging)
+        return await run(job, staging)
     started = time.monotonic()
 
     async def tick() -> None:
@@ -54,7 +61,7 @@ async def run_reporting(
         # Kept out of the task group, which would wrap it in an ExceptionGroup that
         # tool_errors cannot map (a runner fault became "Error executing tool").
         try:
-            outcome = await box.run(job, staging)
+            outcome = await run(job, staging)
         except Exception as exc:
             failure = exc
         tg.cancel_scope.cancel()

@@ -53,6 +53,10 @@ async def _revoke_tokens(services: Services, tenant: str, session_id: str) -> in
     return services.tokens.revoke_session(tenant, session_id)
 
 
+async def _close_browsers(services: Services, tenant: str, session_id: str) -> int:
+    return await services.browsers.close_session(tenant, session_id)
+
+
 async def _remove_containers(services: Services, tenant: str, session_id: str) -> int:
     backend = services.engine.connected()
     return await backend.remove_session(session_id) if backend is not None else 0
@@ -63,6 +67,8 @@ CONTAINERS = "containers"
 STOPS: tuple[Stop, ...] = (
     Stop("grants", _revoke_grants),
     Stop("run tokens", _revoke_tokens),
+    # Before the containers: a kept browser's box is one of them, and its CA goes with it.
+    Stop("kept browsers", _close_browsers),
     Stop(CONTAINERS, _remove_containers),
 )
 

@@ -11,7 +11,7 @@ this instance's, and those a dead server left (`reaping.py`). The job's exchange
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -160,6 +160,7 @@ class DockerBackend:
         job: JobSpec,
         staging: Staging,
         attached: anyio.abc.SocketStream | None,
+        hold: Callable[[anyio.abc.SocketStream], None],
     ) -> JobOutcome:
         return await run_job(
             self.containers,
@@ -168,6 +169,7 @@ class DockerBackend:
             staging,
             attached=attached,
             received=self._received,
+            hold=hold,
         )
 
     async def _later(self, container_id: str) -> None:
@@ -212,6 +214,8 @@ class DockerSandbox:
         # A pooled container comes attached (that is how it was seen running), a new one not.
         self._attached = attached
         self._used = False
+        # The stream of a box whose last job kept it for another (a kept browser).
+        self._kept: anyio.abc.SocketStream | None = None
 
     @property
     def egress_dir(self) -> Path | None:
@@ -225,10 +229,27 @@ class DockerSandbox:
         check_first_job(self._used, job, self._egress_dir)
         self._used = True
         attached, self._attached = self._attached, None
-        return await self._backend._exchange(self.container_id, job, staging, attached)
+        return await self._backend._exchange(self.container_id, job, staging, attached, self._hold)
+
+    @property
+    def kept(self) -> bool:
+        return self._kept is not None
+
+    async def step(self, job: JobSpec, staging: Staging) -> JobOutcome:
+        stream, self._kept = self._kept, None
+        if stream is None:
+            raise SandboxError(
+                "this sandbox is not waiting for another job (its last one did not keep it)"
+            )
+        return await self._backend._exchange(self.container_id, job, staging, stream, self._hold)
+
+    def _hold(self, stream: anyio.abc.SocketStream) -> None:
+        self._kept = stream
 
     async def close(self) -> None:
-        """Let go of an attach `run` never took over."""
+        """Let go of an attach `run` never took over, or one a job kept."""
         attached, self._attached = self._attached, None
-        if attached is not None:
-            await attached.aclose()
+        kept, self._kept = self._kept, None
+        for stream in (attached, kept):
+            if stream is not None:
+                await stream.aclose()

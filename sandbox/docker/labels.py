@@ -20,16 +20,23 @@ LABEL_SESSION = "airlock.session"
 LABEL_RUN = "airlock.run"
 LABEL_TENANT = "airlock.tenant"
 LABEL_DEADLINE = "airlock.deadline"
+LABEL_KEPT = "airlock.kept_browser"
+"""On a browser box kept across calls (`browse(keep=true)`): told apart from a run's box."""
 
 
 def job_labels(instance: Instance, job: JobSpec) -> dict[str, str]:
-    """The labels of a container created for `job`: whose, and gone by when."""
+    """The labels of a container created for `job`: whose, gone by when, and whether it is
+    a kept browser's."""
+    kept = {LABEL_KEPT: "1"} if job.browse is not None and job.browse.keep else {}
     return {
+        **kept,
         **instance.labels(),
         LABEL_SESSION: job.session_id,
         LABEL_RUN: job.run_id,
         LABEL_TENANT: job.tenant,
-        LABEL_DEADLINE: str(int(time.time() + job.timeout_s + EXCHANGE_GRACE_S)),
+        LABEL_DEADLINE: str(
+            int(time.time() + max(job.timeout_s, job.lifetime_s or 0) + EXCHANGE_GRACE_S)
+        ),
     }
 
 

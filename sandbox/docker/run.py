@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Callable, Iterator, MutableMapping
 from contextlib import contextmanager
 from typing import IO, Any
 
@@ -55,9 +55,12 @@ async def run_job(
     *,
     attached: anyio.abc.SocketStream | None,
     received: MutableMapping[str, int],
+    hold: Callable[[anyio.abc.SocketStream], None] | None = None,
 ) -> JobOutcome:
-    """Run `job` in the container: one already attached and running (pooled), or, with
-    `attached` None, one created for it, attached and started here. Owns `attached`.
+    """Run `job` in the container: one already attached and running (pooled, or kept by
+    its last job), or, with `attached` None, one created for it, attached and started
+    here. Owns `attached`, unless the runner reports it `kept` the box for another job:
+    then the stream goes to `hold` (when given) instead of being closed.
     `received[job.run_id]` counts the output bytes while the job runs."""
     started = time.monotonic()
     stream = attached
@@ -87,7 +90,11 @@ async def run_job(
         usage, oom_killed = await _final_state(
             containers, watch, died=died, memory_mb=job.limits.memory_mb
         )
-        await stream.aclose()
+        if hold is not None and exchange.report is not None and exchange.report.kept:
+            hold(stream)
+            stream = None
+        else:
+            await stream.aclose()
         elapsed_ms = int((time.monotonic() - started) * 1000)
         if exchange.report is None and exchange.runner_log:
             # The runner's own stderr is for the operator; it never reaches the agent.

@@ -41,6 +41,7 @@ import contextlib
 import hashlib
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -259,24 +260,23 @@ def _not_loaded(page: Page, found: dict[str, Any], error: str = "") -> bool:
     return True
 
 
-def _browse(page: Page, actor: Actor, gate_port: int) -> dict[str, Any]:
-    """Open the page, act, read it; what `page.json` says."""
+def _browse(page: Page, actor: Actor) -> dict[str, Any]:
+    """Open the request's URL (a kept browser's later step may name none: it stays on its
+    page), act, read it; what `page.json` says."""
     cdp, request = page.cdp, page.request
-    _open_page(page, gate_port)
     found: dict[str, Any] = {"error": None, "actions_done": 0}
-    navigated = cdp.call("Page.navigate", {"url": request["url"]}, page.session)
-    if _not_loaded(page, found, str(navigated.get("errorText") or "")):
-        return found
-    loader = str(navigated.get("loaderId", ""))
-    seen = page.lifecycle_seen
-    cdp.pump(lambda: (loader, "load") in seen or page.crashed)
-    # What the page fetches on load is let finish (Chromium calls the network idle after
-    # 500 ms without a request), up to SETTLE_S.
-    cdp.pump(
-        lambda: (loader, "networkIdle") in seen or page.crashed, until=time.monotonic() + SETTLE_S
-    )
-    if _not_loaded(page, found):
-        return found
+    if request["url"]:
+        navigated = cdp.call("Page.navigate", {"url": request["url"]}, page.session)
+        if _not_loaded(page, found, str(navigated.get("errorText") or "")):
+            return found
+        loader = str(navigated.get("loaderId", ""))
+        seen = page.lifecycle_seen
+        cdp.pump(lambda: (loader, "load") in seen or page.crashed)
+        # What the page fetches on load is let finish (until no request is in flight for
+        # 500 ms), up to SETTLE_S.
+        page.settle(time.monotonic() + SETTLE_S)
+        if _not_loaded(page, found):
+            return found
     for action in request["actions"]:
         if page.crashed:
             break
@@ -295,6 +295,10 @@ def _read(page: Page, refs: Refs, found: dict[str, Any]) -> dict[str, Any]:
     """Read the page as it now is, its snapshot and its screenshot (unless the request says
     none), unless an action left it unloaded."""
     cdp = page.cdp
+    if (page.failed or page.refused is not None) and _not_loaded(page, found):
+        # An action's navigation failed: its error page (and the document it replaced,
+        # going away meanwhile) is not read.
+        return found
     # Read in a world of our own: the page's scripts share its DOM but not its JavaScript,
     # so a page that replaced Array.from or String.prototype.slice changes nothing here.
     world = world_of(page)
@@ -342,40 +346,70 @@ def _name_downloads(page: Page) -> list[dict[str, Any]]:
     return kept
 
 
-def _run(job: dict[str, Any], out: BinaryIO, relay: int | None) -> dict[str, Any]:
+class _Browser:
+    """What lives across the steps of one box: Chromium, its pipe, the page and its refs."""
+
+    def __init__(self, job: dict[str, Any], relay: int | None) -> None:
+        request = job["browse"]
+        egress = job.get("egress")
+        if relay is None or not egress:
+            raise RuntimeError("a browse needs its proxy: start the box with --egress")
+        started = time.monotonic()
+        _trust_ca(egress["ca_pem"])
+        with _as_sandbox_user():
+            os.makedirs(os.path.join(WORKSPACE, DOWNLOADS))
+        gate = Gate(int(job["relay_port"]))
+        gate.start()
+        self.pid, to_chrome, from_chrome = _start_chromium(request)
+        self.cdp = Cdp(to_chrome, from_chrome, started + float(job["timeout_s"]))
+        self.page = Page(self.cdp, request, job["env"]["AIRLOCK_TOKEN"], gate.admit)
+        self.cdp.on_event = self.page.on_event
+        self.actor = Actor(self.page, Refs())
+        self.gate_port = gate.port
+        self.opened = False
+
+
+def _step(browser: _Browser, job: dict[str, Any], out: BinaryIO) -> dict[str, Any]:
+    """One job on the box's browser: open (the first), navigate, act, read, report.
+
+    A job with `keep` leaves Chromium running for the next job on the same stream (a kept
+    browser); the last, or one whose page died or ran out of time, stops everything."""
     request = job["browse"]
-    egress = job.get("egress")
-    if relay is None or not egress:
-        raise RuntimeError("a browse needs its proxy: start the box with --egress")
     started = time.monotonic()
     oom_before = _oom_kills()
-    _trust_ca(egress["ca_pem"])
-    with _as_sandbox_user():
-        os.makedirs(os.path.join(WORKSPACE, DOWNLOADS))
-    gate = Gate(int(job["relay_port"]))
-    gate.start()
-    pid, to_chrome, from_chrome = _start_chromium(request)
-    cdp = Cdp(to_chrome, from_chrome, started + float(job["timeout_s"]))
-    page = Page(cdp, request, job["env"]["AIRLOCK_TOKEN"], gate.admit)
-    cdp.on_event = page.on_event
-    timed_out, exit_code = False, 0
+    page = browser.page
+    browser.cdp.deadline = started + float(job["timeout_s"])
+    page.next_step(request, job["env"]["AIRLOCK_TOKEN"])
+    timed_out, exit_code, kept = False, 0, bool(request.get("keep"))
     try:
-        found = _browse(page, Actor(page, Refs()), gate.port)
+        if browser.cdp.closed:
+            raise PageGone("Chromium exited between steps")
+        if not browser.opened:
+            _open_page(page, browser.gate_port)
+            browser.opened = True
+        found = _browse(page, browser.actor)
         if found["error"]:
             exit_code = 1
     except Deadline:
-        timed_out, exit_code, found = True, 1, {"error": "the page did not finish in time"}
+        timed_out, exit_code, kept = True, 1, False
+        found = {"error": "the page did not finish in time"}
     except PageGone as exc:
-        exit_code, found = 1, {"error": str(exc)}
-    found["console"] = page.console
-    found["dialogs"] = page.dialogs
-    found["blocked"] = page.blocked
-    found["pages"] = page.pages
+        exit_code, kept, found = 1, False, {"error": str(exc)}
+    except RuntimeError as exc:
+        # DevTools refused a call the page's state made impossible: this step's page is
+        # lost, and the browser with it.
+        exit_code, kept, found = 1, False, {"error": f"the browser failed: {exc}"[:500]}
+    found.update(console=page.console, dialogs=page.dialogs, blocked=page.blocked)
+    found.update(pages=page.pages, kept=kept)
     _cut(found, request)
     duration_ms = int((time.monotonic() - started) * 1000)
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
-    stopped = _stop_everything()
+    if kept:
+        # Chromium stays for the next step; what the box sends is only the driver's files.
+        stopped = True
+    else:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(browser.pid, signal.SIGKILL)
+        stopped = _stop_everything()
     found["downloads"] = _name_downloads(page)
     with _as_sandbox_user(), open(os.path.join(WORKSPACE, "page.json"), "w", encoding="utf-8") as f:
         json.dump(found, f)
@@ -391,7 +425,51 @@ def _run(job: dict[str, Any], out: BinaryIO, relay: int | None) -> dict[str, Any
         "stdout": empty,
         "stderr": {"bytes": len(tail), "sha256": hashlib.sha256(tail).hexdigest()},
         "stopped": stopped,
+        "kept": kept,
     }
+
+
+def _clear_outputs() -> None:
+    """The last step's files go before the next: each step sends only its own."""
+    with _as_sandbox_user():
+        for name in ("page.json", "screenshot.png"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(WORKSPACE, name))
+        directory = os.path.join(WORKSPACE, DOWNLOADS)
+        for name in os.listdir(directory):
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(directory, name))
+
+
+def _next_job(stdin: BinaryIO, cdp: Cdp) -> dict[str, Any] | None:
+    """The next step's job, or None when the host hung up. Meanwhile Chromium's events are
+    handled (a paused request let go: with no step's proxy bound, it fails in the box)."""
+    while True:
+        watched: list[Any] = [stdin] if cdp.closed else [stdin, cdp.source]
+        if stdin in select.select(watched, [], [])[0]:
+            break
+        cdp.drain()
+    head = stdin.read(LENGTH.size)
+    if len(head) < LENGTH.size:
+        return None
+    (size,) = LENGTH.unpack(head)
+    if size > MAX_JOB_JSON:
+        raise ValueError(f"job of {size} bytes exceeds {MAX_JOB_JSON}")
+    job: dict[str, Any] = json.loads(_read_exact(stdin, size))
+    _read_exact(stdin, int(job["input_tar_bytes"]))
+    return job
+
+
+def _report(job: dict[str, Any], report: dict[str, Any], out: BinaryIO) -> None:
+    """The step's files (listing and tar), then its RESULT."""
+    listed = None
+    if report.pop("stopped"):
+        with _as_sandbox_user():
+            listed = _pack_workspace({}, job["artifact_caps"], out)
+    report["listing_complete"] = bool(listed and listed.pop("complete"))
+    report["listing"] = listed
+    out.write(encode_frame(RESULT, json.dumps(report).encode()))
+    out.flush()
 
 
 def _cut(found: dict[str, Any], request: dict[str, Any]) -> None:
@@ -425,17 +503,23 @@ def main(argv: list[str]) -> None:
         (size,) = LENGTH.unpack(_read_exact(stdin, LENGTH.size))
         if size > MAX_JOB_JSON:
             raise ValueError(f"job of {size} bytes exceeds {MAX_JOB_JSON}")
-        job = json.loads(_read_exact(stdin, size))
-        job["relay_port"] = argv[2] if relay is not None else 0
+        job: dict[str, Any] | None = json.loads(_read_exact(stdin, size))
+        assert job is not None
+        relay_port = argv[2] if relay is not None else 0
         _read_exact(stdin, int(job["input_tar_bytes"]))
-        report = _run(job, out, relay)
-        listed = None
-        if report.pop("stopped"):
-            with _as_sandbox_user():
-                listed = _pack_workspace({}, job["artifact_caps"], out)
-        report["listing_complete"] = bool(listed and listed.pop("complete"))
-        report["listing"] = listed
-        out.write(encode_frame(RESULT, json.dumps(report).encode()))
+        job["relay_port"] = relay_port
+        browser = _Browser(job, relay)
+        while job is not None:
+            report = _step(browser, job, out)
+            kept = report["kept"]
+            _report(job, report, out)
+            if not kept:
+                break
+            # A kept browser: the next step comes on the same stream, until the host
+            # hangs up or removes the box.
+            job = _next_job(stdin, browser.cdp)
+            if job is not None:
+                _clear_outputs()
     except Exception as exc:  # the host needs to hear about every failure
         out.write(
             encode_frame(FAULT, json.dumps({"error": f"{type(exc).__name__}: {exc}"}).encode())

@@ -138,15 +138,17 @@ class Actor:
         page = self.page
         if page.document == before:
             return
-        loader, seen = page.document_loader, page.lifecycle_seen
+        seen = page.lifecycle_seen
 
+        # The latest document's, looked up each time: a page that moves on before its load
+        # (a redirect by script, as after a sign-in) is waited for where it ends up.
         def ended() -> bool:
-            return (loader, "load") in seen or page.crashed or bool(page.failed or page.refused)
+            loaded = (page.document_loader, "load") in seen
+            return loaded or page.crashed or bool(page.failed or page.refused)
 
         page.cdp.pump(ended, until=time.monotonic() + NAVIGATION_S)
         if not (page.failed or page.refused):
-            idle = (loader, "networkIdle")
-            page.cdp.pump(lambda: idle in seen or page.crashed, until=time.monotonic() + SETTLE_S)
+            page.settle(time.monotonic() + SETTLE_S)
 
     def _history(self, step: int) -> None:
         page = self.page

@@ -13,6 +13,8 @@ Only the standard library of the image's Python (3.11) may be used here.
 
 from __future__ import annotations
 
+import time
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -21,6 +23,9 @@ if TYPE_CHECKING:
     from .devtools import Cdp
 
 MAX_CONSOLE = 200
+# The page's network is quiet once no request of it is in flight for this long (what
+# Chromium's networkIdle means, which Chromium itself reports up to seconds late).
+QUIET_S = 0.5
 MAX_CONSOLE_CHARS = 1000
 MAX_BLOCKED_CHARS = 200
 ALLOWED_SCHEMES = ("http:", "https:")
@@ -64,6 +69,21 @@ class Page:
         """(status, reason) when the proxy itself answered the main frame's document."""
         self.failed = ""
         """Chromium's error for the main frame's document, when no answer came."""
+        self.in_flight: set[str] = set()
+        """Requests of the page sent and not yet finished or failed."""
+        self.active_at = 0.0
+        """When the page last started or ended a request (time.monotonic)."""
+
+    def next_step(self, request: dict[str, Any], token: str) -> None:
+        """A new job on this page (a kept browser's next step): its request and run token;
+        what the page said and did is counted afresh for each step's report."""
+        self.request = request
+        self.token = token
+        self.console, self.dialogs, self.blocked = [], [], []
+        self.downloads = {}
+        self.auth_tries = {}
+        # A request the last step's proxy left hanging never reports its end.
+        self.in_flight = set()
 
     def on_event(self, message: dict[str, Any]) -> None:
         method = message.get("method", "")
@@ -138,6 +158,9 @@ class Page:
         self.cdp.send("Page.handleJavaScriptDialog", {"accept": kind == "beforeunload"}, session)
 
     def request_sent(self, params: dict[str, Any], session: str) -> None:
+        if session == self.session:
+            self.in_flight.add(str(params.get("requestId", "")))
+            self.active_at = time.monotonic()
         if session != self.session or not self._is_document(params):
             return
         self.document = str(params.get("requestId", ""))
@@ -163,7 +186,27 @@ class Page:
         if PROXY_REASON in headers and status >= 400:
             self.refused = (status, headers[PROXY_REASON])
 
+    def loading_finished(self, params: dict[str, Any], session: str) -> None:
+        if session == self.session:
+            self.in_flight.discard(str(params.get("requestId", "")))
+            self.active_at = time.monotonic()
+
+    def quiet(self) -> bool:
+        """No request of the page in flight for QUIET_S."""
+        return not self.in_flight and time.monotonic() - self.active_at >= QUIET_S
+
+    def settle(self, until: float) -> None:
+        """Let the page's fetches finish: until its network is quiet (or Chromium says it
+        is idle, or the page crashed), at most until `until`."""
+        while time.monotonic() < until and not self.crashed and not self.quiet():
+            if (self.document_loader, "networkIdle") in self.lifecycle_seen:
+                return
+            wake = self.active_at + QUIET_S if not self.in_flight else until
+            self.cdp.pump(lambda: False, until=min(until, max(wake, time.monotonic() + 0.02)))
+
     def loading_failed(self, params: dict[str, Any], session: str) -> None:
+        if session == self.session:
+            self.loading_finished(params, session)
         if session != self.session or params.get("requestId") != self.document:
             return
         if not params.get("canceled"):
@@ -218,6 +261,7 @@ _HANDLERS = {
     "Network.webSocketCreated": Page.websocket,
     "Network.responseReceived": Page.response,
     "Network.loadingFailed": Page.loading_failed,
+    "Network.loadingFinished": Page.loading_finished,
     "Runtime.consoleAPICalled": Page.console_called,
     "Runtime.exceptionThrown": Page.exception,
     "Page.lifecycleEvent": Page.lifecycle,

@@ -40,6 +40,7 @@ class Cdp:
         self.deadline = deadline
         self.answers: dict[int, dict[str, Any]] = {}
         self.on_event: Any = None
+        self.closed = False
 
     def send(self, method: str, params: dict[str, Any] | None = None, session: str = "") -> int:
         self._next += 1
@@ -71,6 +72,20 @@ class Cdp:
             if select.select([self._in], [], [], limit)[0]:
                 self._read()
         return True
+
+    @property
+    def source(self) -> int:
+        """The pipe Chromium writes to."""
+        return self._in
+
+    def drain(self) -> None:
+        """Handle what Chromium sent, with no deadline: between the steps of a kept browser.
+        Chromium gone marks the pipe `closed`."""
+        try:
+            if select.select([self._in], [], [], 0)[0]:
+                self._read()
+        except PageGone:
+            self.closed = True
 
     def _read(self) -> None:
         chunk = os.read(self._in, 1 << 20)

@@ -5,7 +5,7 @@ A sandbox chose an artifact's bytes and its name, so a download is never shown i
 browser: it is `application/octet-stream`, `Content-Disposition: attachment` with the name
 percent-encoded (and a plain ASCII fallback), `nosniff`, and a CSP that lets nothing in it
 run. It is streamed in chunks, never held whole. A screenshot is served, as `image/png`,
-only when `tools.browse.screenshot_png` (the image validation `tools/images.py` does for
+only when `tools.browse_result.screenshot_png` (the image validation `tools/images.py` does for
 the agent) accepts its bytes. The static files are read once from this package; no other
 name is served.
 """
@@ -22,7 +22,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import BaseRoute
 
 from airlock.store import ArtifactRecord, BlobStore
-from airlock.tools.browse import SCREENSHOT_FILE, screenshot_png
+from airlock.tools.browse_result import SCREENSHOT_FILE, screenshot_png
 
 from .app import HERE, Console, Visit, get
 

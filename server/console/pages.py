@@ -17,7 +17,7 @@ from starlette.routing import BaseRoute
 
 from airlock.broker import approvals
 from airlock.store import ArtifactRecord, RunRecord
-from airlock.tools.browse import PAGE_FILE, SCREENSHOT_FILE, screenshot_png
+from airlock.tools.browse_result import PAGE_FILE, SCREENSHOT_FILE, screenshot_png
 from airlock.tools.context import iso_time
 from airlock.tools.models import STREAM_PATHS
 

@@ -24,13 +24,18 @@ def register(registry: Registry) -> None:
         annotations=hints(read_only=False, destructive=False, idempotent=False, open_world=True),
     )
     async def browse(
-        url: Annotated[str, Field(description="The http(s) URL to open.")],
+        url: Annotated[
+            str | None, Field(description="http(s) URL; none: stay on the page.")
+        ] = None,
         capabilities: Annotated[
             list[str], Field(description="capability_id values that let the page reach hosts.")
         ] = [],  # noqa: B006 - pydantic copies defaults; the schema needs a plain []
         actions: Annotated[list[dict[str, Any]], Field(description=BROWSE_ACTIONS_DOC)] = [],  # noqa: B006
-        timeout_s: Annotated[int | None, Field(description="Wall-clock limit in seconds.")] = None,
+        timeout_s: Annotated[int | None, Field(description="Time limit in seconds.")] = None,
         screenshot: Annotated[bool, Field(description="false: no PNG, the snapshot only.")] = True,
+        keep: bool = False,
+        browser_id: str | None = None,
+        close: bool = False,
         session_id: SessionArg = None,
         ctx: AirlockContext = None,  # type: ignore[assignment]  # injected by the SDK
     ) -> CallToolResult:
@@ -43,5 +48,8 @@ def register(registry: Registry) -> None:
                 capabilities=capabilities,
                 timeout_s=timeout_s,
                 screenshot=screenshot,
+                keep=keep,
+                browser_id=browser_id,
+                close=close,
                 progress=call.progress,
             )

@@ -81,9 +81,10 @@ def test_events_become_counters_histograms_and_live_gauges() -> None:
     assert found[("airlock_capability_decisions_total", outcome)] == 1
     assert ("airlock_live_sessions", ()) not in found  # nothing live to read yet
 
-    metrics.watch(lambda: LiveState(3, {"acme": 2}, {"acme": 1}, 4, 3, 10, 2))
+    metrics.watch(lambda: LiveState(3, {"acme": 2}, {"acme": 1}, 4, 3, 10, 2, {"acme": 1}))
     found = samples(metrics.render().decode())
     assert found[("airlock_live_sessions", ())] == 3
+    assert found[("airlock_kept_browsers", (("tenant", "acme"),))] == 1
     assert found[("airlock_runs_in_progress", (("tenant", "acme"),))] == 2
     assert found[("airlock_live_grants", (("tenant", "acme"),))] == 1
     assert found[("airlock_pool_size", ())] == 4
