@@ -125,7 +125,7 @@ import tempfile
 import time
 import traceback
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -1429,8 +1429,9 @@ CHROMIUM_FLAGS = (
 )
 
 
-def _page_server(tmp: Path) -> tuple[Any, Path]:
-    """A threaded HTTPS server of BROWSE_PAGE on 127.0.0.1 (a trustme leaf); its CA file."""
+def _page_server(tmp: Path, pages: Mapping[str, bytes] | None = None) -> tuple[Any, Path]:
+    """A threaded HTTPS server on 127.0.0.1 (a trustme leaf) and its CA file: `pages` by
+    path (404 for any other), or BROWSE_PAGE on every path."""
     import http.server
     import ssl
     import threading
@@ -1447,11 +1448,13 @@ def _page_server(tmp: Path) -> tuple[Any, Path]:
         protocol_version = "HTTP/1.1"
 
         def do_GET(self) -> None:
-            self.send_response(200)
+            body = BROWSE_PAGE if pages is None else pages.get(self.path)
+            self.send_response(404 if body is None else 200)
+            body = body or b"not found"
             self.send_header("Content-Type", "text/html")
-            self.send_header("Content-Length", str(len(BROWSE_PAGE)))
+            self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            self.wfile.write(BROWSE_PAGE)
+            self.wfile.write(body)
 
         def log_message(self, format: str, *args: Any) -> None:
             pass

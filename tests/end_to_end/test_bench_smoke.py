@@ -60,3 +60,35 @@ def test_quick_bench_of_warm_calls_and_teardown_writes_a_complete_report(tmp_pat
 
     judged = {row["metric"] for row in report["table"] if row["ok"] is not None}
     assert {"p50 ratio", "p95 ratio", f"until none of {counts['teardown']} is left"} <= judged
+
+
+@pytest.mark.docker
+def test_kept_browser_steps_bench_runs_both_sides_and_writes_its_report(tmp_path: Path) -> None:
+    """bench/browser_steps.py with two steps a side under runc: real Chromium in the browser
+    image against Playwright MCP (npx, the machine's Chromium), both clicking the same link."""
+    out = tmp_path / "steps.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.browser_steps",
+            *("--steps", "2", "--runtimes", "runc"),
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "kept browser step runc" in done.stdout and "p50 ratio" in done.stdout
+
+    report = json.loads(out.read_text(encoding="utf-8"))
+    assert report["failed_runtimes"] == [] and set(report["runtimes"]) == {"runc"}
+    runc = report["runtimes"]["runc"]
+    assert len(runc["airlock_s"]) == len(runc["playwright_s"]) == 2
+    assert runc["ratio_p50"] > 0 and runc["orphans"] == 0
+    memory = runc["memory"]
+    assert memory["boxes"] == 1 and memory["peaks_bytes"] and memory["usage_bytes"] > 0
+    assert memory["playwright_processes"] > 1 and memory["playwright_pss_bytes"] > 0
