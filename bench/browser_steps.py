@@ -385,7 +385,11 @@ async def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[Row]]:
     report["loadavg_after"] = os.getloadavg()
     report["table"] = [asdict(r) | {"result": r.verdict} for r in rows]
     engine.close()
-    await anyio.to_thread.run_sync(lambda: shutil.rmtree(temp, ignore_errors=True))
+    if args.keep_temp:
+        report["temp_dir"] = str(temp)
+        progress(f"kept {temp}")
+    else:
+        await anyio.to_thread.run_sync(lambda: shutil.rmtree(temp, ignore_errors=True))
     return report, rows
 
 
@@ -394,6 +398,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=STEPS, help=f"timed steps a side ({STEPS})")
     parser.add_argument("--runtimes", default=",".join(RUNTIMES), help="comma-separated")
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="JSON results file")
+    parser.add_argument("--keep-temp", action="store_true", help="keep the servers' dirs and logs")
     args = parser.parse_args(argv)
     args.runtimes = [r.strip() for r in args.runtimes.split(",") if r.strip()]
     if args.steps < 1 or not args.runtimes:
