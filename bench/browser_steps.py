@@ -113,12 +113,18 @@ def page_of(snapshot: str, who: str) -> tuple[str, str]:
     return heading.group(1), link.group(1)
 
 
+class StepFailed(RuntimeError):
+    """A step's call answered with an error: counted, and the side opened again."""
+
+
 class Side(Protocol):
     name: str
 
     async def open(self, url: str) -> str: ...
 
-    async def step(self, ref: str) -> str: ...
+    async def step(self, ref: str) -> tuple[str, str]:
+        """Click `ref`; the new snapshot and the step's run id (Airlock's; "" otherwise)."""
+        ...
 
 
 class Kept:
@@ -135,18 +141,49 @@ class Kept:
         _, result = await self.srv.call("browse", arguments | {"screenshot": False})
         data: dict[str, Any] = result.structured_content or {}
         if result.is_error or data.get("status") != "ok" or data.get("error"):
-            raise RuntimeError(f"browse failed: {text_of(result)[:2000]}")
+            raise StepFailed(f"browse failed: {text_of(result)[:2000]}")
         return data
 
     async def open(self, url: str) -> str:
-        data = await self._browse({"url": url, "keep": True})
+        # Opened again after a failed step: in the same session (a failed step's browser
+        # is closed by the server, so the session's cap is not in the way).
+        session = {"session_id": self.session_id} if self.session_id else {}
+        data = await self._browse({"url": url, "keep": True} | session)
         self.session_id, self.browser_id = data["session_id"], data["browser_id"]
         return str(data["snapshot"])
 
-    async def step(self, ref: str) -> str:
+    async def step(self, ref: str) -> tuple[str, str]:
         click = {"kind": "click", "ref": ref}
         ids = {"session_id": self.session_id, "browser_id": self.browser_id}
-        return str((await self._browse(ids | {"actions": [click]}))["snapshot"])
+        data = await self._browse(ids | {"actions": [click]})
+        return str(data["snapshot"]), str(data["run_id"])
+
+    def split(self, run_ids: list[str]) -> dict[str, list[float]]:
+        """Per step (these runs), from the run and egress
+        records (one clock): the box's own time (the driver's `duration_ms`), the time from
+        the page's last answered request to the run's end (the driver waiting for the page
+        to settle, then reading it), and the proxy's 407s (refused tunnels) in the step."""
+        db = sqlite3.connect(self.srv.dir / "data" / "airlock.db")
+        try:
+            out: dict[str, list[float]] = {"box_s": [], "after_last_request_s": [], "refused": []}
+            for run_id in run_ids:
+                finished, duration_ms = db.execute(
+                    "SELECT finished_at, duration_ms FROM runs WHERE id = ?", (run_id,)
+                ).fetchone()
+                (last,) = db.execute(
+                    "SELECT max(time) FROM egress_log WHERE run_id = ? AND method != 'CONNECT'",
+                    (run_id,),
+                ).fetchone()
+                (refused,) = db.execute(
+                    "SELECT count(*) FROM egress_log WHERE run_id = ? AND status = 407", (run_id,)
+                ).fetchone()
+                out["box_s"].append(duration_ms / 1000)
+                if last is not None:
+                    out["after_last_request_s"].append(finished - last)
+                out["refused"].append(refused)
+            return out
+        finally:
+            db.close()
 
     async def memory(self) -> dict[str, Any]:
         """The kept box's peak from the session's run records and its usage now."""
@@ -209,9 +246,9 @@ class Playwright:
         await self._call("browser_navigate", {"url": url})
         return await self._call("browser_snapshot", {})
 
-    async def step(self, ref: str) -> str:
+    async def step(self, ref: str) -> tuple[str, str]:
         await self._call("browser_click", {"target": ref, "element": "link"})
-        return await self._call("browser_snapshot", {})
+        return await self._call("browser_snapshot", {}), ""
 
     def pss_bytes(self) -> tuple[int, int]:
         """PSS summed over the processes working in its directory, and how many there are."""
@@ -233,23 +270,39 @@ class Playwright:
 
 
 class Walk:
-    """One side's place on the two pages: where it is and which ref leads on."""
+    """One side's place on the two pages: where it is and which ref leads on. A step that
+    fails (an error, or the old page read back) is counted, not timed, and the walk goes on
+    (from a freshly opened page after an error), so one defect does not hide the rest."""
 
-    def __init__(self, side: Side, snapshot: str) -> None:
-        self.side = side
-        self.page, self.ref = page_of(snapshot, side.name)
+    def __init__(self, side: Side, url: str) -> None:
+        self.side, self.url = side, url
+        self.page = self.ref = ""
         self.times: list[float] = []
+        self.run_ids: list[str] = []
+        self.failures: list[str] = []
+
+    async def open(self) -> Walk:
+        self.page, self.ref = page_of(await self.side.open(self.url), self.side.name)
+        return self
 
     async def step(self, timed: bool = True) -> None:
         started = time.perf_counter()
-        snapshot = await self.side.step(self.ref)
+        try:
+            snapshot, run_id = await self.side.step(self.ref)
+        except StepFailed as exc:
+            self.failures.append(str(exc)[:1000])
+            progress(f"{self.side.name}: step failed, opening again: {str(exc)[:300]}")
+            await self.open()
+            return
         elapsed = time.perf_counter() - started
         page, ref = page_of(snapshot, self.side.name)
-        if page != NEXT[self.page]:
-            raise RuntimeError(f"{self.side.name}: clicked to page {NEXT[self.page]}, on {page}")
-        self.page, self.ref = page, ref
-        if timed:
+        wanted, self.page, self.ref = NEXT[self.page], page, ref
+        if page != wanted:
+            self.failures.append(f"clicked the link to page {wanted}, read page {page}")
+            progress(f"{self.side.name}: {self.failures[-1]}")
+        elif timed:
             self.times.append(elapsed)
+            self.run_ids.append(run_id)
 
 
 async def interleave(airlock: Walk, playwright: Walk, steps: int) -> None:
@@ -286,14 +339,16 @@ async def measure(
         ):
             kept = Kept(srv)
             progress(f"{runtime}: opening both browsers on {url}")
-            airlock, playwright = Walk(kept, await kept.open(url)), Walk(pw, await pw.open(url))
+            airlock, playwright = await Walk(kept, url).open(), await Walk(pw, url).open()
             progress(f"{runtime}: {steps} steps each, ABBA")
             await interleave(airlock, playwright, steps)
             memory = await kept.memory()
+            split = kept.split(airlock.run_ids)
             memory["playwright_pss_bytes"], memory["playwright_processes"] = pw.pss_bytes()
     finally:
         page_server.shutdown()
-    return _report(runtime, airlock.times, playwright.times, memory, srv.orphans, rows)
+    result = _report(runtime, airlock, playwright, memory, rows)
+    return result | {"airlock_split": split, "orphans": srv.orphans} | _split_rows(split, rows)
 
 
 def _p50_p95(s: dict[str, float]) -> str:
@@ -301,19 +356,15 @@ def _p50_p95(s: dict[str, float]) -> str:
 
 
 def _report(
-    runtime: str,
-    airlock: list[float],
-    playwright: list[float],
-    memory: dict[str, Any],
-    orphans: int,
-    rows: list[Row],
+    runtime: str, airlock: Walk, playwright: Walk, memory: dict[str, Any], rows: list[Row]
 ) -> dict[str, Any]:
-    ours, theirs = summary(airlock), summary(playwright)
+    ours, theirs = summary(airlock.times), summary(playwright.times)
     ratio = ours["p50"] / theirs["p50"]
     section = f"kept browser step {runtime}"
-    n = len(airlock)
-    rows.append(Row(section, f"airlock p50 / p95 (n={n})", _p50_p95(ours)))
-    rows.append(Row(section, f"playwright mcp p50 / p95 (n={n})", _p50_p95(theirs)))
+    rows.append(Row(section, f"airlock p50 / p95 (n={len(airlock.times)})", _p50_p95(ours)))
+    rows.append(
+        Row(section, f"playwright mcp p50 / p95 (n={len(playwright.times)})", _p50_p95(theirs))
+    )
     judged = runtime == "runsc"
     rows.append(
         Row(
@@ -325,6 +376,9 @@ def _report(
         )
     )
     rows.append(Row(section, "p95 ratio", f"{ours['p95'] / theirs['p95']:.2f}x"))
+    for walk in (airlock, playwright):
+        failed = len(walk.failures)
+        rows.append(Row(section, f"{walk.side.name} failed steps", str(failed), "0", failed == 0))
     peak = max(memory["peaks_bytes"], default=0)
     usage = memory["usage_bytes"]
     rows.append(
@@ -341,16 +395,28 @@ def _report(
     )
     return {
         "runtime": runtime,
-        "airlock_s": airlock,
-        "playwright_s": playwright,
+        "airlock_s": airlock.times,
+        "playwright_s": playwright.times,
+        "airlock_failures": airlock.failures,
+        "playwright_failures": playwright.failures,
         "airlock": ours,
         "playwright": theirs,
         "ratio_p50": ratio,
         "ratio_p95": ours["p95"] / theirs["p95"],
         "memory": memory,
         "kept_in_24_gib": 24 * GIB // peak if peak else None,
-        "orphans": orphans,
     }
+
+
+def _split_rows(split: dict[str, list[float]], rows: list[Row]) -> dict[str, Any]:
+    """Where Airlock's step goes: the box, and in it the wait after the page's last request."""
+    box, after = summary(split["box_s"]), summary(split["after_last_request_s"])
+    section = rows[-1].section
+    rows.append(Row(section, "airlock in the box p50 (driver)", ms(box["p50"])))
+    rows.append(Row(section, "airlock after the last request p50", ms(after["p50"])))
+    refused = split["refused"]
+    rows.append(Row(section, "proxy 407s per step (mean)", f"{sum(refused) / len(refused):.1f}"))
+    return {"airlock_box": box, "airlock_after_last_request": after}
 
 
 async def run(args: argparse.Namespace) -> tuple[dict[str, Any], list[Row]]:

@@ -87,8 +87,13 @@ def test_kept_browser_steps_bench_runs_both_sides_and_writes_its_report(tmp_path
     report = json.loads(out.read_text(encoding="utf-8"))
     assert report["failed_runtimes"] == [] and set(report["runtimes"]) == {"runc"}
     runc = report["runtimes"]["runc"]
-    assert len(runc["airlock_s"]) == len(runc["playwright_s"]) == 2
+    # A failed step is counted (and shown as a failed row), not timed.
+    assert len(runc["airlock_s"]) + len(runc["airlock_failures"]) == 2
+    assert len(runc["playwright_s"]) + len(runc["playwright_failures"]) == 2
     assert runc["ratio_p50"] > 0 and runc["orphans"] == 0
+    split = runc["airlock_split"]
+    assert len(split["box_s"]) == len(split["refused"]) == len(runc["airlock_s"])
+    assert "airlock after the last request p50" in done.stdout
     memory = runc["memory"]
     assert memory["boxes"] == 1 and memory["peaks_bytes"] and memory["usage_bytes"] > 0
     assert memory["playwright_processes"] > 1 and memory["playwright_pss_bytes"] > 0
