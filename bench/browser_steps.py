@@ -44,7 +44,6 @@ Method
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shutil
@@ -53,7 +52,8 @@ import sys
 import tempfile
 import time
 import traceback
-from contextlib import AsyncExitStack
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Protocol
@@ -61,23 +61,24 @@ from typing import Any, Protocol
 import anyio
 import docker
 from mcp.client import Client
-from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.stdio import StdioServerParameters
 from mcp.types import CallToolResult
 
 from airlock.sandbox import connect
 from airlock.sandbox.browser_image import ensure_browser_image
 from bench.run import (
+    LABEL_PID,
     LABEL_SESSION,
     ROOT,
     Row,
     Server,
-    _open_log,
     _page_server,
     machine,
     ms,
+    open_stdio,
     progress,
-    render,
     summary,
+    write_report,
 )
 
 DEFAULT_OUT = ROOT / "bench" / "results" / "browser_steps.json"
@@ -198,14 +199,22 @@ class Kept:
             ]
         finally:
             db.close()
-        boxes = await self.srv.containers(**{LABEL_SESSION: self.session_id})
+        # By the session's label alone, each with its state and owner: a box that lost
+        # this server's pid label would be missed by Server.containers (and shown here).
+        api = self.srv.engine.api
+        label = {"label": f"{LABEL_SESSION}={self.session_id}"}
+        found = await anyio.to_thread.run_sync(lambda: api.containers(all=True, filters=label))
+        boxes = [
+            {"state": c["State"], "pid": (c.get("Labels") or {}).get(LABEL_PID)} for c in found
+        ]
+        running = [c["Id"] for c in found if c["State"] == "running"]
         usage = None
-        if len(boxes) == 1:
+        if len(running) == 1:
             stats = await anyio.to_thread.run_sync(
-                lambda: self.srv.engine.api.stats(boxes[0]["Id"], stream=False, one_shot=True)
+                lambda: api.stats(running[0], stream=False, one_shot=True)
             )
             usage = (stats.get("memory_stats") or {}).get("usage")
-        return {"peaks_bytes": peaks, "usage_bytes": usage, "boxes": len(boxes)}
+        return {"peaks_bytes": peaks, "usage_bytes": usage, "boxes": boxes}
 
 
 class Playwright:
@@ -213,29 +222,10 @@ class Playwright:
 
     name = "playwright"
 
-    def __init__(self, temp: Path) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="playwright-", dir=temp))
-        self._stack = AsyncExitStack()
-        self._client: Client | None = None
-
-    async def __aenter__(self) -> Playwright:
-        params = StdioServerParameters(command="npx", args=list(PLAYWRIGHT), cwd=str(self.dir))
-        errlog = _open_log(self.dir / "stderr.log")
-        self._stack.callback(errlog.close)
-        try:
-            self._client = await self._stack.enter_async_context(
-                Client(stdio_client(params, errlog=errlog))
-            )
-        except BaseException:
-            await self._stack.aclose()
-            raise
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self._stack.aclose()
+    def __init__(self, directory: Path, client: Client) -> None:
+        self.dir, self._client = directory, client
 
     async def _call(self, name: str, arguments: dict[str, Any]) -> str:
-        assert self._client is not None
         with anyio.fail_after(CALL_TIMEOUT_S):
             result = await self._client.call_tool(name, arguments)
         if result.is_error:
@@ -267,6 +257,14 @@ class Playwright:
                 total += int(found.group(1)) * 1024
                 count += 1
         return total, count
+
+
+@asynccontextmanager
+async def playwright_mcp(temp: Path) -> AsyncIterator[Playwright]:
+    directory = Path(tempfile.mkdtemp(prefix="playwright-", dir=temp))
+    params = StdioServerParameters(command="npx", args=list(PLAYWRIGHT), cwd=str(directory))
+    async with AsyncExitStack() as stack:
+        yield Playwright(directory, await open_stdio(stack, params, directory / "stderr.log"))
 
 
 class Walk:
@@ -335,7 +333,7 @@ async def measure(
     try:
         async with (
             Server(f"steps-{runtime}", engine, temp, runtime=runtime, extra_policy=extra) as srv,
-            Playwright(temp) as pw,
+            playwright_mcp(temp) as pw,
         ):
             kept = Kept(srv)
             progress(f"{runtime}: opening both browsers on {url}")
@@ -470,15 +468,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.steps < 1 or not args.runtimes:
         parser.error("give --steps of at least 1 and at least one runtime")
     report, rows = anyio.run(run, args)
-    load = report["loadavg_before"], report["loadavg_after"]
-    sys.stdout.write(
-        f"{render(rows)}\n\n{report['machine']['nproc']} CPUs, load average {load[0][0]:.2f} "
-        f"before / {load[1][0]:.2f} after, {report['elapsed_s']:.0f} s\n"
-    )
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=1, default=str) + "\n", encoding="utf-8")
-    progress(f"wrote {out}")
+    write_report(report, rows, Path(args.out))
     sys.exit(1 if report["failed_runtimes"] else 0)
 
 

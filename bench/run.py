@@ -313,6 +313,14 @@ def _open_log(path: Path) -> TextIO:
     return open(path, "w", encoding="utf-8")
 
 
+async def open_stdio(stack: AsyncExitStack, params: StdioServerParameters, log: Path) -> Client:
+    """The MCP SDK client on a server started on `params` (its stderr to `log`), both
+    closed with `stack`."""
+    errlog = _open_log(log)
+    stack.callback(errlog.close)
+    return await stack.enter_async_context(Client(stdio_client(params, errlog=errlog)))
+
+
 def docker_env() -> dict[str, str]:
     """What the server needs beyond the SDK's default environment: the engine's address."""
     return {k: v for k, v in os.environ.items() if k.startswith("DOCKER_")}
@@ -431,12 +439,8 @@ class Server:
             # Through the environment: a URL with a password is refused in --store.
             env=docker_env() | self.env | ({"AIRLOCK_STORE_URL": self.store} if self.store else {}),
         )
-        errlog = _open_log(self.dir / "server.log")
-        self._stack.callback(errlog.close)
         try:
-            self._client = await self._stack.enter_async_context(
-                Client(stdio_client(params, errlog=errlog))
-            )
+            self._client = await open_stdio(self._stack, params, self.dir / "server.log")
             with anyio.fail_after(10):
                 self.pid = await poll(lambda: server_pid(str(data)), 0.05)
         except BaseException:
@@ -1699,20 +1703,23 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    args = parse_args(argv)
-    report, rows = anyio.run(run_sections, args)
+def write_report(report: dict[str, Any], rows: Sequence[Row], out: Path, note: str = "") -> None:
+    """The table and the machine's line on stdout; every number as JSON in `out`."""
     load = report["loadavg_before"], report["loadavg_after"]
     m = report["machine"]
     sys.stdout.write(
         f"{render(rows)}\n\n{m['nproc']} CPUs, Docker {m['docker_server']}, load average "
-        f"{load[0][0]:.2f} before / {load[1][0]:.2f} after, {report['elapsed_s']:.0f} s "
-        f"({report['mode']} run)\n"
+        f"{load[0][0]:.2f} before / {load[1][0]:.2f} after, {report['elapsed_s']:.0f} s{note}\n"
     )
-    out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1, default=str) + "\n", encoding="utf-8")
     progress(f"wrote {out}")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
+    report, rows = anyio.run(run_sections, args)
+    write_report(report, rows, Path(args.out), f" ({report['mode']} run)")
     sys.exit(1 if report["failed_sections"] else 0)
 
 
