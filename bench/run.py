@@ -125,7 +125,7 @@ import tempfile
 import time
 import traceback
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -313,6 +313,14 @@ def _open_log(path: Path) -> TextIO:
     return open(path, "w", encoding="utf-8")
 
 
+async def open_stdio(stack: AsyncExitStack, params: StdioServerParameters, log: Path) -> Client:
+    """The MCP SDK client on a server started on `params` (its stderr to `log`), both
+    closed with `stack`."""
+    errlog = _open_log(log)
+    stack.callback(errlog.close)
+    return await stack.enter_async_context(Client(stdio_client(params, errlog=errlog)))
+
+
 def docker_env() -> dict[str, str]:
     """What the server needs beyond the SDK's default environment: the engine's address."""
     return {k: v for k, v in os.environ.items() if k.startswith("DOCKER_")}
@@ -431,12 +439,8 @@ class Server:
             # Through the environment: a URL with a password is refused in --store.
             env=docker_env() | self.env | ({"AIRLOCK_STORE_URL": self.store} if self.store else {}),
         )
-        errlog = _open_log(self.dir / "server.log")
-        self._stack.callback(errlog.close)
         try:
-            self._client = await self._stack.enter_async_context(
-                Client(stdio_client(params, errlog=errlog))
-            )
+            self._client = await open_stdio(self._stack, params, self.dir / "server.log")
             with anyio.fail_after(10):
                 self.pid = await poll(lambda: server_pid(str(data)), 0.05)
         except BaseException:
@@ -1429,8 +1433,9 @@ CHROMIUM_FLAGS = (
 )
 
 
-def _page_server(tmp: Path) -> tuple[Any, Path]:
-    """A threaded HTTPS server of BROWSE_PAGE on 127.0.0.1 (a trustme leaf); its CA file."""
+def _page_server(tmp: Path, pages: Mapping[str, bytes] | None = None) -> tuple[Any, Path]:
+    """A threaded HTTPS server on 127.0.0.1 (a trustme leaf) and its CA file: `pages` by
+    path (404 for any other), or BROWSE_PAGE on every path."""
     import http.server
     import ssl
     import threading
@@ -1447,11 +1452,13 @@ def _page_server(tmp: Path) -> tuple[Any, Path]:
         protocol_version = "HTTP/1.1"
 
         def do_GET(self) -> None:
-            self.send_response(200)
+            body = BROWSE_PAGE if pages is None else pages.get(self.path)
+            self.send_response(404 if body is None else 200)
+            body = body or b"not found"
             self.send_header("Content-Type", "text/html")
-            self.send_header("Content-Length", str(len(BROWSE_PAGE)))
+            self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            self.wfile.write(BROWSE_PAGE)
+            self.wfile.write(body)
 
         def log_message(self, format: str, *args: Any) -> None:
             pass
@@ -1696,7 +1703,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def write_report(rows: Sequence[Row], report: dict[str, Any], out: Path, note: str) -> None:
+def write_report(rows: Sequence[Row], report: dict[str, Any], out: Path, note: str = "") -> None:
     """The table and the machine's line on stdout, every number to `out` (JSON)."""
     load = report["loadavg_before"], report["loadavg_after"]
     m = report["machine"]

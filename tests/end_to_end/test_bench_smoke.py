@@ -16,25 +16,23 @@ import pytest
 from support import ROOT
 
 
-@pytest.mark.docker
-def test_quick_bench_of_warm_calls_and_teardown_writes_a_complete_report(tmp_path: Path) -> None:
-    out = tmp_path / "bench.json"
+def bench(module: str, *args: str, out: Path, timeout: float) -> subprocess.CompletedProcess[str]:
+    """`python -m MODULE ARGS --out OUT` from the repository's root, checked to exit 0."""
     done = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "bench" / "run.py"),
-            "--quick",
-            "--sections",
-            "warm,teardown",
-            "--out",
-            str(out),
-        ],
+        [sys.executable, "-m", module, *args, "--out", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=timeout,
     )
     assert done.returncode == 0, done.stderr[-4000:]
+    return done
+
+
+@pytest.mark.docker
+def test_quick_bench_of_warm_calls_and_teardown_writes_a_complete_report(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    done = bench("bench.run", "--quick", "--sections", "warm,teardown", out=out, timeout=240)
     assert "section" in done.stdout and "5 teardown" in done.stdout
     assert "1 warm runc" in done.stdout and "1 warm runsc" in done.stdout
 
@@ -81,3 +79,27 @@ def test_the_suite_bench_runs_each_workload_on_the_host_and_both_runtimes(tmp_pa
         assert set(by_target) == {"host", "runc", "runsc"}
         assert all(len(measured) == 1 for measured in by_target.values())
         assert all(run["cpu_s"] > 0 for run in by_target["runsc"])
+
+
+@pytest.mark.docker
+def test_kept_browser_steps_bench_runs_both_sides_and_writes_its_report(tmp_path: Path) -> None:
+    """bench/browser_steps.py with two steps a side under runc: real Chromium in the browser
+    image against Playwright MCP (npx, the machine's Chromium), both clicking the same link."""
+    out = tmp_path / "steps.json"
+    done = bench("bench.browser_steps", "--steps", "2", "--runtimes", "runc", out=out, timeout=300)
+    assert "kept browser step runc" in done.stdout and "p50 ratio" in done.stdout
+
+    report = json.loads(out.read_text(encoding="utf-8"))
+    assert report["failed_runtimes"] == [] and set(report["runtimes"]) == {"runc"}
+    runc = report["runtimes"]["runc"]
+    # A failed step is counted (and shown as a failed row), not timed.
+    assert len(runc["airlock_s"]) + len(runc["airlock_failures"]) == 2
+    assert len(runc["playwright_s"]) + len(runc["playwright_failures"]) == 2
+    assert runc["ratio_p50"] > 0 and runc["orphans"] == 0
+    split = runc["airlock_split"]
+    assert len(split["box_s"]) == len(split["refused"]) == len(runc["airlock_s"])
+    assert "airlock after the last request p50" in done.stdout
+    memory = runc["memory"]
+    assert memory["peaks_bytes"] and memory["usage_bytes"] > 0
+    assert [box["state"] for box in memory["boxes"]] == ["running"]
+    assert memory["playwright_processes"] > 1 and memory["playwright_pss_bytes"] > 0
