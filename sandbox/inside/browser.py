@@ -84,6 +84,8 @@ DOWNLOADS = "downloads"
 CHROMIUM_LOG = "/tmp/chromium.log"
 # How long the page may keep fetching after its load event before it is read anyway.
 SETTLE_S = 2.0
+# DevTools' words for a read whose document went away under it.
+CONTEXT_LOST = ("Cannot find context", "context was destroyed")
 LOG_TAIL = 4096
 MAX_LINKS = 200
 MAX_TEXT_CHARS = 200_000
@@ -288,6 +290,14 @@ def _browse(page: Page, actor: Actor) -> dict[str, Any]:
         found["actions_done"] += 1
     if page.crashed:
         raise PageGone("the page's renderer died")
+    try:
+        return _read(page, actor.refs, found)
+    except RuntimeError as exc:
+        if not any(lost in str(exc) for lost in CONTEXT_LOST):
+            raise
+    # A new document replaced the one being read (a navigation that started later still,
+    # or one the page made by itself): the page is fine, read the new one, once.
+    actor.settle(before="")
     return _read(page, actor.refs, found)
 
 

@@ -47,6 +47,8 @@ MOUSE_EVENTS = {
 NAVIGATION_S = 10.0
 SETTLE_S = 2.0
 AFTER_ACTION_S = 0.1
+# How long a navigation the page asked for may take to send its document's request.
+NAVIGATION_START_S = 5.0
 
 # Run on the element itself (`this`), in our own world: where to click it, or why not.
 _PLACE = """function(scroll) {
@@ -98,7 +100,7 @@ class Actor:
     def act(self, action: dict[str, Any]) -> None:
         """One action (validated on the host); a failure raises and ends the actions."""
         page, kind = self.page, action["kind"]
-        before = page.document
+        before, asked, ended = page.document, page.navigations, page.navigations_ended
         if kind in ("click", "hover"):
             x, y = self._place(action, f"{kind} it")
             for event in MOUSE_EVENTS[kind]:
@@ -130,11 +132,19 @@ class Actor:
         elif kind == "reload":
             page.cdp.call("Page.reload", {}, page.session)
         page.cdp.pump(lambda: False, until=time.monotonic() + AFTER_ACTION_S)
+        if page.navigations > asked:
+            # The page asked for a navigation whose document request may come later than
+            # AFTER_ACTION_S (often so under gVisor): read now, and the read would be of the
+            # page being left, cut off mid-read when the new one replaces it.
+            page.cdp.pump(
+                lambda: page.document != before or page.navigations_ended > ended,
+                until=time.monotonic() + NAVIGATION_START_S,
+            )
         self.settle(before)
 
     def settle(self, before: str) -> None:
-        """When the main frame began a new document since `before`, wait for its load
-        (at most NAVIGATION_S), then for its fetches (at most SETTLE_S)."""
+        """When the main frame began a new document since `before` (any document: ""),
+        wait for its load (at most NAVIGATION_S), then for its fetches (at most SETTLE_S)."""
         page = self.page
         if page.document == before:
             return

@@ -73,6 +73,12 @@ class Page:
         """Requests of the page sent and not yet finished or failed."""
         self.active_at = 0.0
         """When the page last started or ended a request (time.monotonic)."""
+        self.navigations = 0
+        """Navigations of the main frame in its own tab the page asked for (a link, a form,
+        a script), counted as Chromium announces them: before their document request."""
+        self.navigations_ended = 0
+        """Main-frame navigations that ended without a new document: within the document (an
+        anchor, history.pushState) or stopped (cancelled, a download)."""
 
     def next_step(self, request: dict[str, Any], token: str) -> None:
         """A new job on this page (a kept browser's next step): its request and run token;
@@ -173,6 +179,15 @@ class Page:
         if session == self.session and not frame.get("parentId"):
             self.loader = str(frame.get("loaderId", ""))
 
+    def navigation_requested(self, params: dict[str, Any], session: str) -> None:
+        main = session == self.session and params.get("frameId") == self.target
+        if main and params.get("disposition", "currentTab") == "currentTab":
+            self.navigations += 1
+
+    def navigation_ended(self, params: dict[str, Any], session: str) -> None:
+        if session == self.session and params.get("frameId") == self.target:
+            self.navigations_ended += 1
+
     def websocket(self, params: dict[str, Any], _session: str) -> None:
         # Fetch never pauses a websocket; its handshake is the page's all the same.
         self.admit(str(params.get("url", "")))
@@ -258,6 +273,9 @@ _HANDLERS = {
     "Page.javascriptDialogOpening": Page.dialog,
     "Network.requestWillBeSent": Page.request_sent,
     "Page.frameNavigated": Page.navigated,
+    "Page.frameRequestedNavigation": Page.navigation_requested,
+    "Page.navigatedWithinDocument": Page.navigation_ended,
+    "Page.frameStoppedLoading": Page.navigation_ended,
     "Network.webSocketCreated": Page.websocket,
     "Network.responseReceived": Page.response,
     "Network.loadingFailed": Page.loading_failed,

@@ -296,3 +296,31 @@ async def test_a_stale_ref_of_an_earlier_page_fails_clearly_on_the_kept_browser(
         assert moved["title"] == "other" and moved["actions_done"] == 0
         assert re.search(rf"ref {press} is stale", moved["error"] or ""), moved["error"]
         assert moved["browser_open"]
+
+
+# The click leads on by script a moment later, and the page's own script then holds its
+# renderer before it lets go, so the next page's document request comes long after the
+# click returned: a driver that reads as soon as no new document began reads the page left.
+SLOW_LEAVE = """<title>slow to leave</title><h1>Leaving is slow</h1>
+<a href="/arrived" id="on">go on</a><script>
+document.getElementById('on').addEventListener('click', (event) => {
+  event.preventDefault(); setTimeout(() => { location.href = '/arrived'; }, 50); });
+window.addEventListener('beforeunload', () => {
+  const until = Date.now() + 1500; while (Date.now() < until) {} });</script>"""
+ARRIVED = "<title>arrived</title><h1>Arrived</h1>"
+
+
+async def test_a_click_whose_navigation_starts_late_reads_the_page_it_leads_to(
+    site_server: MCPServer, upstream: Upstream
+) -> None:
+    url = serve(upstream, "/slow", SLOW_LEAVE)
+    serve(upstream, "/arrived", ARRIVED)
+    async with Client(site_server) as c:
+        opened = await open_kept(c, url)
+        link = ref_of(opened["snapshot"], '- link "go on"')
+        step = {"browser_id": opened["browser_id"], "screenshot": False}
+        clicked = data_of(
+            await call(c, "browse", step | {"actions": [{"kind": "click", "ref": link}]})
+        )
+        assert clicked["error"] is None and clicked["title"] == "arrived", clicked
+        assert 'heading "Arrived"' in clicked["snapshot"] and clicked["browser_open"]
