@@ -19,6 +19,7 @@ import os
 import signal
 import stat
 import subprocess
+import sys
 import tarfile
 import tempfile
 import time
@@ -172,6 +173,14 @@ async def _pump(source: anyio.abc.SocketStream, sink: anyio.abc.SocketStream) ->
         await sink.send_eof()
 
 
+_DEFAULT_SIGNALS = """import os, signal, sys
+for number in signal.valid_signals():
+    if number not in (signal.SIGKILL, signal.SIGSTOP):
+        signal.signal(number, signal.SIG_DFL)
+os.execvp(sys.argv[1], sys.argv[1:])
+"""
+
+
 async def _run_code(
     job: JobSpec,
     started: Started,
@@ -181,7 +190,10 @@ async def _run_code(
     received: MutableMapping[str, int],
 ) -> tuple[dict[str, _Stream], int, bool]:
     """The code's streams, its return code and whether it ran out of time."""
-    argv = ["python3", "-u", str(program)] if job.language == "python" else ["bash", str(program)]
+    code = ["python3", "-u", str(program)] if job.language == "python" else ["bash", str(program)]
+    # Started with every signal at its default, as a container's first process is: this
+    # process may ignore some (SIGHUP under nohup), and a child inherits what is ignored.
+    argv = [sys.executable, "-c", _DEFAULT_SIGNALS, *code]
     streams = {name: _Stream(job.stream_cap_bytes) for name in ("stdout", "stderr")}
     process = await anyio.open_process(
         argv, cwd=workspace, env=env, stdin=subprocess.DEVNULL, start_new_session=True
