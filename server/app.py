@@ -42,7 +42,7 @@ from .registration.lifespan import ForRoutes, lifespan
 from .registration.registry import Registry
 from .sessions import SessionRule
 from .strict_tools import StrictToolServer
-from .tasks import TasksExtension
+from .tasks.extension import TasksExtension
 
 INSTRUCTIONS = """\
 Airlock runs code you write in a fresh, network-less, resource-limited container per call.

@@ -10,12 +10,7 @@ on the same records answers them; a task is its caller's (tenant and principal):
 else gets the unknown-task answer. A `request_capability` asking the human becomes a task
 in `input_required`, answered by tasks/update (`inputs.py`). `wire.py` writes the
 extension's shapes.
+
+The package imports none of its modules, which import each other (`from . import wire`):
+the server takes what it needs from each (`tasks.extension`, `tasks.jobs`).
 """
-
-from __future__ import annotations
-
-from .extension import TasksExtension
-from .jobs import TaskJobs
-from .wire import EXTENSION
-
-__all__ = ["EXTENSION", "TaskJobs", "TasksExtension"]

@@ -6,7 +6,7 @@ serves tasks/get, tasks/cancel and tasks/update from the store."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
@@ -16,13 +16,23 @@ from mcp.types import CallToolRequestParams, InputRequiredResult, RequestParams
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from airlock.store import TaskRecord
+from airlock.tools.context import Services
 
 from ..auth import current_tenant
 from . import inputs, wire
-from .jobs import Owner
+from .jobs import Owner, TaskJobs
 
-if TYPE_CHECKING:
-    from ..running import Running  # which holds the jobs: imported for its type only
+
+class Running(Protocol):
+    """What the server's lifespan context (`server.running.Running`) gives the extension;
+    a protocol, since `running` builds the jobs and so imports this package."""
+
+    @property
+    def services(self) -> Services: ...
+
+    @property
+    def tasks(self) -> TaskJobs: ...
+
 
 Context = ServerRequestContext[Any, Any]
 ToolHandler = Callable[[Context, CallToolRequestParams], Awaitable[HandlerResult]]
