@@ -21,6 +21,11 @@ pytestmark = [pytest.mark.anyio, pytest.mark.docker]
 SLOW = "import time; time.sleep({s}); print('slept {s}'); open('out.txt', 'w').write('kept')"
 
 
+# So short that no call ends within it (10 ms did not hold: a small get_patch answered in
+# time in a CI run and came back as its plain result).
+EVERY_CALL_S = 0.000001
+
+
 def quick_tasks(tmp_path: Path, seconds: float = 1.0, *, pool: bool = True, more: str = "") -> str:
     """A policy whose calls become tasks after `seconds` (tests need not wait 5); without
     the pool, a run's container carries its session's label from the start."""
@@ -118,7 +123,7 @@ async def test_cancel_stops_the_runs_container_within_5_s(tmp_path: Path) -> Non
 
 async def test_only_the_long_tools_become_tasks(tmp_path: Path) -> None:
     # answer_within_s so short that every run_code outlasts it.
-    async with http_server(tmp_path, "--policy", quick_tasks(tmp_path, 0.01)) as server:
+    async with http_server(tmp_path, "--policy", quick_tasks(tmp_path, EVERY_CALL_S)) as server:
         acme = TaskClient(server.url, server.keys["acme"])
         ran = await acme.call_tool("run_code", {"code": "open('a.txt', 'w').write('a')"})
         done = await acme.until_ended(ran["taskId"], within=60)
@@ -137,11 +142,12 @@ async def test_copy_in_and_get_patch_become_tasks_that_complete_with_their_resul
     repo = tmp_path / "repo"
     repo.mkdir()
     (repo / "app.py").write_text("print('old')\n")
-    policy = quick_tasks(tmp_path, 0.01, more=f'\n[hatch.roots]\napp = "{repo}"\n')
+    policy = quick_tasks(tmp_path, EVERY_CALL_S, more=f'\n[hatch.roots]\napp = "{repo}"\n')
     async with http_server(tmp_path, "--policy", policy) as server:
         acme = TaskClient(server.url, server.keys["acme"])
         plain = TaskClient(server.url, server.keys["acme"], tasks=False)
         copying = await acme.call_tool("copy_in", {"root": "app", "to": "app"})
+        assert copying["resultType"] == "task", copying
         copied = (await acme.until_ended(copying["taskId"], within=60))["result"]
         session = copied["structuredContent"]["session_id"]
         edit = "open('app/app.py', 'w').write(\"print('new')\\n\")"
@@ -150,6 +156,7 @@ async def test_copy_in_and_get_patch_become_tasks_that_complete_with_their_resul
             "get_patch",
             {"copy_id": copied["structuredContent"]["copy_id"], "session_id": session},
         )
+        assert patching["resultType"] == "task", patching
         patched = (await acme.until_ended(patching["taskId"], within=60))["result"]
     assert copying["resultType"] == patching["resultType"] == "task"
     assert not copied["isError"] and not patched["isError"], (copied, patched)
@@ -158,7 +165,7 @@ async def test_copy_in_and_get_patch_become_tasks_that_complete_with_their_resul
 
 async def test_a_task_past_its_ttl_answers_as_an_unknown_one(tmp_path: Path) -> None:
     policy = tmp_path / "short.toml"
-    policy.write_text("[tasks]\nanswer_within_s = 0.01\nttl_s = 1\n")
+    policy.write_text(f"[tasks]\nanswer_within_s = {EVERY_CALL_S}\nttl_s = 1\n")
     async with http_server(tmp_path, "--policy", str(policy)) as server:
         acme = TaskClient(server.url, server.keys["acme"])
         task_id = (await acme.call_tool("run_code", {"code": "print(1)"}))["taskId"]
@@ -216,7 +223,7 @@ async def test_a_capability_waiting_on_the_human_is_input_required_until_tasks_u
 
 @pytest.mark.usefixtures("browser_image")
 async def test_browse_becomes_a_task_that_completes_with_its_answer(tmp_path: Path) -> None:
-    async with http_server(tmp_path, "--policy", quick_tasks(tmp_path, 0.01)) as server:
+    async with http_server(tmp_path, "--policy", quick_tasks(tmp_path, EVERY_CALL_S)) as server:
         acme = TaskClient(server.url, server.keys["acme"])
         # No capability reaches the host: the browse answers what its box saw (denied).
         browsing = await acme.call_tool("browse", {"url": "https://docs.example.com/"})
