@@ -297,7 +297,7 @@ def _browse(page: Page, actor: Actor) -> dict[str, Any]:
             raise
     # A new document replaced the one being read (a navigation that started later still,
     # or one the page made by itself): the page is fine, read the new one, once.
-    actor.settle(before="")
+    actor.settle()
     return _read(page, actor.refs, found)
 
 

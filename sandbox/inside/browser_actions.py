@@ -140,14 +140,13 @@ class Actor:
                 lambda: page.document != before or page.navigations_ended > ended,
                 until=time.monotonic() + NAVIGATION_START_S,
             )
-        self.settle(before)
+        if page.document != before:
+            self.settle()
 
-    def settle(self, before: str) -> None:
-        """When the main frame began a new document since `before` (any document: ""),
-        wait for its load (at most NAVIGATION_S), then for its fetches (at most SETTLE_S)."""
+    def settle(self) -> None:
+        """Wait for the main frame's latest document to load (at most NAVIGATION_S), then
+        for its fetches (at most SETTLE_S)."""
         page = self.page
-        if page.document == before:
-            return
         seen = page.lifecycle_seen
 
         # The latest document's, looked up each time: a page that moves on before its load
