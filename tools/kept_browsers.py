@@ -105,7 +105,8 @@ class KeptBrowsers:
             shown = browser_id[:MAX_SHOWN_ID_CHARS]
             raise NotFound(
                 f"browser_id {shown!r} is not a browser this session keeps open (unknown, "
-                "closed, idle past [browser] keep_idle_s, or another session's); open one "
+                "closed, idle past [browser] keep_idle_s, another session's, or kept by another "
+                "server of the fleet: a kept browser lives on the server that opened it); open one "
                 "with browse(url=..., keep=true)"
             )
         return browser
