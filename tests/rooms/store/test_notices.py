@@ -304,6 +304,7 @@ async def test_a_notice_flood_is_bounded_coalesced_logged_in_few_lines_and_rerea
                 gaps.append(now - last)
                 last = now
 
+        started = anyio.current_time()
         async with anyio.create_task_group() as tg:
             tg.start_soon(beat)
             sent = await anyio.to_thread.run_sync(postgres.psql, postgres_url, FLOOD_SQL)
@@ -324,7 +325,10 @@ async def test_a_notice_flood_is_bounded_coalesced_logged_in_few_lines_and_rerea
         assert backlog.most <= backlog.limit < FLOOD // 2 and backlog.dropped > 0
         assert handled + backlog.dropped + backlog.coalesced == FLOOD // 2
         lines = [r for r in caplog.records if r.levelno >= logging.WARNING]
-        assert 2 <= len(lines) <= 10, [r.getMessage() for r in lines]
+        # Two kinds, each said at most once per WARN_EVERY_S and once more by a flush: on a
+        # loaded machine the flood lasts longer and says a few lines more, never one each.
+        periods = (anyio.current_time() - started) / pg_notices.WARN_EVERY_S
+        assert 2 <= len(lines) <= 2 * (periods + 2), ([r.getMessage() for r in lines], periods)
         messages = " ".join(r.getMessage() for r in lines)
         assert "more suppressed" in messages
         # Loose: the loop was never held for long (on today's code a call waited 40 s).
