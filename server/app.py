@@ -122,9 +122,9 @@ def build_server(
         session_sentence=_session_sentence if http else None,
         extensions=[tasks],
     )
-    tasks.bind(mcp.call_tool_handler)
     routes.register(mcp, for_routes, RouteAuth(token_verifier, operator_token), meter)
     registry = Registry(mcp, policy, tenants, http=http, local_tenant=local_tenant)
+    tasks.bind(mcp.call_tool_handler, capabilities.operator_asker(registry))
     for step in TOOLS:
         step.register(registry)
     resources.register(registry)

@@ -21,6 +21,7 @@ from typing import Any
 import anyio
 import httpx
 import jsonschema
+from support import NO_POOL_TOML
 
 EXTENSION = "io.modelcontextprotocol/tasks"
 VERSION = "2026-07-28"
@@ -29,6 +30,24 @@ _BESIDE = Path(__file__).resolve().parents[2]
 _IN_SHARED = _BESIDE / "shared/vendor/ext-tasks-2026-07-28.schema.json"
 _MIRROR = Path("/work/.mirror/modelcontextprotocol+ext-tasks/repo")
 _ids = itertools.count(1)
+
+# So short that no call ends within it (10 ms did not hold: a small get_patch answered in
+# time in a CI run and came back as its plain result).
+EVERY_CALL_S = 0.000001
+
+
+def quick_tasks(tmp_path: Path, seconds: float = 1.0, *, pool: bool = True, more: str = "") -> str:
+    """A policy whose calls become tasks after `seconds` (tests need not wait 5); without
+    the pool, a run's container carries its session's label from the start."""
+    path = tmp_path / "tasks.toml"
+    no_pool = "" if pool else NO_POOL_TOML
+    path.write_text(f"[tasks]\nanswer_within_s = {seconds}\nttl_s = 600\n{no_pool}{more}")
+    return str(path)
+
+
+def text(result: dict[str, Any]) -> str:
+    """The text blocks of a CallToolResult, as the wire has it."""
+    return "\n".join(block["text"] for block in result["content"] if block["type"] == "text")
 
 
 @cache
@@ -80,9 +99,15 @@ class TaskClient:
 
     async def rpc(self, method: str, params: dict[str, Any], *, name: str | None = None) -> Any:
         """The JSON-RPC response (result or error) of one request, as a dict."""
+        return _message(await self.post(method, params, name=name, request_id=next(_ids)))
+
+    async def post(
+        self, method: str, params: dict[str, Any], *, name: str | None, request_id: int
+    ) -> httpx.Response:
+        """The HTTP response to one request, on a connection of its own (closed after)."""
         body = {
             "jsonrpc": "2.0",
-            "id": next(_ids),
+            "id": request_id,
             "method": method,
             "params": {**params, "_meta": meta(tasks=self.tasks, elicitation=self.elicitation)},
         }
@@ -96,7 +121,8 @@ class TaskClient:
             headers["Mcp-Name"] = name
         async with httpx.AsyncClient(timeout=120) as http:
             response = await http.post(self.url, json=body, headers=headers)
-        return _message(response)
+            await response.aread()
+        return response
 
     async def call_tool(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
         answer = await self.rpc("tools/call", {"name": tool, "arguments": arguments}, name=tool)

@@ -59,10 +59,12 @@ class TasksExtension(Extension):
     def __init__(self, *, local_tenant: str) -> None:
         self._local_tenant = local_tenant
         self._call_tool: ToolHandler | None = None
+        self._ask_operator: inputs.AskOperator | None = None
 
-    def bind(self, call_tool: ToolHandler) -> None:
-        """The server's own tools/call handler, which tasks/update retries a call with."""
-        self._call_tool = call_tool
+    def bind(self, call_tool: ToolHandler, ask_operator: inputs.AskOperator) -> None:
+        """The server's own tools/call handler, which a waiting task's call is retried
+        with, and how a waiting request_capability is put before the operator as well."""
+        self._call_tool, self._ask_operator = call_tool, ask_operator
 
     def methods(self) -> Sequence[MethodBinding]:
         modern = frozenset(MODERN_PROTOCOL_VERSIONS)
@@ -83,12 +85,16 @@ class TasksExtension(Extension):
             if not isinstance(result, InputRequiredResult):
                 return result
             services = running.services
+            asked = None
+            if self._ask_operator is not None:
+                asked = await self._ask_operator(ctx, dict(params.arguments or {}))
             return await inputs.waiting_task(
                 services.db,
                 running.tasks.settings,
                 owner=self._owner(),
                 params=params,
                 result=result,
+                asked=asked,
                 instance_id=services.instance_id,
                 now=services.clock(),
             )
@@ -98,20 +104,29 @@ class TasksExtension(Extension):
 
     async def _update(self, ctx: Context, params: UpdateParams) -> HandlerResult:
         running, record = await self._visible(ctx, params.task_id)
-        call_tool = self._call_tool
-        assert call_tool is not None, "TasksExtension.bind was not called"
         services = running.services
         await inputs.answer(
             services.db,
             record,
             params.input_responses,
-            lambda retried: call_tool(ctx, retried),
+            self._retrying(ctx),
             services.clock,
+            instance_id=services.instance_id,
         )
         return {"resultType": "complete"}
 
     async def _get(self, ctx: Context, params: TaskParams) -> HandlerResult:
         running, record = await self._visible(ctx, params.task_id)
+        services = running.services
+        # The operator may have answered a waiting task out of band: its poll moves it.
+        if await inputs.settle(
+            services.db,
+            record,
+            self._retrying(ctx),
+            services.clock,
+            instance_id=services.instance_id,
+        ):
+            record = await services.db.get_task(params.task_id) or record
         jobs = running.tasks
         now = running.services.clock()
         return wire.got(record, now=now, poll_interval_ms=jobs.settings.poll_interval_ms)
@@ -121,6 +136,12 @@ class TasksExtension(Extension):
         if record.status in ("working", "input_required"):
             await running.tasks.cancel(record)
         return {"resultType": "complete"}
+
+    def _retrying(self, ctx: Context) -> inputs.CallTool:
+        """The server's tools/call handler, in this request's context."""
+        call_tool = self._call_tool
+        assert call_tool is not None, "TasksExtension.bind was not called"
+        return lambda retried: call_tool(ctx, retried)
 
     async def _visible(self, ctx: Context, task_id: str) -> tuple[Running, TaskRecord]:
         """The caller's task `task_id`, or the unknown-task error: for one that never

@@ -13,30 +13,12 @@ from typing import Any
 import anyio
 import docker
 import pytest
-from support import NO_POOL_TOML, ROOT, http_server, none_left, poll_containers, running
-from task_wire import EXTENSION, TaskClient, meta
+from support import ROOT, http_server, none_left, poll_containers, running
+from task_wire import EVERY_CALL_S, EXTENSION, TaskClient, meta, quick_tasks, text
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
 
 SLOW = "import time; time.sleep({s}); print('slept {s}'); open('out.txt', 'w').write('kept')"
-
-
-# So short that no call ends within it (10 ms did not hold: a small get_patch answered in
-# time in a CI run and came back as its plain result).
-EVERY_CALL_S = 0.000001
-
-
-def quick_tasks(tmp_path: Path, seconds: float = 1.0, *, pool: bool = True, more: str = "") -> str:
-    """A policy whose calls become tasks after `seconds` (tests need not wait 5); without
-    the pool, a run's container carries its session's label from the start."""
-    path = tmp_path / "tasks.toml"
-    no_pool = "" if pool else NO_POOL_TOML
-    path.write_text(f"[tasks]\nanswer_within_s = {seconds}\nttl_s = 600\n{no_pool}{more}")
-    return str(path)
-
-
-def text(result: dict[str, Any]) -> str:
-    return "\n".join(block["text"] for block in result["content"] if block["type"] == "text")
 
 
 async def test_discover_lists_the_extension_and_a_long_run_becomes_a_task(tmp_path: Path) -> None:
@@ -178,47 +160,6 @@ async def test_a_task_past_its_ttl_answers_as_an_unknown_one(tmp_path: Path) -> 
     assert str(expired["error"]).replace(task_id, "ID") == str(never["error"]).replace(
         "task_" + "c" * 26, "ID"
     )
-
-
-ASK = """
-[capabilities.docs]
-hosts = ["docs.example.com"]
-methods = ["GET"]
-paths = ["/**"]
-approval = "ask"
-"""
-
-
-async def test_a_capability_waiting_on_the_human_is_input_required_until_tasks_update(
-    tmp_path: Path,
-) -> None:
-    async with http_server(tmp_path, "--policy", quick_tasks(tmp_path, more=ASK)) as server:
-        acme = TaskClient(server.url, server.keys["acme"], elicitation=True)
-        globex = TaskClient(server.url, server.keys["globex"], elicitation=True)
-        asked = await acme.call_tool(
-            "request_capability", {"capability": "docs", "reason": "read the API docs"}
-        )
-        waiting = (await acme.get(asked["taskId"]))["result"]
-        [(key, question)] = waiting["inputRequests"].items()
-        approve = {key: {"action": "accept", "content": {"approve": True}}}
-        foreign = await globex.update(asked["taskId"], approve)
-        still = (await acme.get(asked["taskId"]))["result"]
-        acked = await acme.update(asked["taskId"], approve)
-        done = (await acme.get(asked["taskId"]))["result"]
-        again = await acme.update(asked["taskId"], approve)
-    assert asked["resultType"] == "task" and asked["status"] == "input_required"
-    assert waiting["status"] == "input_required"
-    assert question["method"] == "elicitation/create"
-    assert "docs" in question["params"]["message"]
-    assert "read the API docs" in question["params"]["message"]
-    assert foreign["error"]["code"] == -32602 and still["status"] == "input_required"
-    assert acked["result"]["resultType"] == "complete"
-    assert done["status"] == "completed", done
-    granted = done["result"]["structuredContent"]
-    assert granted["capability"] == "docs" and granted["approved_by"] == "user"
-    assert granted["scope"]["hosts"] == ["docs.example.com"]
-    # An answer to a task no longer waiting is acknowledged and ignored.
-    assert again["result"]["resultType"] == "complete"
 
 
 @pytest.mark.usefixtures("browser_image")
