@@ -12,6 +12,7 @@ from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.extension import Extension, MethodBinding
 from mcp.server.mcpserver import require_client_extension
+from mcp.server.subscriptions import ListenHandler
 from mcp.types import CallToolRequestParams, InputRequiredResult, RequestParams
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
@@ -21,6 +22,7 @@ from airlock.tools.context import Services
 from ..auth import current_tenant
 from . import inputs, wire
 from .jobs import Owner, TaskJobs
+from .listen import TaskListen
 
 
 class Running(Protocol):
@@ -116,17 +118,7 @@ class TasksExtension(Extension):
         return {"resultType": "complete"}
 
     async def _get(self, ctx: Context, params: TaskParams) -> HandlerResult:
-        running, record = await self._visible(ctx, params.task_id)
-        services = running.services
-        # The operator may have answered a waiting task out of band: its poll moves it.
-        if await inputs.settle(
-            services.db,
-            record,
-            self._retrying(ctx),
-            services.clock,
-            instance_id=services.instance_id,
-        ):
-            record = await services.db.get_task(params.task_id) or record
+        running, record = await self._visible(ctx, params.task_id, settled=True)
         jobs = running.tasks
         now = running.services.clock()
         return wire.got(record, now=now, poll_interval_ms=jobs.settings.poll_interval_ms)
@@ -143,10 +135,38 @@ class TasksExtension(Extension):
         assert call_tool is not None, "TasksExtension.bind was not called"
         return lambda retried: call_tool(ctx, retried)
 
-    async def _visible(self, ctx: Context, task_id: str) -> tuple[Running, TaskRecord]:
-        """The caller's task `task_id`, or the unknown-task error: for one that never
-        existed, one expired, and another caller's alike."""
+    def listening(self, sdk: ListenHandler) -> TaskListen:
+        """The server's subscriptions/listen handler: `sdk`'s, and task status pushed to
+        a stream whose filter names `taskIds` (`listen.py`)."""
+        return TaskListen(sdk, self._settled)
+
+    async def _visible(
+        self, ctx: Context, task_id: str, *, settled: bool = False
+    ) -> tuple[Running, TaskRecord]:
+        """The caller's task `task_id` (`settled`: as `_settled`), or the unknown-task error."""
         require_client_extension(ctx, wire.EXTENSION)
+        record = await (self._settled if settled else self._find)(ctx, task_id)
+        if record is None:
+            raise wire.unknown_task(task_id)
+        return ctx.lifespan_context, record
+
+    async def _settled(self, ctx: Context, task_id: str) -> TaskRecord | None:
+        """As `_find`, once a waiting task the operator answered out of band has moved on
+        with that answer: whoever looks at the task (a poll, a listen stream) moves it."""
+        record = await self._find(ctx, task_id)
+        if record is None:
+            return None
+        services = ctx.lifespan_context.services
+        retry = self._retrying(ctx)
+        if await inputs.settle(
+            services.db, record, retry, services.clock, instance_id=services.instance_id
+        ):
+            return await self._find(ctx, task_id)
+        return record
+
+    async def _find(self, ctx: Context, task_id: str) -> TaskRecord | None:
+        """The caller's task `task_id`; None for one that never existed, one expired, and
+        another caller's alike."""
         running: Running = ctx.lifespan_context
         record = await running.services.db.get_task(task_id)
         owner = self._owner()
@@ -155,8 +175,8 @@ class TasksExtension(Extension):
             or (record.tenant, record.principal) != (owner.tenant, owner.principal)
             or wire.expired(record, running.services.clock())
         ):
-            raise wire.unknown_task(task_id)
-        return running, record
+            return None
+        return record
 
     def _owner(self) -> Owner:
         token = get_access_token()

@@ -146,6 +146,8 @@ async def test_the_operators_denial_on_one_replica_ends_the_task_polled_on_anoth
             denied = await http.post(
                 f"/approvals/{approval}/deny", headers={"Authorization": f"Bearer {token}"}
             )
+        # A listen stream on B moves the task on, as a poll would, and pushes its end.
+        pushed = await on_b.listen([asked["taskId"]])
         done = (await on_b.get(asked["taskId"]))["result"]
         late = await on_b.update(asked["taskId"], accept(key, True))
         after = (await on_a.get(asked["taskId"]))["result"]
@@ -158,6 +160,8 @@ async def test_the_operators_denial_on_one_replica_ends_the_task_polled_on_anoth
     assert denied.status_code == 200, denied.text
     assert done["status"] == "completed", done
     assert done["statusMessage"] == f"the operator denied approval {approval}"
+    [final] = [m["params"] for m in pushed if m.get("method") == "notifications/tasks"]
+    assert final["status"] == "completed" and final["result"] == done["result"]
     # The result the call itself gives for a denied approval: a tool error saying so.
     assert done["result"]["isError"] is True
     assert f"the operator denied approval {approval}" in text(done["result"])
