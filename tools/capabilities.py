@@ -135,15 +135,7 @@ async def request_capability(
                 approval=approval,
             )
     except ApprovalPending as exc:
-        services.events.emit(
-            CapabilityDecided(
-                tenant=session.tenant,
-                session_id=session.id,
-                capability=capability,
-                outcome="pending",
-                approval_id=exc.approval_id,
-            )
-        )
+        _note_pending(services, session, capability, exc.approval_id)
         raise
     except AirlockError as exc:
         services.events.emit(
@@ -183,16 +175,21 @@ async def ask_operator_too(
     id. Raises what `check_request` and the pending quotas raise."""
     checked = check_request(services, session.tenant, capability, params, ttl_s)
     record = await record_pending(services, session, capability, params, checked.ttl, reason)
+    _note_pending(services, session, capability, record.id)
+    return record.id
+
+
+def _note_pending(services: Services, session: Session, capability: str, approval_id: str) -> None:
+    """Audit a request left waiting for the operator as `approval_id`."""
     services.events.emit(
         CapabilityDecided(
             tenant=session.tenant,
             session_id=session.id,
             capability=capability,
             outcome="pending",
-            approval_id=record.id,
+            approval_id=approval_id,
         )
     )
-    return record.id
 
 
 async def _decide(
