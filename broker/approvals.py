@@ -1,8 +1,13 @@
 """The approval state machine: the one owner of which moves a pending approval may make.
 
     pending ──decide──> approved ──claim──> used ──release──> approved
-       │  └───decide──> denied
+       │  ├───decide──> denied
+       │  └───answer──> used (the client's human approved) | denied
        └──(its wait passed, or its session ended)──> expired
+
+`answer` is the other side of a request both the operator and the asking client may
+answer (an MCP task in `input_required`, `server/tasks`): the client's human answered
+first, so the operator has nothing left to decide, and the approval never counts again.
 
 A pending approval can be decided once, by the operator, while its wait has not passed
 and the session that asked is live; past its wait it counts as expired (fail closed)
@@ -24,6 +29,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from airlock.store import ApprovalRecord, ApprovalStatus, Database
+
+CLIENT = "the client (tasks/update)"
+"""Who decided an approval its asking client answered (`answer`)."""
 
 Refusal = Literal["not_pending", "expired", "session_ended", "lost"]
 """Why a decision did not happen: the approval is no longer pending (its status says
@@ -84,6 +92,22 @@ async def decide(
     decided = await db.get_approval(record.id)
     assert decided is not None  # approvals are never deleted
     return decided
+
+
+async def answer(db: Database, record: ApprovalRecord, *, approve: bool, now: float) -> bool:
+    """The client's move on an approval it may answer as well as the operator: pending to
+    used (its human approved; the call grants without the approval) or denied, by the
+    client. False when the operator decided first, or it expired: then that stands."""
+    if status_at(record, now) != "pending":
+        return False
+    return await db.move_approval(
+        record.id,
+        from_status="pending",
+        to_status="used" if approve else "denied",
+        at=now,
+        by=CLIENT,
+        live_at=now,
+    )
 
 
 async def claim(db: Database, record: ApprovalRecord, *, now: float) -> Claim:

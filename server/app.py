@@ -16,6 +16,7 @@ from mcp.server.auth.provider import TokenVerifier
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.lowlevel.helper_types import ReadResourceContents
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
 from mcp.types import InputRequiredResult
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import AnyUrl
@@ -103,6 +104,7 @@ def build_server(
     meter, tenants = metrics or Metrics(), tenant_policies or {}
     for_routes = for_routes if for_routes is not None else ForRoutes()
     tasks = TasksExtension(local_tenant=local_tenant)
+    bus = InMemorySubscriptionBus()
     mcp = _AirlockServer(
         "airlock",
         version=__version__,
@@ -121,10 +123,12 @@ def build_server(
         auth=auth,
         session_sentence=_session_sentence if http else None,
         extensions=[tasks],
+        subscriptions=bus,
     )
-    tasks.bind(mcp.call_tool_handler)
+    mcp.serve_listen(tasks.listening(ListenHandler(bus)))
     routes.register(mcp, for_routes, RouteAuth(token_verifier, operator_token), meter)
     registry = Registry(mcp, policy, tenants, http=http, local_tenant=local_tenant)
+    tasks.bind(mcp.call_tool_handler, capabilities.operator_asker(registry))
     for step in TOOLS:
         step.register(registry)
     resources.register(registry)

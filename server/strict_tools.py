@@ -10,10 +10,12 @@ This is the one adapter over the SDK's tool registration, and the one module tha
 its internals: `MCPServer._tool_manager`, `Tool.fn_metadata.arg_model`, `Tool.parameters`,
 the tools/list handler `_handle_list_tools` (bound by the SDK at construction), which a
 server whose session rule depends on the caller's protocol era overrides to say that era's
-rule, and the tools/call handler `_handle_call_tool`, which the Tasks extension retries a
-call that waited on its client with (`call_tool_handler`). `sdk_shape_problem` checks all
-of them: a server refuses to be built (and tests/rooms/server/test_arguments.py fails by
-name) when a new SDK moves one, instead of quietly accepting unknown arguments. So `mcp`
+rule, the tools/call handler `_handle_call_tool`, which the Tasks extension retries a
+call that waited on its client with (`call_tool_handler`), and the low-level server
+`_lowlevel_server`, whose subscriptions/listen the Tasks extension serves (`serve_listen`).
+`sdk_shape_problem` checks all of them: a server refuses to be built (and
+tests/rooms/server/test_arguments.py fails by name) when a new SDK moves one, instead of
+quietly accepting unknown arguments. So `mcp`
 follows 2.x rather than one minor release.
 """
 
@@ -35,6 +37,8 @@ from mcp.types import (
     InputRequiredResult,
     ListToolsResult,
     PaginatedRequestParams,
+    SubscriptionsListenRequestParams,
+    SubscriptionsListenResult,
     ToolAnnotations,
 )
 from mcp.types import Tool as MCPTool
@@ -89,6 +93,20 @@ class StrictToolServer(MCPServer[Any]):
         """The SDK's tools/call handler (`MCPServer._handle_call_tool`), beneath the
         extensions' interceptor: what the Tasks extension retries a waiting call with."""
         return self._handle_call_tool
+
+    def serve_listen(
+        self,
+        handler: Callable[
+            [ServerRequestContext[Any, Any], SubscriptionsListenRequestParams],
+            Awaitable[SubscriptionsListenResult],
+        ],
+    ) -> None:
+        """Serve subscriptions/listen with `handler` instead of the SDK's own (the Tasks
+        extension's `taskIds` ride it, which the SDK's drops), on the SDK's low-level
+        server (`MCPServer._lowlevel_server`), which an extension may not bind it on."""
+        self._lowlevel_server.add_request_handler(
+            "subscriptions/listen", SubscriptionsListenRequestParams, handler
+        )
 
     def add_tool(
         self,
@@ -155,6 +173,9 @@ def sdk_shape_problem(server: MCPServer[Any]) -> str | None:
         return "MCPServer._handle_call_tool is gone"
     if list(inspect.signature(call).parameters) != ["self", "ctx", "params"]:
         return "MCPServer._handle_call_tool takes other arguments"
+    lowlevel = getattr(server, "_lowlevel_server", None)
+    if not callable(getattr(lowlevel, "add_request_handler", None)):
+        return "MCPServer._lowlevel_server.add_request_handler is gone"
     fields = getattr(Tool, "model_fields", {})
     if "fn_metadata" not in fields or "parameters" not in fields:
         return "a registered Tool has no fn_metadata or parameters"

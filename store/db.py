@@ -409,12 +409,27 @@ class Database:
         at: float,
         requests: dict[str, Any] | None,
         call: dict[str, Any] | None = None,
+        message: str | None = None,
+        instance_id: str | None = None,
     ) -> bool:
         """Move a task to `input_required` (with `requests` and the `call` to retry), or,
-        with None, back to `working` (one caller wins); whether it moved."""
+        with None, back to `working` (one caller wins: the one that retries the call on
+        `instance_id`); either with `message`. Whether it moved."""
         return await self._write(
-            lambda conn: tasks.set_input(conn, task_id, at=at, requests=requests, call=call)
+            lambda conn: tasks.set_input(
+                conn,
+                task_id,
+                at=at,
+                requests=requests,
+                call=call,
+                message=message,
+                instance_id=instance_id,
+            )
         )
+
+    async def note_task(self, task_id: str, *, at: float, message: str) -> bool:
+        """Set an open task's status message (what `tasks/get` shows of its progress)."""
+        return await self._write(lambda conn: tasks.note(conn, task_id, at, message))
 
     async def request_task_cancel(self, task_id: str, *, at: float) -> bool:
         """Record a caller's cancel of an open task (the server running it stops it when

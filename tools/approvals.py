@@ -59,6 +59,20 @@ async def wait_for_operator(
 ) -> None:
     """Record the request as pending and tell the agent so (raises ApprovalPending), or
     raise QuotaExceeded when the session already has as many waiting as its policy allows."""
+    record = await record_pending(services, session, capability, params, ttl, reason)
+    raise ApprovalPending(record.id, _pending_message(record, services.clock()))
+
+
+async def record_pending(
+    services: Services,
+    session: Session,
+    capability: str,
+    params: dict[str, str],
+    ttl: int,
+    reason: str,
+) -> ApprovalRecord:
+    """Record the request as pending for the operator; raises QuotaExceeded when the
+    session (or tenant) already has as many waiting as its policy allows."""
     now = services.clock()
     broker = services.policy_for(session.tenant).broker
     record = ApprovalRecord(
@@ -95,7 +109,7 @@ async def wait_for_operator(
             f"{broker.approval_wait_s} s), or ask the operator to decide them with "
             "`airlock approvals list`.",
         )
-    raise ApprovalPending(record.id, _pending_message(record, now))
+    return record
 
 
 async def approved_request(

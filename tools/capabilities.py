@@ -21,7 +21,7 @@ from airlock.errors import (
 from airlock.policies import Capability, Policy, Scope, resolve_scope
 from airlock.store import GrantRecord, GrantRevoked
 
-from .approvals import approved_request, wait_for_operator
+from .approvals import approved_request, record_pending, wait_for_operator
 from .context import Services, Session, iso_time
 from .events import CapabilityDecided
 from .models import CapabilityResult, RevokeResult
@@ -135,15 +135,7 @@ async def request_capability(
                 approval=approval,
             )
     except ApprovalPending as exc:
-        services.events.emit(
-            CapabilityDecided(
-                tenant=session.tenant,
-                session_id=session.id,
-                capability=capability,
-                outcome="pending",
-                approval_id=exc.approval_id,
-            )
-        )
+        _note_pending(services, session, capability, exc.approval_id)
         raise
     except AirlockError as exc:
         services.events.emit(
@@ -167,6 +159,37 @@ async def request_capability(
         )
     )
     return result
+
+
+async def ask_operator_too(
+    services: Services,
+    session: Session,
+    *,
+    capability: str,
+    params: dict[str, str],
+    ttl_s: int | None,
+    reason: str,
+) -> str:
+    """Record a request that is asking the client's human (an MCP task waiting on its
+    client) as pending for the operator too, so that either may answer; the approval's
+    id. Raises what `check_request` and the pending quotas raise."""
+    checked = check_request(services, session.tenant, capability, params, ttl_s)
+    record = await record_pending(services, session, capability, params, checked.ttl, reason)
+    _note_pending(services, session, capability, record.id)
+    return record.id
+
+
+def _note_pending(services: Services, session: Session, capability: str, approval_id: str) -> None:
+    """Audit a request left waiting for the operator as `approval_id`."""
+    services.events.emit(
+        CapabilityDecided(
+            tenant=session.tenant,
+            session_id=session.id,
+            capability=capability,
+            outcome="pending",
+            approval_id=approval_id,
+        )
+    )
 
 
 async def _decide(

@@ -3,18 +3,29 @@ revoke_capability."""
 
 # No `from __future__ import annotations`: the SDK reads these signatures (`__init__`).
 
-from typing import Annotated
+import logging
+from typing import Annotated, Any
 
+from mcp.server.context import ServerRequestContext
 from mcp.server.elicitation import AcceptedElicitation, CancelledElicitation, ElicitationResult
+from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.resolve import Elicit, Resolve
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from airlock import tools
 from airlock.errors import AirlockError
 from airlock.tools import CapabilityResult, RevokeResult
-from airlock.tools.capabilities import approval_question, check_request, describe_offer
+from airlock.tools.capabilities import (
+    approval_question,
+    ask_operator_too,
+    check_request,
+    describe_offer,
+)
 
+from ..tasks.inputs import AskOperator, OperatorAsked
 from .registry import AirlockContext, Registry, hints, running
+
+log = logging.getLogger(__name__)
 
 REQUEST_CAPABILITY_DOC = """\
 Ask for scoped, expiring network access for your code. The policy (and, for some capabilities,
@@ -115,6 +126,46 @@ def register(registry: Registry) -> None:
             return await tools.revoke_capability(
                 call.services, call.session, capability_id=capability_id
             )
+
+
+class _Asked(BaseModel):
+    """The request_capability arguments the operator's copy of a question needs."""
+
+    capability: str
+    reason: str
+    params: dict[str, str] | None = None
+    ttl_s: int | None = None
+    session_id: str | None = None
+
+
+def operator_asker(registry: Registry) -> AskOperator:
+    """How a request_capability that became a task waiting on its client is put before
+    the operator as well (`server/tasks/inputs.py`): in the caller's session by the
+    session rule, as a pending approval; None when it cannot be (the arguments, the
+    session or the pending quotas refuse), and then the client alone answers it."""
+
+    async def ask(
+        ctx: ServerRequestContext[Any, Any], arguments: dict[str, Any]
+    ) -> OperatorAsked | None:
+        try:
+            asked = _Asked.model_validate(arguments)
+            context: AirlockContext = Context(request_context=ctx, mcp_server=registry.mcp)
+            served = running(context)
+            session = await registry.lease(served.leases, asked.session_id, context)
+            approval_id = await ask_operator_too(
+                served.services,
+                session,
+                capability=asked.capability,
+                params=asked.params or {},
+                ttl_s=asked.ttl_s,
+                reason=asked.reason,
+            )
+        except (AirlockError, ValidationError) as exc:
+            log.info("a capability task waits on its client alone: %s", exc)
+            return None
+        return OperatorAsked(session_id=session.id, approval_id=approval_id)
+
+    return ask
 
 
 def _approval(answer: object) -> tools.Approval:

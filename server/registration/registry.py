@@ -31,6 +31,7 @@ from ..auth import current_tenant
 from ..running import Running
 from ..sdk_connection import connection_exit_stack
 from ..sessions import STDIO, Leases, SessionRule
+from ..tasks.jobs import report_progress
 from .errors import tool_errors
 
 AirlockContext = Context[Running, Any]
@@ -67,8 +68,10 @@ class Call:
     ctx: AirlockContext
 
     async def progress(self, elapsed: float, message: str) -> None:
-        """Progress for the caller (nothing without a progress token)."""
-        await self.ctx.report_progress(elapsed, None, message)
+        """Progress for the caller (nothing without a progress token), or, once the call
+        became an MCP task, its task's status message (`tasks/get` shows it)."""
+        if not await report_progress(message):
+            await self.ctx.report_progress(elapsed, None, message)
 
 
 class Registry:

@@ -12,6 +12,7 @@ from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.extension import Extension, MethodBinding
 from mcp.server.mcpserver import require_client_extension
+from mcp.server.subscriptions import ListenHandler
 from mcp.types import CallToolRequestParams, InputRequiredResult, RequestParams
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
@@ -21,6 +22,7 @@ from airlock.tools.context import Services
 from ..auth import current_tenant
 from . import inputs, wire
 from .jobs import Owner, TaskJobs
+from .listen import TaskListen
 
 
 class Running(Protocol):
@@ -59,10 +61,12 @@ class TasksExtension(Extension):
     def __init__(self, *, local_tenant: str) -> None:
         self._local_tenant = local_tenant
         self._call_tool: ToolHandler | None = None
+        self._ask_operator: inputs.AskOperator | None = None
 
-    def bind(self, call_tool: ToolHandler) -> None:
-        """The server's own tools/call handler, which tasks/update retries a call with."""
-        self._call_tool = call_tool
+    def bind(self, call_tool: ToolHandler, ask_operator: inputs.AskOperator) -> None:
+        """The server's own tools/call handler, which a waiting task's call is retried
+        with, and how a waiting request_capability is put before the operator as well."""
+        self._call_tool, self._ask_operator = call_tool, ask_operator
 
     def methods(self) -> Sequence[MethodBinding]:
         modern = frozenset(MODERN_PROTOCOL_VERSIONS)
@@ -83,12 +87,16 @@ class TasksExtension(Extension):
             if not isinstance(result, InputRequiredResult):
                 return result
             services = running.services
+            asked = None
+            if self._ask_operator is not None:
+                asked = await self._ask_operator(ctx, dict(params.arguments or {}))
             return await inputs.waiting_task(
                 services.db,
                 running.tasks.settings,
                 owner=self._owner(),
                 params=params,
                 result=result,
+                asked=asked,
                 instance_id=services.instance_id,
                 now=services.clock(),
             )
@@ -98,20 +106,19 @@ class TasksExtension(Extension):
 
     async def _update(self, ctx: Context, params: UpdateParams) -> HandlerResult:
         running, record = await self._visible(ctx, params.task_id)
-        call_tool = self._call_tool
-        assert call_tool is not None, "TasksExtension.bind was not called"
         services = running.services
         await inputs.answer(
             services.db,
             record,
             params.input_responses,
-            lambda retried: call_tool(ctx, retried),
+            self._retrying(ctx),
             services.clock,
+            instance_id=services.instance_id,
         )
         return {"resultType": "complete"}
 
     async def _get(self, ctx: Context, params: TaskParams) -> HandlerResult:
-        running, record = await self._visible(ctx, params.task_id)
+        running, record = await self._visible(ctx, params.task_id, settled=True)
         jobs = running.tasks
         now = running.services.clock()
         return wire.got(record, now=now, poll_interval_ms=jobs.settings.poll_interval_ms)
@@ -122,10 +129,44 @@ class TasksExtension(Extension):
             await running.tasks.cancel(record)
         return {"resultType": "complete"}
 
-    async def _visible(self, ctx: Context, task_id: str) -> tuple[Running, TaskRecord]:
-        """The caller's task `task_id`, or the unknown-task error: for one that never
-        existed, one expired, and another caller's alike."""
+    def _retrying(self, ctx: Context) -> inputs.CallTool:
+        """The server's tools/call handler, in this request's context."""
+        call_tool = self._call_tool
+        assert call_tool is not None, "TasksExtension.bind was not called"
+        return lambda retried: call_tool(ctx, retried)
+
+    def listening(self, sdk: ListenHandler) -> TaskListen:
+        """The server's subscriptions/listen handler: `sdk`'s, and task status pushed to
+        a stream whose filter names `taskIds` (`listen.py`)."""
+        return TaskListen(sdk, self._settled)
+
+    async def _visible(
+        self, ctx: Context, task_id: str, *, settled: bool = False
+    ) -> tuple[Running, TaskRecord]:
+        """The caller's task `task_id` (`settled`: as `_settled`), or the unknown-task error."""
         require_client_extension(ctx, wire.EXTENSION)
+        record = await (self._settled if settled else self._find)(ctx, task_id)
+        if record is None:
+            raise wire.unknown_task(task_id)
+        return ctx.lifespan_context, record
+
+    async def _settled(self, ctx: Context, task_id: str) -> TaskRecord | None:
+        """As `_find`, once a waiting task the operator answered out of band has moved on
+        with that answer: whoever looks at the task (a poll, a listen stream) moves it."""
+        record = await self._find(ctx, task_id)
+        if record is None:
+            return None
+        services = ctx.lifespan_context.services
+        retry = self._retrying(ctx)
+        if await inputs.settle(
+            services.db, record, retry, services.clock, instance_id=services.instance_id
+        ):
+            return await self._find(ctx, task_id)
+        return record
+
+    async def _find(self, ctx: Context, task_id: str) -> TaskRecord | None:
+        """The caller's task `task_id`; None for one that never existed, one expired, and
+        another caller's alike."""
         running: Running = ctx.lifespan_context
         record = await running.services.db.get_task(task_id)
         owner = self._owner()
@@ -134,8 +175,8 @@ class TasksExtension(Extension):
             or (record.tenant, record.principal) != (owner.tenant, owner.principal)
             or wire.expired(record, running.services.clock())
         ):
-            raise wire.unknown_task(task_id)
-        return running, record
+            return None
+        return record
 
     def _owner(self) -> Owner:
         token = get_access_token()

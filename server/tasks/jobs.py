@@ -1,12 +1,18 @@
 """Tool calls as jobs that may outlive their answer: `TaskJobs.answer` runs a call on the
 server's task group and waits `[tasks] answer_within_s` for it; a call done by then
 answers as always, one still going becomes a task, written to the store before its handle
-is answered, and ended there with the call's outcome when it finishes."""
+is answered, and ended there with the call's outcome when it finishes.
+
+A task's progress is its status message, which `tasks/get` shows: the extension defines
+no progress notification for a task (`notifications/progress` "are not supported on
+tasks"), and once the handle is answered the call's own stream is gone, so a call that
+became a task reports to the store (`report_progress`) instead of notifying."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +37,17 @@ Call = Callable[[], Awaitable[HandlerResult]]
 FORGET_INTERVAL_S = 60.0
 INTERNAL = "the call failed inside the server; its log says why"
 
+_progress: ContextVar[Callable[[str], Awaitable[bool]] | None] = ContextVar(
+    "task_progress", default=None
+)
+
+
+async def report_progress(message: str) -> bool:
+    """Note `message` as the progress of the current call's task; False when the call is
+    not a task (then its caller is notified as always)."""
+    note = _progress.get()
+    return note is not None and await note(message)
+
 
 @dataclass(frozen=True)
 class Owner:
@@ -54,6 +71,8 @@ class _Job:
     row: bool = False
     """Whether the task's row was written (False after `written` too if writing failed)."""
     run_id: str | None = None
+    noted_at: float = float("-inf")
+    """When its progress was last written (at most once per poll interval)."""
 
 
 class TaskJobs:
@@ -164,6 +183,7 @@ class TaskJobs:
                 await self._db.set_task_run(job.task_id, run_id)
 
         run_started.set(note_run)
+        _progress.set(lambda message: self._note(job, message))
         try:
             with job.scope:
                 try:
@@ -189,6 +209,19 @@ class TaskJobs:
             await self._end(job, "failed", {"error": error, "message": job.error.message})
         else:
             await self._end(job, "completed", {"result": wire_result(job.result)})
+
+    async def _note(self, job: _Job, message: str) -> bool:
+        """The call's progress as its task's status message, once it is a task."""
+        if job.task_id is None:
+            return False
+        now = self._clock()
+        if job.row and now - job.noted_at >= self.settings.poll_interval_ms / 1000:
+            job.noted_at = now
+            try:
+                await self._db.note_task(job.task_id, at=now, message=message)
+            except AirlockError as exc:
+                log.debug("task %s: its progress was not noted: %s", job.task_id, exc)
+        return True
 
     async def _end(self, job: _Job, status: Any, outcome: dict[str, Any]) -> None:
         """Record the outcome of a call that became a task (a call answered directly has

@@ -55,22 +55,39 @@ def set_input(
     at: float,
     requests: dict[str, Any] | None,
     call: dict[str, Any] | None,
+    message: str | None = None,
+    instance_id: str | None = None,
 ) -> bool:
     """`requests` given: the open task waits on its client (`input_required`) to answer
     them, then `call` is retried. None: it goes back to `working` from `input_required`,
-    which only one caller can do (the one that answers). Whether it changed."""
+    which only one caller can do (the one that answers), run by `instance_id` (when
+    given) with `message` as its status message. Whether it changed."""
     waiting = requests is not None
+    values: dict[str, Any] = {
+        "status": "input_required" if waiting else "working",
+        "updated_at": at,
+        "input_requests_json": json.dumps(requests) if waiting else None,
+        "call_json": json.dumps(call) if waiting else None,
+        "status_message": message,
+    }
+    if instance_id is not None:
+        values["instance_id"] = instance_id
     query = (
         update(tasks)
         .where(
             tasks.c.id == task_id, tasks.c.status == ("working" if waiting else "input_required")
         )
-        .values(
-            status="input_required" if waiting else "working",
-            updated_at=at,
-            input_requests_json=json.dumps(requests) if waiting else None,
-            call_json=json.dumps(call) if waiting else None,
-        )
+        .values(**values)
+    )
+    return bool(conn.execute(query).rowcount)
+
+
+def note(conn: Connection, task_id: str, at: float, message: str) -> bool:
+    """Set an open task's status message (its progress); whether it was open."""
+    query = (
+        update(tasks)
+        .where(tasks.c.id == task_id, _OPEN)
+        .values(status_message=message, updated_at=at)
     )
     return bool(conn.execute(query).rowcount)
 

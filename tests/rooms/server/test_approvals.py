@@ -437,6 +437,38 @@ async def test_the_state_machine_decides_only_a_live_pending_approval(
 
 
 @pytest.mark.parametrize(
+    ("status", "now", "approve", "answered", "after"),
+    [
+        # Pending and live: the client's answer settles it, for the client.
+        ("pending", 150, True, True, "used"),
+        ("pending", 150, False, True, "denied"),
+        # The operator decided first, or its wait passed: that stands.
+        ("approved", 150, False, False, "approved"),
+        ("denied", 150, True, False, "denied"),
+        ("pending", LIVE_WAIT, True, False, "pending"),
+    ],
+)
+async def test_the_client_answers_only_a_live_pending_approval(
+    tmp_path: Path, status: str, now: float, approve: bool, answered: bool, after: str
+) -> None:
+    db = await _one_approval(tmp_path, status)
+    try:
+        record = await db.get_approval("apr_a")
+        assert record is not None
+        assert await approval_moves.answer(db, record, approve=approve, now=now) is answered
+        stored = await db.get_approval("apr_a")
+        assert stored is not None and stored.status == after
+        if answered:
+            assert stored.decided_by == approval_moves.CLIENT
+            # Nothing left for the operator, nor for a second answer.
+            refused = await approval_moves.decide(db, stored, approve=True, by="op", now=now)
+            assert isinstance(refused, approval_moves.Refused) and refused.why == "not_pending"
+            assert not await approval_moves.answer(db, record, approve=approve, now=now)
+    finally:
+        await db.close()
+
+
+@pytest.mark.parametrize(
     ("status", "now", "expected", "after"),
     [
         ("approved", 150, "claimed", "used"),

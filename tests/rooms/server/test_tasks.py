@@ -12,50 +12,52 @@ from typing import Any
 
 import anyio
 import docker
+import httpx
 import pytest
-from support import NO_POOL_TOML, ROOT, http_server, none_left, poll_containers, running
-from task_wire import EXTENSION, TaskClient, meta
+from support import ROOT, http_server, none_left, poll_containers, running
+from task_wire import EVERY_CALL_S, EXTENSION, TaskClient, check, meta, quick_tasks, text
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
 
 SLOW = "import time; time.sleep({s}); print('slept {s}'); open('out.txt', 'w').write('kept')"
 
 
-# So short that no call ends within it (10 ms did not hold: a small get_patch answered in
-# time in a CI run and came back as its plain result).
-EVERY_CALL_S = 0.000001
-
-
-def quick_tasks(tmp_path: Path, seconds: float = 1.0, *, pool: bool = True, more: str = "") -> str:
-    """A policy whose calls become tasks after `seconds` (tests need not wait 5); without
-    the pool, a run's container carries its session's label from the start."""
-    path = tmp_path / "tasks.toml"
-    no_pool = "" if pool else NO_POOL_TOML
-    path.write_text(f"[tasks]\nanswer_within_s = {seconds}\nttl_s = 600\n{no_pool}{more}")
-    return str(path)
-
-
-def text(result: dict[str, Any]) -> str:
-    return "\n".join(block["text"] for block in result["content"] if block["type"] == "text")
+async def progress_of(client: TaskClient, task_id: str) -> dict[str, Any]:
+    """The first poll of a working task whose status message reports the run's progress."""
+    seen: dict[str, Any] = {}
+    with anyio.move_on_after(30):
+        while True:
+            seen = (await client.get(task_id))["result"]
+            if seen["status"] != "working" or "running for" in seen.get("statusMessage", ""):
+                return seen
+            await anyio.sleep(0.25)
+    raise AssertionError(f"no progress in task {task_id}: {seen}")
 
 
 async def test_discover_lists_the_extension_and_a_long_run_becomes_a_task(tmp_path: Path) -> None:
     async with http_server(tmp_path, "--policy", quick_tasks(tmp_path)) as server:
         acme = TaskClient(server.url, server.keys["acme"])
         discovered = await acme.rpc("server/discover", {})
-        created = await acme.call_tool("run_code", {"code": SLOW.format(s=6)})
+        created = await acme.call_tool("run_code", {"code": SLOW.format(s=20)})
         working = (await acme.get(created["taskId"]))["result"]
-        done = await acme.until_ended(created["taskId"], within=60)
+        progress = await progress_of(acme, created["taskId"])
+        done = await acme.until_ended(created["taskId"], within=90)
     assert EXTENSION in discovered["result"]["capabilities"]["extensions"]
     assert created["resultType"] == "task" and created["status"] == "working"
     assert created["taskId"].startswith("task_") and len(created["taskId"]) == 5 + 26
     assert created["pollIntervalMs"] == 2000
     assert working["status"] == "working" and working["resultType"] == "complete"
+    # The run's progress, which the extension carries in the task (no progress
+    # notification for a task), polled: our own numbers, never the sandbox's text.
+    assert progress["status"] == "working", progress
+    assert re.fullmatch(
+        r"running for \d+ s; \d+ bytes of output so far", progress["statusMessage"]
+    ), progress
     assert done["status"] == "completed"
     result = done["result"]
     # The CallToolResult the call would have answered: summary, envelope, structured output.
     assert result["isError"] is False
-    assert "<untrusted-output" in text(result) and "slept 6" in text(result)
+    assert "<untrusted-output" in text(result) and "slept 20" in text(result)
     assert result["structuredContent"]["status"] == "ok"
     assert "out.txt" in str(result["structuredContent"])
     # Kept ttl_s (600 s) after its end, counted from creation.
@@ -87,15 +89,65 @@ async def test_another_tenants_poll_and_cancel_answer_as_an_unknown_task(tmp_pat
         globex = TaskClient(server.url, server.keys["globex"])
         task_id = (await acme.call_tool("run_code", {"code": SLOW.format(s=4)}))["taskId"]
         never = "task_" + "b" * 26
-        theirs = {"get": await globex.get(task_id), "cancel": await globex.cancel(task_id)}
-        unknown = {"get": await globex.get(never), "cancel": await globex.cancel(never)}
+        answers: dict[str, dict[str, httpx.Response]] = {}
+        for method in ("tasks/get", "tasks/cancel", "tasks/update"):
+            params: dict[str, Any] = {"inputResponses": {}} if method == "tasks/update" else {}
+            # The same JSON-RPC id for both: the task's id is the one difference left.
+            answers[method] = {
+                asked: await globex.post(
+                    method, {"taskId": asked, **params}, name=asked, request_id=7
+                )
+                for asked in (task_id, never)
+            }
         own = await acme.until_ended(task_id, within=60)
-    for method in ("get", "cancel"):
-        assert theirs[method]["error"]["code"] == -32602
-        foreign = str(theirs[method]["error"]).replace(task_id, "ID")
-        assert foreign == str(unknown[method]["error"]).replace(never, "ID")
+    for method, by_id in answers.items():
+        theirs, unknown = by_id[task_id], by_id[never]
+        assert (theirs.status_code, theirs.headers["content-type"]) == (
+            unknown.status_code,
+            unknown.headers["content-type"],
+        )
+        assert json.loads(theirs.content)["error"]["code"] == -32602, theirs.text
+        # Byte for byte, but for the ids.
+        assert theirs.content.replace(task_id.encode(), b"ID") == unknown.content.replace(
+            never.encode(), b"ID"
+        ), method
     # The other tenant's cancel changed nothing.
     assert own["status"] == "completed"
+
+
+async def test_a_listen_stream_pushes_the_callers_task_until_it_ends(tmp_path: Path) -> None:
+    async with http_server(tmp_path, "--policy", quick_tasks(tmp_path)) as server:
+        acme = TaskClient(server.url, server.keys["acme"])
+        globex = TaskClient(server.url, server.keys["globex"])
+        plain = TaskClient(server.url, server.keys["acme"], tasks=False)
+        mine = (await acme.call_tool("run_code", {"code": SLOW.format(s=4)}))["taskId"]
+        never = "task_" + "e" * 26
+        refused = await plain.rpc("subscriptions/listen", {"notifications": {"taskIds": [mine]}})
+        foreign = await globex.listen([mine])
+        pushed = await acme.listen([mine, never])
+        polled = (await acme.get(mine))["result"]
+    ack, *notes, end = pushed
+    assert ack["method"] == "notifications/subscriptions/acknowledged"
+    # Only the caller's own task is honoured; an unknown id and another tenant's alike not.
+    assert check("TaskSubscriptionAcknowledgedNotifications", ack["params"]["notifications"]) == {
+        "taskIds": [mine]
+    }
+    assert {note["method"] for note in notes} == {"notifications/tasks"}
+    states = [note["params"] for note in notes]
+    assert states[0]["status"] == "working" and states[-1]["status"] == "completed"
+    subscription = {"io.modelcontextprotocol/subscriptionId": end["id"]}
+    assert all(state["_meta"] == subscription for state in states)
+    # Each is what tasks/get answers: the last one, the task as it ended.
+    assert {k: v for k, v in states[-1].items() if k != "_meta"} == {
+        k: v for k, v in polled.items() if k not in ("_meta", "resultType")
+    }
+    assert "slept 4" in text(states[-1]["result"])
+    # The stream ends once every task it watched has ended.
+    assert end["result"]["_meta"].items() >= subscription.items()
+    assert foreign[0]["params"]["notifications"] == {"taskIds": []}
+    assert [m.get("method") for m in foreign[1:]] == [None] and "result" in foreign[-1]
+    # Task notifications are the extension's: a caller that did not declare it is -32021.
+    assert refused["error"]["code"] == -32021
 
 
 async def test_cancel_stops_the_runs_container_within_5_s(tmp_path: Path) -> None:
@@ -178,47 +230,6 @@ async def test_a_task_past_its_ttl_answers_as_an_unknown_one(tmp_path: Path) -> 
     assert str(expired["error"]).replace(task_id, "ID") == str(never["error"]).replace(
         "task_" + "c" * 26, "ID"
     )
-
-
-ASK = """
-[capabilities.docs]
-hosts = ["docs.example.com"]
-methods = ["GET"]
-paths = ["/**"]
-approval = "ask"
-"""
-
-
-async def test_a_capability_waiting_on_the_human_is_input_required_until_tasks_update(
-    tmp_path: Path,
-) -> None:
-    async with http_server(tmp_path, "--policy", quick_tasks(tmp_path, more=ASK)) as server:
-        acme = TaskClient(server.url, server.keys["acme"], elicitation=True)
-        globex = TaskClient(server.url, server.keys["globex"], elicitation=True)
-        asked = await acme.call_tool(
-            "request_capability", {"capability": "docs", "reason": "read the API docs"}
-        )
-        waiting = (await acme.get(asked["taskId"]))["result"]
-        [(key, question)] = waiting["inputRequests"].items()
-        approve = {key: {"action": "accept", "content": {"approve": True}}}
-        foreign = await globex.update(asked["taskId"], approve)
-        still = (await acme.get(asked["taskId"]))["result"]
-        acked = await acme.update(asked["taskId"], approve)
-        done = (await acme.get(asked["taskId"]))["result"]
-        again = await acme.update(asked["taskId"], approve)
-    assert asked["resultType"] == "task" and asked["status"] == "input_required"
-    assert waiting["status"] == "input_required"
-    assert question["method"] == "elicitation/create"
-    assert "docs" in question["params"]["message"]
-    assert "read the API docs" in question["params"]["message"]
-    assert foreign["error"]["code"] == -32602 and still["status"] == "input_required"
-    assert acked["result"]["resultType"] == "complete"
-    assert done["status"] == "completed", done
-    granted = done["result"]["structuredContent"]
-    assert granted["capability"] == "docs" and granted["approved_by"] == "user"
-    assert granted["scope"]["hosts"] == ["docs.example.com"]
-    # An answer to a task no longer waiting is acknowledged and ignored.
-    assert again["result"]["resultType"] == "complete"
 
 
 @pytest.mark.usefixtures("browser_image")

@@ -12,6 +12,7 @@ from typing import Any
 
 import anyio
 import docker
+import httpx
 import pytest
 from support import (
     NO_POOL_TOML,
@@ -49,6 +50,27 @@ def assert_failed_with_killed_run(task: dict[str, Any], run_id: str) -> None:
     assert task["error"]["code"] == -32603
     assert run_id in task["error"]["message"] and "killed" in task["error"]["message"]
     assert task["error"]["data"] == {"run_id": run_id, "run_status": "killed"}
+
+
+async def test_a_client_that_lost_its_connection_mid_run_gets_the_result_on_a_new_one(
+    tmp_path: Path,
+) -> None:
+    policy = tmp_path / "tasks.toml"
+    policy.write_text(QUICK)
+    async with http_server(tmp_path, "--policy", str(policy)) as server:
+        key = server.keys["acme"]
+        # One kept-alive connection asks and polls, then drops while the run goes on.
+        async with httpx.AsyncClient(timeout=60) as first:
+            before = TaskClient(server.url, key, http=first)
+            task_id = (await before.call_tool("run_code", {"code": SLEEP.format(s=8)}))["taskId"]
+            working = (await before.get(task_id))["result"]
+        assert first.is_closed
+        # The agent comes back on another connection (another client object altogether).
+        async with httpx.AsyncClient(timeout=60) as second:
+            after = TaskClient(server.url, key, http=second)
+            done = await after.until_ended(task_id, within=60)
+    assert working["status"] == "working"
+    assert done["status"] == "completed" and "slept 8" in str(done["result"]), done
 
 
 async def test_tasks_answer_after_a_restart_and_one_whose_server_died_fails_naming_its_run(

@@ -1,6 +1,6 @@
 """The tasks table (`server/tasks`'s records), on SQLite and PostgreSQL: a task ends once,
 its cancel is recorded once, a dead instance's open tasks fail with their runs in one
-transaction, and expired tasks are forgotten."""
+transaction, expired tasks are forgotten, and a waiting task moves on once."""
 
 from __future__ import annotations
 
@@ -79,3 +79,27 @@ async def test_tasks_past_their_ttl_after_their_end_are_forgotten(db: Database) 
     kept = [name for name in ("task_old", "task_recent", "task_open") if await db.get_task(name)]
     assert forgotten == 1
     assert kept == ["task_recent", "task_open"]
+
+
+async def test_a_waiting_task_moves_on_once_and_its_progress_is_noted_while_open(
+    db: Database,
+) -> None:
+    await db.create_task(task("task_w"))
+    waiting = await db.set_task_input(
+        "task_w", at=101.0, requests={"q": {}}, call={"name": "x"}, message="waiting"
+    )
+    # Two servers answering at once: one moves it on, to run on its own instance.
+    moved = await db.set_task_input(
+        "task_w", at=102.0, requests=None, message="retrying", instance_id="i2"
+    )
+    again = await db.set_task_input("task_w", at=103.0, requests=None, instance_id="i3")
+    noted = await db.note_task("task_w", at=104.0, message="running for 3 s")
+    record = await db.get_task("task_w")
+    await db.end_task("task_w", status="completed", at=105.0, message="done")
+    late = await db.note_task("task_w", at=106.0, message="running for 5 s")
+    ended = await db.get_task("task_w")
+    assert (waiting, moved, again, noted, late) == (True, True, False, True, False)
+    assert record is not None and ended is not None
+    assert (record.status, record.instance_id, record.call) == ("working", "i2", None)
+    assert (record.status_message, record.updated_at) == ("running for 3 s", 104.0)
+    assert ended.status_message == "done"
