@@ -4,11 +4,11 @@ The drill builds the real server on the real data directory with the policy unde
 (the server's, or one tenant's), and sends each hostile program (`drill_probes`) through
 `run_code` with the SDK's in-memory client: the very path an agent's code takes. Its
 calls run as their own tenant (`airlock-drill`), each probe in a fresh session that it
-ends. One probe is derived from the policy (what its allow rules open, judged from the
-proxy's records in the database), the browser box is attacked through `browse`
-(`drill_browser`: pages under the policy, and a page of the drill's own on a server built
-with the drill's two extra capabilities), and `policies.review` names the doors no probe
-can see.
+ends. One probe is derived from the policy (`drill_openings`: what its allow rules open,
+judged from the proxy's records in the database), the browser box is attacked through
+`browse` (`drill_browser`: pages under the policy, and a page of the drill's own on a
+server built with the drill's two extra capabilities), and `policies.review` names the
+doors no probe can see.
 Afterwards it checks that nothing was left behind (containers, live sessions, unrevoked
 grants) and records the whole table in the database (`airlock audit drills`). The table
 is printed through `terminal.table`, wrapped to about 100 columns.
@@ -53,18 +53,20 @@ from .drill_browser import (
     ensure_browser_image,
     page_tricks,
 )
-from .drill_probes import (
+from .drill_openings import (
     OPENINGS_ATTACK,
     OPENINGS_EXPECTED,
+    judge_openings,
+    opening_targets,
+    openings_probe,
+)
+from .drill_probes import (
     PROTECTED_PAYLOAD,
     CallFacts,
     Probe,
     Verdict,
     battery,
     everyday_probe,
-    judge_openings,
-    opening_targets,
-    openings_probe,
     protected_probe,
     replay_probe,
     result_text,

@@ -42,19 +42,21 @@ from airlock.server.drill_browser import (
     judge_tricks,
     page_tricks,
 )
+from airlock.server.drill_openings import (
+    OPENINGS_ATTACK,
+    Target,
+    judge_openings,
+    opening_targets,
+)
 from airlock.server.drill_probes import (
     EVERYDAY_ATTACK,
     EVERYDAY_FIX,
     FORGERY_MARKER,
-    OPENINGS_ATTACK,
     CallFacts,
-    Target,
     Verdict,
     _outside_envelopes,
     everyday_probe,
     judge_everyday,
-    judge_openings,
-    opening_targets,
 )
 from airlock.server.tenant_policy import target_policies
 from airlock.store import Database, DrillRecord, EgressRecord
