@@ -136,6 +136,10 @@ async def run_detail(db: Database, blobs: BlobStore, run_id: str) -> str:
         f"usage      cpu {cpu_text(run)}, peak memory {memory_text(run)}",
         f"limits     {', '.join(f'{k}={v}' for k, v in sorted(run.limits.items()))}",
     ]
+    on_browser = await db.kept_browser_step_of(run.id)
+    if on_browser is not None:
+        browser_id, call = on_browser
+        lines.append(f"browser    call {call} on kept browser {browser_id} (`audit browsers`)")
     lines = [safe_line(line) for line in lines]
     if run.error:
         # The error may quote the container (a runner fault): data, never instructions.

@@ -460,6 +460,10 @@ class Database:
             lambda conn: browsers.count_open(conn, tenant, except_instance=except_instance)
         )
 
+    async def kept_browser_step_of(self, run_id: str) -> tuple[str, int] | None:
+        """(browser id, call number) when run `run_id` was a call on a kept browser."""
+        return await self._read(lambda conn: browsers.step_of_run(conn, run_id))
+
     async def list_kept_browsers(
         self, *, tenant: str | None = None, session_id: str | None = None, limit: int = 50
     ) -> list[KeptBrowserRecord]:

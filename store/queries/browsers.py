@@ -62,6 +62,15 @@ def count_open(conn: Connection, tenant: str, *, except_instance: str) -> int:
     return int(conn.execute(query).scalar_one())
 
 
+def step_of_run(conn: Connection, run_id: str) -> tuple[str, int] | None:
+    """(browser id, call number) when the run was a call on a kept browser."""
+    query = select(kept_browser_runs.c.browser_id, kept_browser_runs.c.step).where(
+        kept_browser_runs.c.run_id == run_id
+    )
+    row = conn.execute(query).first()
+    return (str(row[0]), int(row[1])) if row is not None else None
+
+
 def list_browsers(
     conn: Connection, *, tenant: str | None, session_id: str | None, limit: int
 ) -> list[KeptBrowserRecord]:

@@ -39,6 +39,8 @@ async def test_a_browser_lists_its_calls_in_order_and_keeps_its_first_close(db: 
         (1, "run_1", "running"),
         (2, "run_2", None),
     ]
+    assert await db.kept_browser_step_of("run_2") == ("brw_a", 2)
+    assert await db.kept_browser_step_of("run_elsewhere") is None
     assert await db.list_kept_browsers(tenant="t2") == []
     assert await db.list_kept_browsers(session_id="s9") == []
 

@@ -243,6 +243,8 @@ async def test_audit_shows_each_kept_browser_with_its_calls_and_the_tenant_cap_c
     assert f"call 2  {again['run_id']}  ok" in report
     assert "closed by its session (close=true)" in report
     assert "its session ended or left this server" in report
+    step = airlock("audit", "run", again["run_id"], "--data-dir", str(data_dir))
+    assert f"call 2 on kept browser {opened['browser_id']}" in step.stdout, step.stderr
     shown = airlock("audit", "browsers", "--data-dir", str(data_dir), "--json")
     assert shown.returncode == 0, shown.stderr
     by_id = {b["id"]: b for b in json.loads(shown.stdout)}
