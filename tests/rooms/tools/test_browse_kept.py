@@ -8,6 +8,7 @@ session's grants as they are at that moment.
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from pathlib import Path
@@ -212,15 +213,23 @@ async def test_each_later_step_presents_its_own_token_without_meeting_a_407(
     assert any(r.decision == "allow" for r in first), first
 
 
+@pytest.mark.parametrize("database", ["sqlite", "postgresql"])
 async def test_audit_shows_each_kept_browser_with_its_calls_and_the_tenant_cap_counts_every_server(
-    make_server: Any, upstream: Upstream, upstream_ca_file: Path, data_dir: Path
+    make_server: Any,
+    upstream: Upstream,
+    upstream_ca_file: Path,
+    data_dir: Path,
+    database: str,
+    request: pytest.FixtureRequest,
 ) -> None:
-    """Two servers on one data directory (the records a fleet shares): one keeps the
-    tenant's only browser, so the other refuses to keep a second; the audit then shows the
-    browser with both its calls and why it closed, as text and as JSON."""
+    """Two servers on one set of records (one data directory; a fleet's PostgreSQL): one
+    keeps the tenant's only browser, so the other refuses to keep a second; the audit then
+    shows the browser with both its calls and why it closed, as text and as JSON."""
+    store = request.getfixturevalue("postgres_url") if database == "postgresql" else None
     policy = browse_policy(upstream.port, upstream_ca_file)
     policy["browser"] |= {"max_kept_per_tenant": 1}
-    first, second = make_server(policy), make_server(policy)
+    first, second = make_server(policy, store=store), make_server(policy, store=store)
+    env = {**os.environ, **({"AIRLOCK_STORE_URL": store} if store else {})}
     url = serve(upstream, "/page", "<title>page</title><p>hello</p>")
     async with Client(first) as a, Client(second) as b:
         opened = await open_kept(a, url)
@@ -235,7 +244,7 @@ async def test_audit_shows_each_kept_browser_with_its_calls_and_the_tenant_cap_c
         # Closed, it counts no more: the other server keeps one now.
         kept_b = await open_kept(b, url)
         assert kept_b["browser_id"] != opened["browser_id"]
-    text = airlock("audit", "browsers", "--data-dir", str(data_dir))
+    text = airlock("audit", "browsers", "--data-dir", str(data_dir), env=env)
     assert text.returncode == 0, text.stderr
     report = text.stdout
     assert opened["browser_id"] in report and kept_b["browser_id"] in report
@@ -243,9 +252,9 @@ async def test_audit_shows_each_kept_browser_with_its_calls_and_the_tenant_cap_c
     assert f"call 2  {again['run_id']}  ok" in report
     assert "closed by its session (close=true)" in report
     assert "its session ended or left this server" in report
-    step = airlock("audit", "run", again["run_id"], "--data-dir", str(data_dir))
+    step = airlock("audit", "run", again["run_id"], "--data-dir", str(data_dir), env=env)
     assert f"call 2 on kept browser {opened['browser_id']}" in step.stdout, step.stderr
-    shown = airlock("audit", "browsers", "--data-dir", str(data_dir), "--json")
+    shown = airlock("audit", "browsers", "--data-dir", str(data_dir), "--json", env=env)
     assert shown.returncode == 0, shown.stderr
     by_id = {b["id"]: b for b in json.loads(shown.stdout)}
     browser = by_id[opened["browser_id"]]
