@@ -1486,8 +1486,9 @@ async def docker_run_chromium(image: str) -> float:
 
 
 async def section_browse(b: Bench, runtime: str) -> dict[str, Any]:
-    """Cold `browse` of a small local HTTPS page through the full stack (no browser pool
-    exists), interleaved with the baseline; peak memory of one box from the run records."""
+    """Cold `browse` of a small local HTTPS page through the full stack, with the box as
+    the server's defaults hand it out (from the browser pool where one is on, else started
+    for the call), interleaved with the baseline; peak memory of one box from the records."""
     from airlock.sandbox.browser_image import ensure_browser_image
 
     n = max(3, b.counts.cold)

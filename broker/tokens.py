@@ -6,6 +6,12 @@ UNIX seconds) as an argument.
 
 A token is 256 random bits (`secrets.token_urlsafe(32)`) handed out once, wrapped in a
 `Secret`. This process keeps only its SHA-256, so nothing stored here can be replayed.
+A kept browser's steps share one value (`mint(again=...)`): its Chromium caches the
+proxy credentials it answered the first challenge with and presents them first on each later
+step, so a new value would meet a 407 every step. Each step still binds that value afresh to
+its own run and grants, and the step's end forgets it as any run's end does: between steps
+the value is valid for nothing.
+
 Tokens live only in this process's memory: a restarted or crashed server knows none of the
 tokens it issued, so no token outlives the process that could revoke it. That is the
 crash-safety guarantee, and why nothing here is persisted.
@@ -61,11 +67,15 @@ class RunTokens:
         grant_ids: Sequence[str],
         expires_at: float,
         now: float,
+        again: Secret | None = None,
     ) -> Secret:
         """A new token for `run_id`, valid until `expires_at` (exclusive).
 
         The caller passes the earlier of the run deadline and the expiries of the run's
         grants. ValueError if that is not after `now` or an identity is empty.
+        `again`: the value an earlier run of the same box was given (a kept browser's
+        previous step), bound now to this run alone; ValueError while it is still bound to
+        another run, so one value never stands for two runs at once.
         """
         for what, value in (("tenant", tenant), ("session_id", session_id), ("run_id", run_id)):
             if not isinstance(value, str) or not value:
@@ -81,11 +91,15 @@ class RunTokens:
             grant_ids=tuple(grant_ids),
             expires_at=expires_at,
         )
-        token = secrets.token_urlsafe(32)
-        digest = hashlib.sha256(token.encode("ascii")).digest()
+        token = secrets.token_urlsafe(32) if again is None else again.reveal()
+        digest = _digest(token)
+        if digest is None:
+            raise ValueError("a run token's value must be a short non-empty string")
         with self._lock:
+            if digest in self._claims:
+                raise ValueError("this token value is still bound to another run")
             self._claims[digest] = claims
-        return Secret(token)
+        return Secret(token) if again is None else again
 
     def verify(self, token: str, *, run_id: str, now: float) -> RunClaims | None:
         """The claims of `token` if it is known, unexpired, unrevoked and bound to `run_id`.

@@ -176,6 +176,7 @@ class Egress:
         capabilities: Mapping[str, Capability] | None = None,
         socket_dir: Path | None = None,
         ca: RunCA | None = None,
+        token: Secret | None = None,
     ) -> AsyncIterator[RunEgress]:
         """The run's egress under `settings`, those of the policy of the run's tenant.
 
@@ -186,6 +187,9 @@ class Egress:
         Missing: a directory of the run's own, removed at the end.
         `ca`: the CA the sandbox already trusts (a kept browser's, made once for the box
         and used by each of its steps' proxies); missing: a new one for this run.
+        `token`: the run token value the sandbox already presents (a kept browser's, from
+        its previous step: its Chromium caches it), bound to this run and its grants now;
+        missing: a new value.
         `secrets`: "inject" adds each grant's secret as its capability says; "withhold"
         sends every request without one (no rule carries a secret, and the proxy can look
         none up, so should one slip through the request is denied, never injected). No
@@ -201,6 +205,7 @@ class Egress:
             grant_ids=tuple(g.id for g in grants),
             expires_at=expires_at,
             now=now,
+            again=token,
         )
         # A unix socket path holds at most 107 bytes, so run directories live in a short
         # place (the system's temporary directory by default), each made unguessable.

@@ -7,8 +7,10 @@ terminal, or newlines that forge a line of the report.
 
 from __future__ import annotations
 
+import json
+
 from airlock.errors import NotFound
-from airlock.store import BlobStore, Database, RunRecord
+from airlock.store import BlobStore, Database, KeptBrowserRecord, RunRecord
 from airlock.tools.context import iso_time
 from airlock.tools.envelope import new_nonce, wrap
 from airlock.tools.models import STREAM_PATHS
@@ -134,6 +136,10 @@ async def run_detail(db: Database, blobs: BlobStore, run_id: str) -> str:
         f"usage      cpu {cpu_text(run)}, peak memory {memory_text(run)}",
         f"limits     {', '.join(f'{k}={v}' for k, v in sorted(run.limits.items()))}",
     ]
+    on_browser = await db.kept_browser_step_of(run.id)
+    if on_browser is not None:
+        browser_id, call = on_browser
+        lines.append(f"browser    call {call} on kept browser {browser_id} (`audit browsers`)")
     lines = [safe_line(line) for line in lines]
     if run.error:
         # The error may quote the container (a runner fault): data, never instructions.
@@ -229,3 +235,37 @@ async def versions_table(db: Database, session_id: str) -> str:
         ("VERSION", "BASE", "WRITTEN BY", "AT"),
         [(str(v), str(b), w or "-", iso_time(t)) for v, b, w, t in versions],
     )
+
+
+async def browsers_report(
+    db: Database, *, tenant: str | None, session_id: str | None, limit: int, as_json: bool
+) -> str:
+    """Kept browsers, newest first: who kept each on which server, when it opened and when
+    and why it closed, and each call on it (its browse run, how that run ended)."""
+    found = await db.list_kept_browsers(tenant=tenant, session_id=session_id, limit=limit)
+    if as_json:
+        return json.dumps([b.model_dump(mode="json") for b in found], indent=2)
+    if not found:
+        return "no kept browsers recorded"
+    lines = []
+    for b in found:
+        lines.append(
+            safe_line(f"{b.id}  tenant {b.tenant}  session {b.session_id}  server {b.instance_id}")
+        )
+        lines.append(safe_line(f"    opened {iso_time(b.opened_at)}, {_closed_text(b)}"))
+        lines.extend(
+            safe_line(
+                f"    call {s.step}  {s.run_id}  {s.status or 'no run record'}"
+                f"  {'-' if s.duration_ms is None else f'{s.duration_ms}ms'}"
+            )
+            for s in b.steps
+        )
+        if not b.steps:
+            lines.append("    no calls recorded")
+    return "\n".join(lines)
+
+
+def _closed_text(browser: KeptBrowserRecord) -> str:
+    if browser.closed_at is None:
+        return "open (or its server stopped without closing it)"
+    return f"closed {iso_time(browser.closed_at)}: {browser.closed_why or '-'}"

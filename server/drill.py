@@ -4,11 +4,12 @@ The drill builds the real server on the real data directory with the policy unde
 (the server's, or one tenant's), and sends each hostile program (`drill_probes`) through
 `run_code` with the SDK's in-memory client: the very path an agent's code takes. Its
 calls run as their own tenant (`airlock-drill`), each probe in a fresh session that it
-ends. One probe is derived from the policy (what its allow rules open, judged from the
-proxy's records in the database), the browser box is attacked through `browse`
-(`drill_browser`: pages under the policy, and a page of the drill's own on a server built
-with the drill's two extra capabilities), and `policies.review` names the doors no probe
-can see.
+ends. One probe is derived from the policy (`drill_openings`: what its allow rules open,
+judged from the proxy's records in the database), the browser box is attacked through
+`browse` (`drill_browser`: pages under the policy, and a page of the drill's own on a
+server built with the drill's two extra capabilities; `drill_kept`: one session's kept
+browser out of another's reach), and `policies.review` names the
+doors no probe can see.
 Afterwards it checks that nothing was left behind (containers, live sessions, unrevoked
 grants) and records the whole table in the database (`airlock audit drills`). The table
 is printed through `terminal.table`, wrapped to about 100 columns.
@@ -22,6 +23,7 @@ import os
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
@@ -53,18 +55,21 @@ from .drill_browser import (
     ensure_browser_image,
     page_tricks,
 )
-from .drill_probes import (
+from .drill_kept import KEPT_ATTACK, KEPT_EXPECTED, kept_browser
+from .drill_openings import (
     OPENINGS_ATTACK,
     OPENINGS_EXPECTED,
+    judge_openings,
+    opening_targets,
+    openings_probe,
+)
+from .drill_probes import (
     PROTECTED_PAYLOAD,
     CallFacts,
     Probe,
     Verdict,
     battery,
     everyday_probe,
-    judge_openings,
-    opening_targets,
-    openings_probe,
     protected_probe,
     replay_probe,
     result_text,
@@ -188,6 +193,7 @@ async def run_drill(
         rows.append(await _browser(client, sessions))
         rows.append(await _openings(client, config, effective, sessions))
     rows.append(await _browser_tricks(config, policy, effective, sessions))
+    rows.append(await _kept_browser(config, policy, effective, sessions))
     rows.append(policy_review(effective))
     rows.append(await _leftovers(config, sessions))
     report = DrillReport(id=drill_id, target=target, rows=rows, sessions=sessions)
@@ -254,15 +260,29 @@ async def _browser_tricks(
 ) -> DrillRow:
     """The drill's own page, under the tenant's policy plus the drill's two capabilities,
     on a server of its own (the policy under test stays as it is for every other row)."""
+    verdict = await page_tricks(_drill_client(config, policy), effective, _call, sessions)
+    return DrillRow(TRICKS_ATTACK, TRICKS_EXPECTED, verdict.observed, verdict.held)
 
-    def client_of(tricks: Policy) -> Client:
+
+async def _kept_browser(
+    config: Config, policy: Policy, effective: Policy, sessions: list[str]
+) -> DrillRow:
+    """One session's kept browser, out of another's reach, on a server of its own as for
+    the tricks (the drill's page capability added)."""
+    verdict = await kept_browser(_drill_client(config, policy), effective, _call, sessions)
+    return DrillRow(KEPT_ATTACK, KEPT_EXPECTED, verdict.observed, verdict.held)
+
+
+def _drill_client(config: Config, policy: Policy) -> Callable[[Policy], Client]:
+    """Clients of a server whose drill tenant has the policy given to each."""
+
+    def client_of(drilled: Policy) -> Client:
         server = build_server(
-            config, policy, tenant_policies={DRILL_TENANT: tricks}, local_tenant=DRILL_TENANT
+            config, policy, tenant_policies={DRILL_TENANT: drilled}, local_tenant=DRILL_TENANT
         )
         return Client(server)
 
-    verdict = await page_tricks(client_of, effective, _call, sessions)
-    return DrillRow(TRICKS_ATTACK, TRICKS_EXPECTED, verdict.observed, verdict.held)
+    return client_of
 
 
 COPY_DIR = "airlock-drill-copy"

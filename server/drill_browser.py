@@ -12,7 +12,8 @@ answer: Chromium's implicit loopback bypass must be off, and the page itself, on
 must have come through the proxy), and for the API (it must arrive without any secret,
 its record saying so: a browse's egress injects none). Judged from the host's side: the
 proxy's records, what the drill's server received, and the box's `blocked` list. Does not
-belong here: the run_code probes (`drill_probes`), the table and its record (`drill`).
+belong here: the run_code probes (`drill_probes`), the kept-browser probe (`drill_kept`, which
+opens a page of this site), the table and its record (`drill`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import contextlib
 import http.server
 import json
 import logging
+import secrets
 import sys
 import threading
 from collections.abc import Awaitable, Callable, Iterator
@@ -109,13 +111,20 @@ Promise.all([
 </script>"""
 
 
+KEPT_PATH = "/kept"
+KEPT_PAGE = "<!doctype html><title>airlock drill kept</title><p>a page of session A</p>"
+
+
 @dataclass
-class _Site:
-    """The drill's page and API: what came in (whether each carried any Authorization,
-    never its value)."""
+class Site:
+    """The drill's pages and API: what came in (whether each carried any Authorization,
+    never its value), and the Cookie each request for `KEPT_PATH` carried (the drill's own
+    cookie, `cookie`, set by that page: the kept-browser probe's)."""
 
     port: int = 0
     seen: list[tuple[str, bool]] = field(default_factory=list)
+    cookie: str = field(default_factory=lambda: f"airlock_drill_kept={secrets.token_hex(16)}")
+    kept_cookies: list[str] = field(default_factory=list)
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -124,7 +133,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         site = self.server.site
         site.seen.append((self.path, "Authorization" in self.headers))
-        if self.path == "/page":
+        extra: list[tuple[str, str]] = []
+        if self.path == KEPT_PATH:
+            site.kept_cookies.append(self.headers.get("Cookie", ""))
+            kind = "text/html; charset=utf-8"
+            body = KEPT_PAGE.encode()
+            extra.append(("Set-Cookie", f"{site.cookie}; Path=/"))
+        elif self.path == "/page":
             kind = "text/html; charset=utf-8"
             body = TRICKS_PAGE.format(relay=RELAY_PORT, port=site.port).encode()
         else:
@@ -134,6 +149,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Access-Control-Allow-Origin", "*")
+        for name, value in extra:
+            self.send_header(name, value)
         self.end_headers()
         self.wfile.write(body)
 
@@ -144,15 +161,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 class _SiteServer(http.server.ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, site: _Site) -> None:
+    def __init__(self, site: Site) -> None:
         self.site = site
         super().__init__(("127.0.0.1", 0), _Handler)
         site.port = self.server_address[1]
 
 
 @contextlib.contextmanager
-def _serving() -> Iterator[_Site]:
-    site = _Site()
+def serving() -> Iterator[Site]:
+    """The drill's own site on the host's loopback, for the length of the block."""
+    site = Site()
     server = _SiteServer(site)
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1})
     thread.start()
@@ -172,7 +190,7 @@ def tricks_policy(policy: Policy, port: int) -> Policy:
             **common,
             "description": "the drill's own page",
             "hosts": ["127.0.0.1"],
-            "paths": ["/page", "/favicon.ico"],
+            "paths": ["/page", KEPT_PATH, "/favicon.ico"],
             "allow_private": ["127.0.0.1/32"],
         }
     )
@@ -255,7 +273,7 @@ async def page_tricks(
     checks = logging.getLogger("airlock.server.secret_check")
     checks.addFilter(quiet)
     try:
-        with _serving() as site:
+        with serving() as site:
             async with make_client(tricks_policy(policy, site.port)) as client:
                 capabilities = []
                 for name in (PAGE_CAPABILITY, API_CAPABILITY):

@@ -36,7 +36,7 @@ from .connection import (
 )
 from .migrations import HEAD, refuse_newer, upgrade
 from .migrations import SCHEMA_VERSION as SCHEMA_VERSION
-from .queries import audit, replicas, runs, tasks, workspace
+from .queries import audit, browsers, replicas, runs, tasks, workspace
 from .records import (
     ApprovalRecord,
     ArtifactRecord,
@@ -45,6 +45,7 @@ from .records import (
     EgressRecord,
     GrantRecord,
     HatchCopyRecord,
+    KeptBrowserRecord,
     PatchRecord,
     ReplicaRecord,
     RunRecord,
@@ -381,7 +382,7 @@ class Database:
         self, *, instance_ids: Sequence[str], status: RunStatus, error: str, finished_at: float
     ) -> int:
         """End every run still `running` that one of `instance_ids` owns (servers that
-        died: see `instances.py`); return how many."""
+        died: see `instances.py`), and close their kept browsers; return how many runs."""
         return await self._write(
             lambda conn: runs.mark_unfinished_runs(
                 conn, instance_ids=instance_ids, status=status, error=error, finished_at=finished_at
@@ -454,6 +455,37 @@ class Database:
         return await self._write(
             lambda conn: tasks.end_task(
                 conn, task_id, status=status, at=at, message=message, result=result, error=error
+            )
+        )
+
+    # Kept browsers
+
+    async def open_kept_browser(self, rec: KeptBrowserRecord) -> None:
+        await self._write(lambda conn: browsers.open_browser(conn, rec))
+
+    async def add_kept_browser_step(self, browser_id: str, step: int, run_id: str) -> None:
+        await self._write(lambda conn: browsers.add_step(conn, browser_id, step, run_id))
+
+    async def close_kept_browser(self, browser_id: str, *, at: float, why: str) -> None:
+        await self._write(lambda conn: browsers.close_browser(conn, browser_id, at=at, why=why))
+
+    async def count_open_kept_browsers(self, tenant: str, *, except_instance: str) -> int:
+        """The tenant's open kept browsers on every other server of these records."""
+        return await self._read(
+            lambda conn: browsers.count_open(conn, tenant, except_instance=except_instance)
+        )
+
+    async def kept_browser_step_of(self, run_id: str) -> tuple[str, int] | None:
+        """(browser id, call number) when run `run_id` was a call on a kept browser."""
+        return await self._read(lambda conn: browsers.step_of_run(conn, run_id))
+
+    async def list_kept_browsers(
+        self, *, tenant: str | None = None, session_id: str | None = None, limit: int = 50
+    ) -> list[KeptBrowserRecord]:
+        limit = _limit(limit)
+        return await self._read(
+            lambda conn: browsers.list_browsers(
+                conn, tenant=tenant, session_id=session_id, limit=limit
             )
         )
 

@@ -366,3 +366,33 @@ class TaskRecord(BaseModel):
     """While `input_required`: the requests the client must answer (tasks/update)."""
     call: dict[str, Any] | None = None
     """While `input_required`: the call to retry with the answers (server-side only)."""
+
+
+class KeptBrowserStep(BaseModel):
+    """One call on a kept browser: the browse run it was, and how that run ended."""
+
+    model_config = ConfigDict(frozen=True)
+
+    step: int
+    run_id: str
+    status: RunStatus | None = None
+    """None while the run's record is missing (not yet written, or removed)."""
+    created_at: float | None = None
+    duration_ms: int | None = None
+
+
+class KeptBrowserRecord(BaseModel):
+    """A browser a session kept open across browse calls (`tools/kept_browsers.py`): the
+    server instance keeping it, when it opened and when and why it closed (open while
+    `closed_at` is None), and its calls in order."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    tenant: str
+    session_id: str
+    instance_id: str
+    opened_at: float
+    closed_at: float | None = None
+    closed_why: str | None = None
+    steps: tuple[KeptBrowserStep, ...] = ()

@@ -217,6 +217,35 @@ tasks = Table(
 # The tasks a dead instance leaves open are failed with its runs.
 Index("tasks_by_instance", tasks.c.instance_id, tasks.c.status)
 
+# Kept browsers (`tools/kept_browsers.py`, migration 0007): one row a browser, kept by the
+# server `instance_id`; open while `closed_at` is null (a fleet's per-tenant cap counts
+# those); each step's browse run in kept_browser_runs.
+kept_browsers = Table(
+    "kept_browsers",
+    metadata,
+    Column("id", Text, primary_key=True),
+    Column("tenant", Text, nullable=False),
+    Column("session_id", Text, nullable=False),
+    Column("instance_id", Text, nullable=False),
+    Column("opened_at", Seconds, nullable=False),
+    Column("closed_at", Seconds),
+    Column("closed_why", Text),
+)
+Index("kept_browsers_open", kept_browsers.c.tenant, kept_browsers.c.closed_at)
+Index("kept_browsers_by_instance", kept_browsers.c.instance_id, kept_browsers.c.closed_at)
+kept_browser_runs = Table(
+    "kept_browser_runs",
+    metadata,
+    Column(
+        "browser_id",
+        Text,
+        ForeignKey("kept_browsers.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    Column("step", Count, primary_key=True, autoincrement=False),
+    Column("run_id", Text, nullable=False),
+)
+
 # Each `airlock drill`: when, against which policy, what held (rows as JSON).
 drills = Table(
     "drills",

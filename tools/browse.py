@@ -39,6 +39,7 @@ from airlock.sandbox.environment import sandbox_environment
 from airlock.sandbox.spec import BrowseJob, ContainerLimits
 from airlock.store import ArtifactRecord, RunRecord, Staging
 
+from . import kept_audit
 from .artifacts import classify
 from .browse_input import check_actions, check_url
 from .browse_result import (
@@ -162,11 +163,14 @@ async def browse(
     timeout = _timeout(timeout_s, settings)
     grants = _without_secrets(await live_grants(services, session, list(capabilities)), settings)
     if keep:
-        services.browsers.check_room(session.tenant, session.id, settings)
+        elsewhere = await kept_audit.elsewhere(services, session.tenant)
+        services.browsers.check_room(session.tenant, session.id, settings, elsewhere=elsewhere)
     backend, image, runtime = await services.engine.browser()
     job = _job(services, session, new_id("run_"), image, runtime, timeout, request, settings)
     if keep:
-        return await _open_kept(services, session, policy, backend, job, grants, progress)
+        return await _open_kept(
+            services, session, policy, backend, job, grants, progress, elsewhere=elsewhere
+        )
     async with backend.sandbox(job, egress=True) as box:
         done = await _step(services, session, policy, backend, box, job, grants, progress)
     return await browse_result(services, policy, session, done)
@@ -206,12 +210,16 @@ async def _open_kept(
     job: JobSpec,
     grants: list[Grant],
     progress: Progress | None,
+    *,
+    elsewhere: int,
 ) -> CallToolResult:
     """The first call of a kept browser: its box, left open in the registry when the box
     reports it kept its browser (a page that timed out or crashed is not kept)."""
     browser_id = new_id("brw_")
     ca, ca_dir = new_ca(browser_id)
     exits = AsyncExitStack()
+    # Runs last when it closes, once its box is gone: the records' close.
+    exits.push_async_callback(lambda: kept_audit.closed(services, browser))
     # The box may live as long as its session (the reaper's deadline label).
     job = job.model_copy(update={"lifetime_s": float(policy.sessions.max_lifetime_s)})
     try:
@@ -236,11 +244,18 @@ async def _open_kept(
     # Registered before its first call (counted by the caps), closed if it is not kept;
     # checked again with no wait before it, as another call may have kept one meanwhile.
     try:
-        services.browsers.check_room(session.tenant, session.id, policy.browser)
+        services.browsers.check_room(
+            session.tenant, session.id, policy.browser, elsewhere=elsewhere
+        )
     except LimitExceeded:
-        await services.browsers.close(browser)
+        await services.browsers.close(browser, why="over a [browser] cap")
         raise
     services.browsers.add(browser)
+    try:
+        await kept_audit.opened(services, browser)
+    except BaseException:
+        await services.browsers.close(browser, why="its record could not be written")
+        raise
     async with browser.lock:
         return await _kept_step(services, session, policy, browser, job, grants, progress)
 
@@ -262,7 +277,7 @@ async def _on_kept(
         # Closed while this call waited for the one before it.
         browser = browsers.get(session.tenant, session.id, browser_id)
         if close:
-            await browsers.close(browser)
+            await browsers.close(browser, why="closed by its session (close=true)")
             return _closed(browser_id)
         settings = policy.browser
         request = _request(url or "", call, True, settings)
@@ -291,17 +306,18 @@ async def _kept_step(
 ) -> CallToolResult:
     browsers = services.browsers
     try:
+        await kept_audit.step(services, browser, job.run_id)
         done = await _step(
             services, session, policy, browser.backend, browser.box, job, grants, progress,
             browser=browser,
         )  # fmt: skip
     except BaseException:
-        await browsers.close(browser)
+        await browsers.close(browser, why="its call failed or was cancelled")
         raise
     finally:
         browser.used_at = services.clock()
     if not browser.box.kept:
-        await browsers.close(browser)
+        await browsers.close(browser, why="its page ended (timed out, crashed or gone)")
     return await browse_result(services, policy, session, done)
 
 
@@ -326,7 +342,8 @@ async def _step(
     browser: KeptBrowser | None = None,
 ) -> BrowseRun:
     """One browse run on `box`: its record, its own egress (a kept browser's over the CA its
-    box trusts), the job (a kept browser's next `step` after its first), its files kept."""
+    box trusts and with the token value its Chromium caches, bound to this run), the job
+    (a kept browser's next `step` after its first), its files kept."""
     settings = policy.browser
     request = job.browse
     assert request is not None
@@ -357,6 +374,8 @@ async def _step(
             deadline=services.clock() + job.timeout_s + EXCHANGE_GRACE_S,
             socket_dir=box.egress_dir,
             ca=browser.ca if browser is not None else None,
+            # The token value its Chromium already presents, bound to this step's run.
+            token=browser.token if browser is not None else None,
         ) as run_egress:
             run.egress = run_egress.records
             plan = run_egress.plan
@@ -368,6 +387,7 @@ async def _step(
             )
             if browser is not None:
                 browser.steps += 1
+                browser.token = plan.token
             try:
                 outcome: JobOutcome | None = await run_reporting(
                     backend, box, job, staging, progress, again=again

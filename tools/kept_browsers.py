@@ -8,9 +8,11 @@ also idle and lifetime limits, shutdown and a replica leaving), its own idle lim
 (`[browser] keep_idle_s`, the housekeeping sweep) or its box ending (a timeout, a crash).
 
 The box is the same box a one-shot browse gets: no secret, no workspace file, no hatch
-root ever reaches it. Its network is opened afresh for each call (a new run, token and
-proxy, with the grants the session holds then), over one CA made for the box, because
-the box trusts only the CA it was started with.
+root ever reaches it. Its network is opened afresh for each call (a new run and proxy,
+with the grants the session holds then), over one CA made for the box, because the box
+trusts only the CA it was started with, and with one token value bound to each step's run
+in turn, because its Chromium presents the credentials it answered the first challenge
+with (a new value would meet a 407 every step).
 
 Belongs here: the registry, the caps, closing. Does not belong here: what a call does on
 the box (`browse`).
@@ -27,6 +29,7 @@ from pathlib import Path
 
 import anyio
 
+from airlock.broker import Secret
 from airlock.egress.tls import RunCA
 from airlock.errors import LimitExceeded, NotFound
 from airlock.policies import BrowserSettings
@@ -35,6 +38,7 @@ from airlock.sandbox import Backend, JobSpec, Sandbox
 log = logging.getLogger(__name__)
 
 MAX_SHOWN_ID_CHARS = 40
+IDLE = "idle past [browser] keep_idle_s"
 
 
 @dataclass(eq=False)
@@ -57,6 +61,8 @@ class KeptBrowser:
     lock: anyio.Lock = field(default_factory=anyio.Lock)
     closed: bool = False
     steps: int = 0
+    token: Secret | None = None
+    closed_why: str | None = None
 
 
 def new_ca(browser_id: str) -> tuple[RunCA, Path]:
@@ -72,8 +78,12 @@ class KeptBrowsers:
     def __init__(self) -> None:
         self._open: dict[str, KeptBrowser] = {}
 
-    def check_room(self, tenant: str, session_id: str, settings: BrowserSettings) -> None:
-        """LimitExceeded, naming the cap and how to close one, when another would be over."""
+    def check_room(
+        self, tenant: str, session_id: str, settings: BrowserSettings, *, elsewhere: int = 0
+    ) -> None:
+        """LimitExceeded, naming the cap and how to close one, when another would be over.
+        `elsewhere`: the tenant's open kept browsers on the other servers of the records
+        (the store's count), which the per-tenant cap counts too."""
         if settings.max_kept == 0:
             raise LimitExceeded(
                 "keeping a browser is off here ([browser] max_kept = 0); browse without keep"
@@ -86,10 +96,11 @@ class KeptBrowsers:
                 f"limit of {settings.max_kept} (open: {shown}); close one with "
                 "browse(browser_id=..., close=true), or browse without keep"
             )
-        tenants = sum(1 for b in self._open.values() if b.tenant == tenant)
+        tenants = sum(1 for b in self._open.values() if b.tenant == tenant) + elsewhere
         if tenants >= settings.max_kept_per_tenant:
+            where = "across the servers of the fleet" if elsewhere else "on this server"
             raise LimitExceeded(
-                f"this tenant already keeps {tenants} browser(s) on this server, the "
+                f"this tenant already keeps {tenants} browser(s) {where}, the "
                 f"[browser] max_kept_per_tenant limit of {settings.max_kept_per_tenant}; "
                 "close one with browse(browser_id=..., close=true), or browse without keep"
             )
@@ -116,7 +127,7 @@ class KeptBrowsers:
         (the sweep may not have come by yet)."""
         browser = self.get(tenant, session_id, browser_id)
         if not browser.lock.locked() and now - browser.used_at >= browser.idle_s:
-            await self.close(browser)
+            await self.close(browser, why=IDLE)
         return self.get(tenant, session_id, browser_id)
 
     def count(self) -> int:
@@ -129,13 +140,15 @@ class KeptBrowsers:
             counts[browser.tenant] = counts.get(browser.tenant, 0) + 1
         return counts
 
-    async def close(self, browser: KeptBrowser) -> None:
-        """Remove its box and its CA; it is gone from the registry at once."""
+    async def close(self, browser: KeptBrowser, *, why: str) -> None:
+        """Remove its box and its CA; it is gone from the registry at once. `why` is what
+        the records keep of its end."""
         if self._open.get(browser.id) is browser:
             del self._open[browser.id]
         if browser.closed:
             return
         browser.closed = True
+        browser.closed_why = why
         with anyio.CancelScope(shield=True):
             try:
                 await browser.exits.aclose()
@@ -147,7 +160,7 @@ class KeptBrowsers:
         doomed = [
             b for b in self._open.values() if b.session_id == session_id and b.tenant == tenant
         ]
-        await self._close_all(doomed)
+        await self._close_all(doomed, why="its session ended or left this server")
         return len(doomed)
 
     async def close_idle(self, now: float) -> int:
@@ -156,14 +169,16 @@ class KeptBrowsers:
         doomed = [
             b for b in self._open.values() if not b.lock.locked() and now - b.used_at >= b.idle_s
         ]
-        await self._close_all(doomed, raising=False)
+        await self._close_all(doomed, why=IDLE, raising=False)
         return len(doomed)
 
-    async def _close_all(self, doomed: list[KeptBrowser], *, raising: bool = True) -> None:
+    async def _close_all(
+        self, doomed: list[KeptBrowser], *, why: str, raising: bool = True
+    ) -> None:
         failure: Exception | None = None
         for browser in doomed:
             try:
-                await self.close(browser)
+                await self.close(browser, why=why)
             except Exception as exc:
                 log.error("closing kept browser %s failed", browser.id, exc_info=exc)
                 failure = failure or exc

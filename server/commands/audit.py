@@ -1,7 +1,8 @@
-"""`airlock audit runs|run|egress|drills|capabilities|sessions|versions`: the records of
-past runs, egress decisions, drills, capability grants, sessions (and what each fork started
-from) and workspace versions (who wrote each: a run, a fork, a restore), read from the
-server's database."""
+"""`airlock audit runs|run|egress|drills|capabilities|sessions|versions|browsers`: the records
+of past runs, egress decisions, drills, capability grants, sessions (and what each fork
+started from), workspace versions (who wrote each: a run, a fork, a restore) and kept
+browsers (each with its calls, and when and why it closed), read from the server's
+database."""
 
 from __future__ import annotations
 
@@ -54,6 +55,13 @@ def add_parser(commands: Subparsers, common: argparse.ArgumentParser) -> None:
         "versions", parents=[common], help="a session's workspace versions and their writers"
     )
     versions.add_argument("session_id", metavar="SESSION")
+    browsers = audit.add_parser(
+        "browsers", parents=[common], help="kept browsers, their calls, and why each closed"
+    )
+    browsers.add_argument("--tenant", metavar="NAME", help="only browsers of this tenant")
+    browsers.add_argument("--session", metavar="ID", help="only browsers of this session")
+    browsers.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
+    browsers.add_argument("--json", action="store_true", help="print JSON instead of text")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -115,6 +123,14 @@ async def _versions(db: Database, config: Config, args: argparse.Namespace) -> s
     return await versions_table(db, args.session_id)
 
 
+async def _browsers(db: Database, config: Config, args: argparse.Namespace) -> str:
+    from ..audit import browsers_report
+
+    return await browsers_report(
+        db, tenant=args.tenant, session_id=args.session, limit=args.limit, as_json=args.json
+    )
+
+
 _REPORTS: dict[str, Callable[[Database, Config, argparse.Namespace], Awaitable[str]]] = {
     "runs": _runs,
     "run": _run,
@@ -123,4 +139,5 @@ _REPORTS: dict[str, Callable[[Database, Config, argparse.Namespace], Awaitable[s
     "capabilities": _capabilities,
     "sessions": _sessions,
     "versions": _versions,
+    "browsers": _browsers,
 }

@@ -20,6 +20,7 @@ from sqlalchemy import (
 
 from ..records import ArtifactRecord, RunRecord, RunStatus, SessionRecord, WorkspaceFile
 from ..schema import airlock_instances, artifacts, run_inputs, runs, sessions
+from .browsers import close_browsers_of
 from .rows import lock_tenant, matching, record_columns, run_from_row, run_params
 from .tasks import fail_tasks_of
 
@@ -256,8 +257,10 @@ def mark_unfinished_runs(
         .values(status=status, error=error, finished_at=finished_at)
     )
     ended: int = conn.execute(query).rowcount
-    # Their tasks end with them, in this transaction: a task never outlives its run open.
+    # Their tasks end with them, in this transaction: a task never outlives its run open;
+    # nor a kept browser its server.
     fail_tasks_of(conn, instance_ids, finished_at)
+    close_browsers_of(conn, instance_ids, finished_at)
     return ended
 
 

@@ -114,6 +114,24 @@ def test_revoke_run_ends_every_token_of_that_run_only(tokens: RunTokens) -> None
     tokens.revoke_run("run_never")
 
 
+def test_a_value_minted_again_is_bound_to_the_new_run_alone_and_never_to_two_at_once(
+    tokens: RunTokens,
+) -> None:
+    """A kept browser's steps: the value of step one, bound to step two once step one ended."""
+    first = mint(tokens, "run_step1")
+    with pytest.raises(ValueError, match="still bound to another run"):
+        mint(tokens, "run_step2", again=first)
+    assert tokens.verify(first.reveal(), run_id="run_step1", now=T0) is not None
+    tokens.revoke_run("run_step1")
+    second = mint(tokens, "run_step2", again=first, grant_ids=())
+    assert second.reveal() == first.reveal()
+    claims = tokens.verify(second.reveal(), run_id="run_step2", now=T0)
+    assert claims is not None and claims.grant_ids == ()
+    assert tokens.verify(first.reveal(), run_id="run_step1", now=T0) is None
+    tokens.revoke_run("run_step2")
+    assert tokens.verify(second.reveal(), run_id="run_step2", now=T0) is None
+
+
 def test_revoke_session_ends_the_sessions_tokens_and_counts_them(tokens: RunTokens) -> None:
     a = mint(tokens, "run_a").reveal()
     b = mint(tokens, "run_b").reveal()

@@ -10,6 +10,7 @@ probe derived from the policy finds it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import socket
 from pathlib import Path
@@ -42,19 +43,22 @@ from airlock.server.drill_browser import (
     judge_tricks,
     page_tricks,
 )
+from airlock.server.drill_kept import KEPT_ATTACK, KeptFacts, judge_kept
+from airlock.server.drill_openings import (
+    OPENINGS_ATTACK,
+    Target,
+    judge_openings,
+    opening_targets,
+)
 from airlock.server.drill_probes import (
     EVERYDAY_ATTACK,
     EVERYDAY_FIX,
     FORGERY_MARKER,
-    OPENINGS_ATTACK,
     CallFacts,
-    Target,
     Verdict,
     _outside_envelopes,
     everyday_probe,
     judge_everyday,
-    judge_openings,
-    opening_targets,
 )
 from airlock.server.tenant_policy import target_policies
 from airlock.store import Database, DrillRecord, EgressRecord
@@ -101,7 +105,7 @@ def test_drill_holds_against_the_default_policy_and_is_audited(
     report = json.loads(done.stdout)
     assert report["held"] is True
     rows = {r["attack"]: r for r in report["rows"]}
-    assert len(rows) == 16
+    assert len(rows) == 17
     for attack in (
         "planted instructions in an input file",
         "environment scan for secrets",
@@ -114,6 +118,7 @@ def test_drill_holds_against_the_default_policy_and_is_audited(
         EVERYDAY_ATTACK,
         BROWSER_ATTACK,
         TRICKS_ATTACK,
+        KEPT_ATTACK,
         "policy entries that open a door",
         "leaves nothing behind",
     ):
@@ -130,8 +135,10 @@ def test_drill_holds_against_the_default_policy_and_is_audited(
     assert audited.returncode == 0
     assert report["drill"] in audited.stdout and "all held" in audited.stdout
     runs = airlock("audit", "runs", "--data-dir", str(data_dir), timeout=DRILL_TIMEOUT_S)
-    # Every probe went through run_code, and three pages through browse.
-    assert runs.stdout.count("run_") == 13
+    # Every probe went through run_code, three pages through browse, and the kept-browser
+    # probe's three browse runs (A's open and its step, B's own page; B's refused calls
+    # with A's id are no runs).
+    assert runs.stdout.count("run_") == 16
     assert _containers_of_the_drill(docker_client, data_dir) == []
 
 
@@ -610,3 +617,30 @@ async def test_the_page_tricks_hold_on_a_real_box_and_notice_a_browse_that_injec
     assert broken.held is False
     assert "the API's secret was sent or meant to be" in broken.observed
     assert "since it sends a secret" in broken.observed
+
+
+def test_the_kept_browser_judge_holds_only_when_b_gets_the_unknown_refusal_and_nothing_of_a() -> (
+    None
+):
+    cookie = "airlock_drill_kept=0123abcd"
+    refusal = "browser_id ID is not a browser this session keeps open"
+    held = KeptFacts(
+        cookie=cookie,
+        unknown=(True, refusal),
+        foreign=(True, refusal),
+        foreign_close=(True, refusal),
+        fresh_cookies=[""],
+        still_open=True,
+        owner_cookies=[cookie],
+    )
+    assert judge_kept(held).held is True
+    told_apart = dataclasses.replace(held, foreign=(True, "that browser is session A's"))
+    assert "refused differently from an unknown id" in judge_kept(told_apart).observed
+    leaked = dataclasses.replace(held, foreign_close=(True, refusal + " 0123abcd"))
+    assert "showed A's page or cookie" in judge_kept(leaked).observed
+    reached = dataclasses.replace(held, foreign=(False, "title airlock drill kept"))
+    assert judge_kept(reached).held is False
+    carried = dataclasses.replace(held, fresh_cookies=[cookie])
+    assert "carried A's cookie" in judge_kept(carried).observed
+    closed = dataclasses.replace(held, still_open=False)
+    assert "did not outlive" in judge_kept(closed).observed

@@ -7,6 +7,8 @@ session's grants as they are at that moment.
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import time
 from pathlib import Path
@@ -18,13 +20,14 @@ import pytest
 from mcp.client import Client
 from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult
-from support import text_of
-from test_browse import browse_policy, call, grant, serve, site_server
+from support import airlock, text_of
+from test_browse import browse_policy, call, grant, run_records, serve, site_server
 from test_browse_refs import ref_of
 from test_browse_secrets import API, api_policy, vault_holds_the_secret
 from upstream import Upstream
 
 from airlock.sandbox.docker.labels import LABEL_KEPT, LABEL_SESSION
+from airlock.store import PROXY_CHALLENGE
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker, pytest.mark.usefixtures("browser_image")]
 __all__ = ["site_server", "vault_holds_the_secret"]
@@ -166,6 +169,99 @@ async def test_a_login_in_three_calls_ends_signed_in_and_the_browser_is_only_its
     # Once open, a step is a fraction of a second here (the notes have the numbers); five
     # leaves room for a loaded machine, and none for a browser started afresh each call.
     assert step_s < STOPPED_WITHIN_S, step_s
+
+
+async def test_each_later_step_presents_its_own_token_without_meeting_a_407(
+    site_server: MCPServer, upstream: Upstream, data_dir: Path
+) -> None:
+    """Chromium caches the proxy credentials it answered the first step's challenge with
+    and presents them first on every later connection: each step's token must be that
+    value, bound to the step's run, or every step meets a 407 before its first request."""
+    url = serve(upstream, "/page", "<title>page</title><a href='/next'>next</a>")
+    serve(upstream, "/next", "<title>next</title><img src='/dot.png'><p>the next page</p>")
+    upstream.pages["/dot.png"] = ("image/png", b"not really a png", ())
+    async with Client(site_server) as c:
+        opened = await open_kept(c, url)
+        browser_id = opened["browser_id"]
+        navigated = data_of(
+            await call(c, "browse", {"browser_id": browser_id, "url": url[:-5] + "/next"})
+        )
+        assert navigated["title"] == "next", navigated["error"]
+        back = data_of(
+            await call(c, "browse", {"browser_id": browser_id, "actions": [{"kind": "back"}]})
+        )
+        assert back["title"] == "page", back["error"]
+        link = ref_of(back["snapshot"], '- link "next"')
+        clicked = data_of(
+            await call(
+                c,
+                "browse",
+                {"browser_id": browser_id, "actions": [{"kind": "click", "ref": link}]},
+            )
+        )
+        assert clicked["title"] == "next", clicked["error"]
+    assert upstream.paths().count("/next") == 2
+    for step in (navigated, clicked):
+        records = await run_records(data_dir, step["run_id"])
+        shown = [(r.method, r.path, r.status, r.decision) for r in records]
+        # (Its tunnel still open when the step ends is cut: a CONNECT record of its own.)
+        requests = [r for r in records if r.method != "CONNECT"]
+        assert requests and all(r.decision == "allow" for r in requests), shown
+        assert PROXY_CHALLENGE not in {r.status for r in records}, shown
+    # The first step has the one challenge every browser meets, answered with the token.
+    first = await run_records(data_dir, opened["run_id"])
+    assert any(r.decision == "allow" for r in first), first
+
+
+@pytest.mark.parametrize("database", ["sqlite", "postgresql"])
+async def test_audit_shows_each_kept_browser_with_its_calls_and_the_tenant_cap_counts_every_server(
+    make_server: Any,
+    upstream: Upstream,
+    upstream_ca_file: Path,
+    data_dir: Path,
+    database: str,
+    request: pytest.FixtureRequest,
+) -> None:
+    """Two servers on one set of records (one data directory; a fleet's PostgreSQL): one
+    keeps the tenant's only browser, so the other refuses to keep a second; the audit then
+    shows the browser with both its calls and why it closed, as text and as JSON."""
+    store = request.getfixturevalue("postgres_url") if database == "postgresql" else None
+    policy = browse_policy(upstream.port, upstream_ca_file)
+    policy["browser"] |= {"max_kept_per_tenant": 1}
+    first, second = make_server(policy, store=store), make_server(policy, store=store)
+    env = {**os.environ, **({"AIRLOCK_STORE_URL": store} if store else {})}
+    url = serve(upstream, "/page", "<title>page</title><p>hello</p>")
+    async with Client(first) as a, Client(second) as b:
+        opened = await open_kept(a, url)
+        again = data_of(await call(a, "browse", {"browser_id": opened["browser_id"]}))
+        cap = await grant(b)
+        over = await call(b, "browse", {"url": url, "keep": True, "capabilities": [cap]})
+        assert over.is_error, text_of(over)
+        assert "keeps 1 browser(s) across the servers of the fleet" in text_of(over)
+        assert "max_kept_per_tenant limit of 1" in text_of(over)
+        closed = await call(a, "browse", {"browser_id": opened["browser_id"], "close": True})
+        assert data_of(closed)["closed"]
+        # Closed, it counts no more: the other server keeps one now.
+        kept_b = await open_kept(b, url)
+        assert kept_b["browser_id"] != opened["browser_id"]
+    text = airlock("audit", "browsers", "--data-dir", str(data_dir), env=env)
+    assert text.returncode == 0, text.stderr
+    report = text.stdout
+    assert opened["browser_id"] in report and kept_b["browser_id"] in report
+    assert f"call 1  {opened['run_id']}  ok" in report
+    assert f"call 2  {again['run_id']}  ok" in report
+    assert "closed by its session (close=true)" in report
+    assert "its session ended or left this server" in report
+    step = airlock("audit", "run", again["run_id"], "--data-dir", str(data_dir), env=env)
+    assert f"call 2 on kept browser {opened['browser_id']}" in step.stdout, step.stderr
+    shown = airlock("audit", "browsers", "--data-dir", str(data_dir), "--json", env=env)
+    assert shown.returncode == 0, shown.stderr
+    by_id = {b["id"]: b for b in json.loads(shown.stdout)}
+    browser = by_id[opened["browser_id"]]
+    assert browser["session_id"] == opened["session_id"]
+    assert [s["run_id"] for s in browser["steps"]] == [opened["run_id"], again["run_id"]]
+    assert browser["closed_why"] == "closed by its session (close=true)"
+    assert browser["instance_id"] != by_id[kept_b["browser_id"]]["instance_id"]
 
 
 async def test_end_session_stops_the_kept_browser_within_five_seconds(

@@ -54,6 +54,12 @@ def test_the_session_cap_and_the_tenant_cap_name_themselves_and_how_to_close_one
     browsers.check_room("t2", "ses_4", settings)
     with pytest.raises(LimitExceeded, match=r"off here \(\[browser\] max_kept = 0\)"):
         browsers.check_room("t2", "ses_4", BrowserSettings(max_kept=0))
+    # Those the other servers of the records keep count for the tenant too.
+    browsers.check_room("t2", "ses_4", settings, elsewhere=2)
+    with pytest.raises(
+        LimitExceeded, match=r"keeps 3 browser\(s\) across the servers of the fleet"
+    ):
+        browsers.check_room("t2", "ses_4", settings, elsewhere=3)
 
 
 async def test_a_foreign_an_unknown_and_a_closed_id_are_the_same_one_sentence() -> None:
@@ -70,7 +76,7 @@ async def test_a_foreign_an_unknown_and_a_closed_id_are_the_same_one_sentence() 
         with pytest.raises(NotFound) as refused:
             browsers.get(tenant, session_id, browser_id)
         messages.append(str(refused.value).replace(browser_id, "ID"))
-    await browsers.close(browser)
+    await browsers.close(browser, why="closed by the test")
     with pytest.raises(NotFound) as closed:
         browsers.get("t1", "ses_1", "brw_a")
     messages.append(str(closed.value).replace("brw_a", "ID"))
