@@ -9,8 +9,8 @@ also idle and lifetime limits, shutdown and a replica leaving), its own idle lim
 
 The box is the same box a one-shot browse gets: no secret, no workspace file, no hatch
 root ever reaches it. Its network is opened afresh for each call (a new run, token and
-proxy, with the grants the session holds then), over one CA made for the box, because
-the box trusts only the CA it was started with.
+proxy, with the grants the session holds then), over the CA made with the box
+(`Sandbox.ca`), because the box trusts only the CA it was started with.
 
 Belongs here: the registry, the caps, closing. Does not belong here: what a call does on
 the box (`browse`).
@@ -19,15 +19,11 @@ the box (`browse`).
 from __future__ import annotations
 
 import logging
-import shutil
-import tempfile
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import anyio
 
-from airlock.egress.tls import RunCA
 from airlock.errors import LimitExceeded, NotFound
 from airlock.policies import BrowserSettings
 from airlock.sandbox import Backend, JobSpec, Sandbox
@@ -39,8 +35,8 @@ MAX_SHOWN_ID_CHARS = 40
 
 @dataclass(eq=False)
 class KeptBrowser:
-    """One kept browser: its box (removed when `exits` closes), the CA the box trusts,
-    the capabilities named for it, and the job its steps are made from."""
+    """One kept browser: its box (removed, with its CA, when `exits` closes), the
+    capabilities named for it, and the job its steps are made from."""
 
     id: str
     tenant: str
@@ -48,22 +44,13 @@ class KeptBrowser:
     backend: Backend
     box: Sandbox
     job: JobSpec
-    ca: RunCA
     idle_s: float
     used_at: float
     capability_ids: list[str]
     exits: AsyncExitStack
-    ca_dir: Path
     lock: anyio.Lock = field(default_factory=anyio.Lock)
     closed: bool = False
     steps: int = 0
-
-
-def new_ca(browser_id: str) -> tuple[RunCA, Path]:
-    """A CA for one kept browser's box, in a private directory of its own (its leaves are
-    written there), removed when the browser closes."""
-    directory = Path(tempfile.mkdtemp(prefix="airlock-kept-"))
-    return RunCA(browser_id, directory / "private"), directory
 
 
 class KeptBrowsers:
@@ -130,17 +117,14 @@ class KeptBrowsers:
         return counts
 
     async def close(self, browser: KeptBrowser) -> None:
-        """Remove its box and its CA; it is gone from the registry at once."""
+        """Remove its box (and with it its CA); it is gone from the registry at once."""
         if self._open.get(browser.id) is browser:
             del self._open[browser.id]
         if browser.closed:
             return
         browser.closed = True
         with anyio.CancelScope(shield=True):
-            try:
-                await browser.exits.aclose()
-            finally:
-                shutil.rmtree(browser.ca_dir, ignore_errors=True)
+            await browser.exits.aclose()
 
     async def close_session(self, tenant: str, session_id: str) -> int:
         """Close every kept browser of the session; how many there were."""
