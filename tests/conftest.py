@@ -61,6 +61,8 @@ BOTH_RUNTIMES = (
     "test_browse",
     "test_browse_refs",
     "test_browse_kept",
+    "test_browser_pool",
+    "test_browse_pool",
 )
 ENGINE_FIXTURES = frozenset({"docker_client", "sandbox_image", "browser_image", "engine_runtimes"})
 """The fixtures that need the engine: a test using one needs the `docker` marker."""
@@ -259,7 +261,8 @@ def make_server(
     """Build a server on this test's data dir: `make_server()` for the default policy,
     `make_server({"limits": {"memory_mb": 128}})` for a policy with those sections.
     The runtime is the test's `sandbox_runtime` unless the policy names one; the pools are
-    off unless the policy has a `[pool]` section (the browser's: a `[browser] pool`); `store=URL` keeps the records there.
+    off unless the policy has a `[pool]` section (the browser's: a `[browser] pool`);
+    `store=URL` keeps the records there.
     Its sandboxes run on `engine_side`."""
 
     def make(
