@@ -5,7 +5,9 @@ job, so taking one skips only create and start. It is handed out once, is
 removed after its call like every other container, and carries the same
 instance labels, so a crashed server's pool is reaped like the rest.
 
-Each taken container is replaced at once, and the missing ones of a profile are
+Each taken container is replaced at once (a browser box once its call gave it back,
+`give_back`: a Chromium starting beside the call's own would take the CPU it needs on a
+small machine), and the missing ones of a profile are
 started concurrently, so calls arriving faster than one container start find the
 pool refilling in parallel rather than one at a time. Browser boxes (`Profile.browser`)
 are kept `browser_size` at a time, apart from `size` ([browser] pool and [pool] size): each
@@ -71,6 +73,8 @@ class WarmPool:
         self._remove = remove
         self._ready: dict[Profile, deque[tuple[str, float]]] = {}
         self._starting: dict[Profile, int] = {}
+        # Browser boxes taken and not given back yet: replaced only once they are.
+        self._lent: dict[Profile, int] = {}
         self._wake = anyio.Event()
         # Set (and replaced) when the engine is back, ending the wait after a failed start.
         self._back = anyio.Event()
@@ -116,6 +120,8 @@ class WarmPool:
             self._wake.set()
             if now - born < MAX_AGE_S:
                 self.hits += 1
+                if profile.browser:
+                    self._lent[profile] = self._lent.get(profile, 0) + 1
                 return container_id
             # Too old to hand out; the refill loop replaces it.
             ready.appendleft((container_id, born))
@@ -123,6 +129,13 @@ class WarmPool:
         if self.size_of(profile) > 0:
             self.misses += 1
         return None
+
+    def give_back(self, profile: Profile) -> None:
+        """A browser box `take` handed out has ended its call: replace it now."""
+        lent = self._lent.get(profile, 0)
+        if lent:
+            self._lent[profile] = lent - 1
+            self._wake.set()
 
     def discard(self, container_id: str) -> bool:
         """Drop a ready container that died; whether it was one of them."""
@@ -169,7 +182,7 @@ class WarmPool:
                 wanted = [] if self._engine_lost else list(self._ready.items())
                 for profile, ready in wanted:
                     await self._retire_old(ready)
-                    starting = self._starting.get(profile, 0)
+                    starting = self._starting.get(profile, 0) + self._lent.get(profile, 0)
                     for _ in range(self.size_of(profile) - len(ready) - starting):
                         self._starting[profile] = self._starting.get(profile, 0) + 1
                         tg.start_soon(self._start_one, profile)

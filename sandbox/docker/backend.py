@@ -138,6 +138,9 @@ class DockerBackend:
                 await box.close()
                 await self._retire(job.session_id, container_id)
             raise
+        finally:
+            if pooled is not None:
+                self.pool.give_back(profile)
         with anyio.CancelScope(shield=True):
             await box.close()
         if self._background is not None:

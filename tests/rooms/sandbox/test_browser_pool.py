@@ -102,18 +102,20 @@ def exists(client: docker.DockerClient, container_id: str) -> bool:
 
 
 async def take_one(backend: DockerBackend, client: docker.DockerClient, job: JobSpec) -> bytes:
-    """Take the one waiting box; check it is the one handed out, trusts its own CA, and is
-    replaced at once by another, and gone after its block; its CA's certificate."""
+    """Take the one waiting box; check it is the one handed out, trusts its own CA, is
+    replaced by another once its call gave it back (not while the call runs, whose
+    Chromium would share the CPU with the new one's start), and is gone after its block;
+    its CA's certificate."""
     [waiting] = backend.pool.waiting()
+    started = backend.pool.started
     async with backend.sandbox(job, egress=True) as box:
         assert box.container_id == waiting
         assert box.ca is not None
         # The box trusts exactly the CA it was made with, given it before it started.
         shown = in_box(client, waiting, f"print(open('{EGRESS_MOUNT}/ca.pem').read())")
         assert shown.strip() == box.ca.pem.decode().strip()
-        await wait_until(
-            lambda: backend.pool.waiting() not in ([], [waiting]), within=READY_WITHIN_S
-        )
+        assert backend.pool.waiting() == [] and backend.pool.started == started
+    await wait_until(lambda: backend.pool.waiting() not in ([], [waiting]), within=READY_WITHIN_S)
     await wait_until(lambda: not exists(client, waiting), within=30)
     return box.ca.pem
 

@@ -168,12 +168,19 @@ async def test_browser_boxes_are_kept_to_their_own_size_and_go_with_a_lost_engin
             pool.want(browsers)
             await wait_until(lambda: pool.ready_count() == 4, within=5)
             assert started.count(browsers) == 1
+            # A browser box is replaced once its call gives it back, not while it runs.
+            lent = pool.take(browsers)
+            await anyio.wait_all_tasks_blocked()
+            assert lent is not None and started.count(browsers) == 1
+            pool.give_back(browsers)
+            await wait_until(lambda: pool.ready_count() == 4, within=5)
+            assert started.count(browsers) == 2
             # An engine restart takes the browser box too; it is started again once back.
             assert len(pool.lose_engine()) == 4 and pool.take(browsers) is None
             pool.engine_back()
             await wait_until(lambda: pool.ready_count() == 4, within=5)
             tg.cancel_scope.cancel()
-    assert started.count(browsers) == 2 and pool.dropped == 4
+    assert started.count(browsers) == 3 and pool.dropped == 4
 
 
 @pytest.mark.anyio
