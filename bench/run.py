@@ -141,6 +141,7 @@ from typing import Any, TextIO, TypeVar
 
 import anyio
 import docker
+import docker.errors
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
@@ -1513,7 +1514,12 @@ BROWSE_POOL = 1
 
 def _runs_chromium(engine: docker.DockerClient, container_id: str) -> bool:
     command = ["python3", "-I", "-S", "-c", CHROMIUM_RUNS]
-    return engine.containers.get(container_id).exec_run(command, user="0:0").exit_code == 0
+    try:
+        done = engine.containers.get(container_id).exec_run(command, user="0:0")
+    except docker.errors.APIError:
+        # Taken and removed meanwhile (a 404 or a 409): not the one a call will find.
+        return False
+    return bool(done.exit_code == 0)
 
 
 async def _warm_browser(b: Bench, srv: Server) -> float:

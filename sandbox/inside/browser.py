@@ -217,13 +217,14 @@ def _read_page(request: dict[str, Any]) -> str:
 
 
 def _open_page(page: Page, gate_port: int) -> None:
-    """The browse's own browser context, its proxy the gate to the relay, and its page.
+    """The browse's own browser context, its proxy the gate to the relay, and its page
+    (about:blank), opened when the box starts: a job finds its page waiting.
 
     Chromium's default context (its first tab, its background services) keeps the
     command line's proxy, which leads nowhere (NOWHERE_PORT): only what the page does
     reaches the run's proxy, so the run's records list only the page's requests.
     """
-    cdp, request = page.cdp, page.request
+    cdp = page.cdp
     cdp.call(
         "Target.setAutoAttach",
         {"autoAttach": True, "waitForDebuggerOnStart": True, "flatten": True},
@@ -249,8 +250,13 @@ def _open_page(page: Page, gate_port: int) -> None:
     )
     cdp.call("Target.createTarget", {"url": "about:blank", "browserContextId": page.context})
     cdp.pump(lambda: bool(page.session))
+
+
+def _size_page(page: Page) -> None:
+    """The viewport the first job asks for (the screenshot's size)."""
+    request = page.request
     metrics = {"width": int(request["width"]), "height": int(request["height"])}
-    cdp.call(
+    page.cdp.call(
         "Emulation.setDeviceMetricsOverride",
         {**metrics, "deviceScaleFactor": 1, "mobile": False},
         page.session,
@@ -368,8 +374,8 @@ def _name_downloads(page: Page) -> list[dict[str, Any]]:
 class _Browser:
     """What lives across the steps of one box: Chromium, its pipe, the page and its refs.
 
-    Made when the box starts, before any job: the CA trusted, Chromium started and
-    answering; the page comes with the first job."""
+    Made when the box starts, before any job: the CA trusted, Chromium started and its
+    page open on about:blank in the page's own context; the first job sizes it."""
 
     def __init__(self, relay_port: int, ca_pem: str) -> None:
         _trust_ca(ca_pem)
@@ -378,14 +384,14 @@ class _Browser:
             os.makedirs(os.path.join(WORKSPACE, DOWNLOADS))
         gate = Gate(relay_port)
         gate.start()
-        self.admit = gate.admit
-        self.gate_port = gate.port
         self.pid, to_chrome, from_chrome = _start_chromium()
         self.cdp = Cdp(to_chrome, from_chrome, time.monotonic() + BOOT_S)
-        self.cdp.call("Browser.getVersion")
-        self.page: Page | None = None
-        self.actor: Actor | None = None
-        self.opened = False
+        # The first job's request replaces this; until then one page is all there is.
+        self.page = Page(self.cdp, {"max_pages": 1}, "", gate.admit)
+        self.cdp.on_event = self.page.on_event
+        _open_page(self.page, gate.port)
+        self.actor = Actor(self.page, Refs())
+        self.sized = False
 
     def begin(self, job: dict[str, Any]) -> tuple[Page, Actor]:
         """The page of this job (the first makes it), after checking the job's CA is the
@@ -393,13 +399,7 @@ class _Browser:
         egress = job.get("egress")
         if not egress or egress.get("ca_pem") != self.ca_pem:
             raise RuntimeError("the job's CA is not the one this box trusts; take a new box")
-        token = job["env"]["AIRLOCK_TOKEN"]
-        if self.page is None or self.actor is None:
-            self.page = Page(self.cdp, job["browse"], token, self.admit)
-            self.cdp.on_event = self.page.on_event
-            self.actor = Actor(self.page, Refs())
-        else:
-            self.page.next_step(job["browse"], token)
+        self.page.next_step(job["browse"], job["env"]["AIRLOCK_TOKEN"])
         return self.page, self.actor
 
 
@@ -423,9 +423,9 @@ def _step(browser: _Browser, job: dict[str, Any], out: BinaryIO) -> dict[str, An
     try:
         if browser.cdp.closed:
             raise PageGone("Chromium exited between steps")
-        if not browser.opened:
-            _open_page(page, browser.gate_port)
-            browser.opened = True
+        if not browser.sized:
+            _size_page(page)
+            browser.sized = True
         found = _browse(page, actor)
         if found["error"]:
             exit_code = 1
