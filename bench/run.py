@@ -98,6 +98,14 @@ ratio of two things measured in the same run, interleaved:
   requesting through it in a loop, and the time from `revoke_capability` on the first to
   the run's first refused request (the container reads the host's clock). Judged: p99 at
   most 1 s. Notice latency alone is bench/fleet.py's.
+* browse (per runtime): a one-shot `browse` of a small local HTTPS page (a trustme leaf;
+  screenshot, text and snapshot back through the proxy), interleaved ABBA with a
+  `docker run --rm --network none` of the browser image's own Chromium screenshotting the
+  same page from a `data:` URL (the engine's default runtime, as the other baselines).
+  Twice: on a server with `[browser] pool = 1`, each call made once the pool has a box
+  whose page is open (a Chromium renderer runs in it; an untimed wait: a call arriving
+  after the pool refilled), judged at most 0.5x; and with `pool = 0` (a box started for
+  each call), reported. Every other section's servers run with `[browser] pool = 0`.
 * patch: no containers. `sandbox.gitdiff.build_patch` in this process, writing to a file,
   on three changes: a 125 KB lock-style file with every fifth version bumped, 1 MiB of
   random two-symbol lines replaced by others (past the diff's budget), and 32 MiB of new
@@ -133,6 +141,7 @@ from typing import Any, TextIO, TypeVar
 
 import anyio
 import docker
+import docker.errors
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
@@ -399,12 +408,16 @@ class Server:
         extra_policy: str = "",
         store: str | None = None,
         env: dict[str, str] | None = None,
+        browser_pool: int = 0,
     ) -> None:
+        """`browser_pool`: its `[browser] pool`; none but where a section asks, so the warm
+        browser boxes are neither counted by `settle` nor load the other sections."""
         self.name = name
         self.store = store
         self.env = env or {}
         self.pool = DEFAULT_POOL if pooled else 0
         self.policy = "version = 1\n" + ("" if pooled else NO_POOL)
+        self.policy += f"[browser]\npool = {browser_pool}\n"
         if runtime is not None:
             self.policy += f'[sandbox]\nruntime = "{runtime}"\n'
         if egress:
@@ -1419,6 +1432,8 @@ async def section_egress_run(b: Bench, runtime: str) -> dict[str, Any]:
     }
 
 
+# A browse from the warm browser pool, at most this times the baseline (issue 31).
+BROWSE_POOL_TARGET = 0.5
 BROWSE_PAGE = b"<title>bench</title><h1>A small page</h1><p>for the browse bench</p>"
 CHROMIUM_FLAGS = (
     "--headless=new",
@@ -1485,10 +1500,90 @@ async def docker_run_chromium(image: str) -> float:
     return elapsed
 
 
+# Whether a box's page is open: Chromium runs a renderer for it (a pooled box opens its
+# page, about:blank, before any job; until then the box is still starting). Chromium
+# rewrites its helpers' command lines as one string, so this looks for a substring.
+PAGE_OPEN = (
+    "import os\n"
+    "for pid in filter(str.isdigit, os.listdir('/proc')):\n"
+    "    try: command = open(f'/proc/{pid}/cmdline', 'rb').read()\n"
+    "    except OSError: continue\n"
+    "    if b'--type=renderer' in command: raise SystemExit(0)\n"
+    "raise SystemExit(1)\n"
+)
+BROWSE_POOL = 1
+
+
+def _page_open(engine: docker.DockerClient, container_id: str) -> bool:
+    command = ["python3", "-I", "-S", "-c", PAGE_OPEN]
+    try:
+        done = engine.containers.get(container_id).exec_run(command, user="0:0")
+    except docker.errors.APIError:
+        # Taken and removed meanwhile (a 404 or a 409): not the one a call will find.
+        return False
+    return bool(done.exit_code == 0)
+
+
+async def _warm_browser(b: Bench, srv: Server) -> float:
+    """Wait (untimed) until the server has a pooled browser box whose page is open, as a
+    call finds it once the pool has refilled since the last; seconds waited."""
+    started = time.perf_counter()
+
+    async def ready() -> bool:
+        for box in await srv.containers(**{"airlock.browser": "1"}):
+            if box["State"] != "running" or (box.get("Labels") or {}).get(LABEL_SESSION):
+                continue
+            done = await anyio.to_thread.run_sync(_page_open, b.engine, box["Id"])
+            if done:
+                return True
+        return False
+
+    with anyio.fail_after(SETTLE_TIMEOUT_S):
+        await poll_async(ready, 0.2)
+    return time.perf_counter() - started
+
+
+async def _browse_calls(
+    b: Bench, srv: Server, url: str, image: str, n: int, *, pooled: bool
+) -> tuple[list[float], list[float], list[str]]:
+    """n browse calls interleaved ABBA with n docker runs; (airlock, baseline, run ids)."""
+    airlock: list[float] = []
+    baseline: list[float] = []
+    run_ids: list[str] = []
+    await srv.call("browse", {"url": url})  # warm-up: the first call connects
+    await docker_run_chromium(image)
+    progress(f"browse {srv.name}: {n} calls interleaved with {n} docker runs")
+    for i in range(n):
+        # ABBA, so drift in the machine's load hits both sides alike.
+        for kind in ("airlock", "base") if i % 2 == 0 else ("base", "airlock"):
+            if kind == "base":
+                baseline.append(await docker_run_chromium(image))
+                continue
+            if pooled:
+                await _warm_browser(b, srv)
+            elapsed, result = await srv.call("browse", {"url": url})
+            data = result.structured_content or {}
+            if result.is_error or data.get("title") != "bench":
+                raise RuntimeError(f"browse failed: {result.content!r}")
+            airlock.append(elapsed)
+            run_ids.append(data["run_id"])
+    return airlock, baseline, run_ids
+
+
+def _browse_peaks(srv: Server) -> list[int]:
+    db = sqlite3.connect(srv.dir / "data" / "airlock.db")
+    try:
+        found = db.execute("SELECT peak_memory_bytes FROM runs WHERE language = 'browse'")
+        return [row[0] for row in found if row[0]]
+    finally:
+        db.close()
+
+
 async def section_browse(b: Bench, runtime: str) -> dict[str, Any]:
-    """Cold `browse` of a small local HTTPS page through the full stack, with the box as
-    the server's defaults hand it out (from the browser pool where one is on, else started
-    for the call), interleaved with the baseline; peak memory of one box from the records."""
+    """Cold `browse` of a small local HTTPS page through the full stack: from the warm
+    browser pool (`[browser] pool = 1`, each call taking a box whose page is open) and from
+    a box made for the call (pool 0), each interleaved with the baseline; peak memory of
+    one box from the run records."""
     from airlock.sandbox.browser_image import ensure_browser_image
 
     n = max(3, b.counts.cold)
@@ -1498,64 +1593,47 @@ async def section_browse(b: Bench, runtime: str) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="browse-", dir=b.temp))
     page_server, ca_file = _page_server(tmp)
     port = page_server.server_address[1]
-    policy = (
+    url = f"https://localhost:{port}/"
+    allow = (
         f'[egress]\nupstream_ca_file = "{ca_file}"\n'
         f'[[egress.allow]]\nname = "page"\nhosts = ["localhost"]\nports = [{port}]\n'
         'methods = ["GET"]\npaths = ["/**"]\nallow_private = ["127.0.0.0/8"]\n'
     )
-    airlock: list[float] = []
-    baseline: list[float] = []
-    run_ids: list[str] = []
+    times: dict[str, tuple[list[float], list[float], list[str]]] = {}
+    peaks: list[int] = []
+    orphans = 0
     try:
-        async with b.server(f"browse-{runtime}", runtime=runtime, extra_policy=policy) as srv:
-            url = f"https://localhost:{port}/"
-            await srv.call("browse", {"url": url})  # warm-up: the first call connects
-            await docker_run_chromium(image)
-            progress(f"browse {runtime}: {n} cold calls interleaved with {n} docker runs")
-            for i in range(n):
-                # ABBA, so drift in the machine's load hits both sides alike.
-                for kind in ("airlock", "base") if i % 2 == 0 else ("base", "airlock"):
-                    if kind == "base":
-                        baseline.append(await docker_run_chromium(image))
-                        continue
-                    elapsed, result = await srv.call("browse", {"url": url})
-                    data = result.structured_content or {}
-                    if result.is_error or data.get("title") != "bench":
-                        raise RuntimeError(f"browse failed: {result.content!r}")
-                    airlock.append(elapsed)
-                    run_ids.append(data["run_id"])
-            db = sqlite3.connect(srv.dir / "data" / "airlock.db")
-            try:
-                peaks = [
-                    row[0]
-                    for row in db.execute(
-                        "SELECT peak_memory_bytes FROM runs WHERE language = 'browse'"
-                    )
-                    if row[0]
-                ]
-            finally:
-                db.close()
+        for mode, size in (("pooled", BROWSE_POOL), ("fresh", 0)):
+            name = f"browse-{mode}-{runtime}"
+            options = {"runtime": runtime, "extra_policy": allow, "browser_pool": size}
+            async with b.server(name, **options) as srv:
+                times[mode] = await _browse_calls(b, srv, url, image, n, pooled=size > 0)
+                peaks += _browse_peaks(srv)
+            orphans += srv.orphans
     finally:
         page_server.shutdown()
-    cold, base = summary(airlock), summary(baseline)
     section = f"8 browse {runtime}"
-    b.row(section, f"browse cold p50 / p95 (n={n})", f"{ms(cold['p50'])} / {ms(cold['p95'])}")
-    b.row(
-        section, f"docker run chromium p50 / p95 (n={n})", f"{ms(base['p50'])} / {ms(base['p95'])}"
-    )
-    b.ratio(section, "cold p50 ratio", cold["p50"] / base["p50"])
+    result: dict[str, Any] = {"runtime": runtime, "peak_memory_bytes": peaks, "orphans": orphans}
+    for mode, (airlock, baseline, _) in times.items():
+        cold, base = summary(airlock), summary(baseline)
+        b.row(section, f"browse {mode} p50 / p95 (n={n})", f"{ms(cold['p50'])} / {ms(cold['p95'])}")
+        b.row(
+            section,
+            f"docker run chromium p50 / p95 (n={n}, beside {mode})",
+            f"{ms(base['p50'])} / {ms(base['p95'])}",
+        )
+        limit = BROWSE_POOL_TARGET if mode == "pooled" else None
+        b.ratio(section, f"{mode} p50 ratio", cold["p50"] / base["p50"], limit)
+        result[mode] = {
+            "airlock_s": airlock,
+            "baseline_s": baseline,
+            "airlock": cold,
+            "baseline": base,
+            "ratio_p50": cold["p50"] / base["p50"],
+        }
     peak = max(peaks) if peaks else 0
     b.row(section, "peak memory of one box", f"{peak / 1e6:.0f} MB")
-    return {
-        "runtime": runtime,
-        "airlock_s": airlock,
-        "baseline_s": baseline,
-        "airlock": cold,
-        "baseline": base,
-        "ratio_p50": cold["p50"] / base["p50"],
-        "peak_memory_bytes": peaks,
-        "orphans": srv.orphans,
-    }
+    return result
 
 
 def per_runtime(

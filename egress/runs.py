@@ -185,8 +185,8 @@ class Egress:
         `socket_dir`: an existing, empty directory to listen in (the sandbox's egress
         directory, owned by the backend; only the socket is removed from it at the end).
         Missing: a directory of the run's own, removed at the end.
-        `ca`: the CA the sandbox already trusts (a kept browser's, made once for the box
-        and used by each of its steps' proxies); missing: a new one for this run.
+        `ca`: the CA the sandbox already trusts (a browser box's, made with the box: its
+        one run's, or each of a kept browser's steps'); missing: a new one for this run.
         `token`: the run token value the sandbox already presents (a kept browser's, from
         its previous step: its Chromium caches it), bound to this run and its grants now;
         missing: a new value.

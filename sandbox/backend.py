@@ -12,6 +12,7 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
+from airlock.egress.tls import RunCA
 from airlock.errors import SandboxError
 from airlock.store import Staging
 
@@ -35,6 +36,12 @@ class Sandbox(Protocol):
     @property
     def runtime(self) -> str:
         """The OCI runtime the sandbox runs under (runc, runsc)."""
+        ...
+
+    @property
+    def ca(self) -> RunCA | None:
+        """The CA the sandbox has trusted since it started (a browser box's, made with it):
+        its run's proxy must use this one. None: the job brings its CA (`EgressMount`)."""
         ...
 
     async def run(self, job: JobSpec, staging: Staging) -> JobOutcome:

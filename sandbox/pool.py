@@ -5,9 +5,14 @@ job, so taking one skips only create and start. It is handed out once, is
 removed after its call like every other container, and carries the same
 instance labels, so a crashed server's pool is reaped like the rest.
 
-Each taken container is replaced at once, and the missing ones of a profile are
+Each taken container is replaced at once (a browser box once its call gave it back,
+`give_back`: a Chromium starting beside the call's own would take the CPU it needs on a
+small machine), and the missing ones of a profile are
 started concurrently, so calls arriving faster than one container start find the
-pool refilling in parallel rather than one at a time. The counters (`hits`,
+pool refilling in parallel rather than one at a time. Browser boxes (`Profile.browser`)
+are kept `browser_size` at a time, apart from `size` ([browser] pool and [pool] size): each
+waits with Chromium running and a CA of its own, which serves the one browse that takes it
+(a kept browser is made for its session instead: `DockerBackend.sandbox`). The counters (`hits`,
 `misses`, `started`, `failures`, `dropped`, `ready_count`) are for metrics.
 
 A pooled container can die while it waits (killed, or stopped with the engine). The
@@ -48,6 +53,9 @@ class Profile:
     limits: ContainerLimits
     egress: bool = False
     """Created with an (empty) egress directory mounted, for a run's proxy to bind in."""
+    browser: bool = False
+    """A browser box: created with a CA of its own beside its egress socket, which its
+    Chromium, started before any job, trusts; the box's one run's proxy is bound to it."""
 
 
 class WarmPool:
@@ -56,12 +64,17 @@ class WarmPool:
         size: int,
         start: Callable[[Profile], Awaitable[str]],
         remove: Callable[[str], Awaitable[None]],
+        *,
+        browser_size: int = 0,
     ) -> None:
         self.size = size
+        self.browser_size = browser_size
         self._start = start
         self._remove = remove
         self._ready: dict[Profile, deque[tuple[str, float]]] = {}
         self._starting: dict[Profile, int] = {}
+        # Browser boxes taken and not given back yet: replaced only once they are.
+        self._lent: dict[Profile, int] = {}
         self._wake = anyio.Event()
         # Set (and replaced) when the engine is back, ending the wait after a failed start.
         self._back = anyio.Event()
@@ -87,9 +100,13 @@ class WarmPool:
         """The ids of the ready containers across all profiles, oldest first per profile."""
         return [container_id for ready in self._ready.values() for container_id, _ in ready]
 
+    def size_of(self, profile: Profile) -> int:
+        """How many of `profile` are kept ready: `browser_size` of browser boxes, else `size`."""
+        return self.browser_size if profile.browser else self.size
+
     def want(self, profile: Profile) -> None:
-        """Keep `size` containers of this profile ready from now on."""
-        if self.size > 0 and profile not in self._ready:
+        """Keep `size_of(profile)` containers of this profile ready from now on."""
+        if self.size_of(profile) > 0 and profile not in self._ready:
             self._ready[profile] = deque()
             self._wake.set()
 
@@ -103,13 +120,22 @@ class WarmPool:
             self._wake.set()
             if now - born < MAX_AGE_S:
                 self.hits += 1
+                if profile.browser:
+                    self._lent[profile] = self._lent.get(profile, 0) + 1
                 return container_id
             # Too old to hand out; the refill loop replaces it.
             ready.appendleft((container_id, born))
             break
-        if self.size > 0:
+        if self.size_of(profile) > 0:
             self.misses += 1
         return None
+
+    def give_back(self, profile: Profile) -> None:
+        """A browser box `take` handed out has ended its call: replace it now."""
+        lent = self._lent.get(profile, 0)
+        if lent:
+            self._lent[profile] = lent - 1
+            self._wake.set()
 
     def discard(self, container_id: str) -> bool:
         """Drop a ready container that died; whether it was one of them."""
@@ -146,7 +172,7 @@ class WarmPool:
         return ids
 
     async def refill_forever(self) -> None:
-        """Top every wanted profile up to `size`, replacing old containers, until cancelled.
+        """Top every wanted profile up to its size, replacing old containers, until cancelled.
 
         Missing containers are started concurrently, each in its own task."""
         async with anyio.create_task_group() as tg:
@@ -156,8 +182,8 @@ class WarmPool:
                 wanted = [] if self._engine_lost else list(self._ready.items())
                 for profile, ready in wanted:
                     await self._retire_old(ready)
-                    starting = self._starting.get(profile, 0)
-                    for _ in range(self.size - len(ready) - starting):
+                    starting = self._starting.get(profile, 0) + self._lent.get(profile, 0)
+                    for _ in range(self.size_of(profile) - len(ready) - starting):
                         self._starting[profile] = self._starting.get(profile, 0) + 1
                         tg.start_soon(self._start_one, profile)
                 with anyio.move_on_after(MAX_AGE_S / 4):

@@ -11,7 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from airlock.languages import RunKind
-from airlock.policies import Policy
+from airlock.policies import BrowserSettings, Policy
 from airlock.store import Draft
 
 Status = Literal["ok", "error", "timeout", "oom", "killed"]
@@ -38,6 +38,22 @@ def limits_of(policy: Policy) -> ContainerLimits:
         pids=limits.pids,
         workspace_mb=limits.workspace_mb,
         tmp_mb=limits.tmp_mb,
+    )
+
+
+MIB = 1 << 20
+
+
+def browser_limits(settings: BrowserSettings) -> ContainerLimits:
+    """The container limits of a browser box under `settings` (the warm pool's boxes are
+    made to the server policy's)."""
+    return ContainerLimits(
+        memory_mb=settings.memory_mb,
+        cpus=settings.cpus,
+        pids=settings.pids,
+        # The box's own /workspace holds only what comes out: findings, screenshot, downloads.
+        workspace_mb=settings.max_bytes // MIB + 16,
+        tmp_mb=settings.tmp_mb,
     )
 
 

@@ -39,6 +39,7 @@ from airlock.sandbox.image_source import check_sandbox_image, policy_image
 from airlock.sandbox.instance import Instance
 from airlock.sandbox.pool import Profile, WarmPool
 from airlock.sandbox.runtime import choose_runtime
+from airlock.sandbox.spec import browser_limits
 from airlock.tools.context import Engine as ToolsEngine
 
 log = logging.getLogger(__name__)
@@ -191,7 +192,12 @@ class Engine:
             if choice.warning:
                 log.warning("%s", choice.warning)
             self._runtime = choice.runtime
-            backend = DockerBackend(client, self._instance, pool_size=self._policy.pool.size)
+            backend = DockerBackend(
+                client,
+                self._instance,
+                pool_size=self._policy.pool.size,
+                browser_pool_size=self._policy.browser.pool,
+            )
             reaped = await backend.reap(time.time())
             if reaped:
                 log.info("removed %d container(s) left behind by a stopped server", reaped)
@@ -243,7 +249,7 @@ class Engine:
             raise failure
         tag = browser_image_tag()
         if await anyio.to_thread.run_sync(image_exists, backend.client, tag):
-            self._browser_image = tag
+            self._found_browser(backend, tag)
             return
         has_base = await anyio.to_thread.run_sync(image_exists, backend.client, browser_base_tag())
         self._browser_build = _Build(
@@ -259,13 +265,37 @@ class Engine:
         self._task_group.start_soon(self._build_browser, backend)
         raise ImageBuilding(self._browser_build.message(time.monotonic(), BROWSER_IMAGE))
 
+    def _found_browser(self, backend: DockerBackend, image: str) -> None:
+        """Browse from `image` from now on, with [browser] pool boxes of it kept warm."""
+        self._browser_image = image
+        backend.pool.want(
+            Profile(
+                image=image,
+                runtime=self._runtime,
+                limits=browser_limits(self._policy.browser),
+                egress=True,
+                browser=True,
+            )
+        )
+
+    async def _warm_browsers(self, backend: DockerBackend) -> None:
+        """Where the browser image exists already, start its warm pool with the server's
+        (a missing image is built on the first browse, not for the pool)."""
+        async with self._browser_lock:
+            tag = browser_image_tag()
+            if self._browser_image is None and await anyio.to_thread.run_sync(
+                image_exists, backend.client, tag
+            ):
+                self._found_browser(backend, tag)
+
     async def _build_browser(self, backend: DockerBackend) -> None:
         try:
-            self._browser_image = await anyio.to_thread.run_sync(
+            image = await anyio.to_thread.run_sync(
                 lambda: ensure_browser_image(
                     backend.client, lambda line: log.info("browser image: %s", line)
                 )
             )
+            self._found_browser(backend, image)
         except AirlockError as exc:
             log.error("browser image not built: %s", exc)
             self._browser_failure = exc
@@ -291,6 +321,8 @@ class Engine:
                 await self.warm_up()
                 await self._connected.wait()
                 assert self._backend is not None
+                if self._policy.browser.pool:
+                    await self._warm_browsers(self._backend)
                 async with self._backend.running():
                     await anyio.sleep_forever()
             finally:

@@ -61,6 +61,8 @@ BOTH_RUNTIMES = (
     "test_browse",
     "test_browse_refs",
     "test_browse_kept",
+    "test_browser_pool",
+    "test_browse_pool",
 )
 ENGINE_FIXTURES = frozenset({"docker_client", "sandbox_image", "browser_image", "engine_runtimes"})
 """The fixtures that need the engine: a test using one needs the `docker` marker."""
@@ -258,8 +260,9 @@ def make_server(
 ) -> Callable[..., MCPServer]:
     """Build a server on this test's data dir: `make_server()` for the default policy,
     `make_server({"limits": {"memory_mb": 128}})` for a policy with those sections.
-    The runtime is the test's `sandbox_runtime` unless the policy names one; the pool is
-    off unless the policy has a `[pool]` section; `store=URL` keeps the records there.
+    The runtime is the test's `sandbox_runtime` unless the policy names one; the pools are
+    off unless the policy has a `[pool]` section (the browser's: a `[browser] pool`);
+    `store=URL` keeps the records there.
     Its sandboxes run on `engine_side`."""
 
     def make(
@@ -270,6 +273,8 @@ def make_server(
         policy = dict(policy or {})
         policy["sandbox"] = {"runtime": sandbox_runtime, **policy.get("sandbox", {})}
         policy.setdefault("pool", {"size": 0})
+        # Warm browsers likewise only where a test asks for them (each holds a Chromium).
+        policy["browser"] = {"pool": 0, **policy.get("browser", {})}
         config = Config(data_dir=data_dir, store_url=store)
         return build_server(
             config, Policy.model_validate(policy), clock=clock, engine_side=engine_side

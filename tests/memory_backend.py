@@ -227,6 +227,11 @@ class MemorySandbox:
     def runtime(self) -> str:
         return self._runtime
 
+    @property
+    def ca(self) -> None:
+        """No box of its own runs a browser here: a run's egress makes the run's CA."""
+        return None
+
     async def run(self, job: JobSpec, staging: Staging) -> JobOutcome:
         check_first_job(self._used, job, self.egress_dir)
         self._used = True

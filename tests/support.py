@@ -61,9 +61,10 @@ REQUIRE_DOCKER = os.environ.get("AIRLOCK_REQUIRE_DOCKER") == "1"
 
 # Tests that watch a session's containers by their `airlock.session` label run without
 # the warm pool: pooled containers are created before any session and carry no session
-# label. tests/rooms/sandbox/test_backend_contract.py covers pooled containers' teardown.
-NO_POOL: dict[str, Any] = {"pool": {"size": 0}}
-NO_POOL_TOML = "[pool]\nsize = 0\n"
+# label. tests/rooms/sandbox/test_backend_contract.py covers pooled containers' teardown
+# (tests/rooms/sandbox/test_browser_pool.py the warm browser boxes', off here too).
+NO_POOL: dict[str, Any] = {"pool": {"size": 0}, "browser": {"pool": 0}}
+NO_POOL_TOML = "[pool]\nsize = 0\n[browser]\npool = 0\n"
 
 AIRLOCK = str(Path(sys.executable).with_name("airlock"))
 TESTS = Path(__file__).resolve().parent

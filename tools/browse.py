@@ -14,7 +14,6 @@ content marked untrusted.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from typing import Any, NamedTuple
@@ -36,7 +35,7 @@ from airlock.sandbox import (
     Sandbox,
 )
 from airlock.sandbox.environment import sandbox_environment
-from airlock.sandbox.spec import BrowseJob, ContainerLimits
+from airlock.sandbox.spec import BrowseJob, browser_limits
 from airlock.store import ArtifactRecord, RunRecord, Staging
 
 from . import kept_audit
@@ -52,14 +51,13 @@ from .browse_result import (
 from .capabilities import held_grant, live_grants
 from .context import Services, Session
 from .images import MAX_IMAGE_BYTES
-from .kept_browsers import KeptBrowser, new_ca
+from .kept_browsers import KeptBrowser
 from .progress import Progress, run_reporting
 from .run_record import recorded_run
 
 # The box renders at most this many lines of the tree (a page of 50 000 nodes is cut there).
 MAX_SNAPSHOT_LINES = 3000
 MAX_OUTPUT_FILES = 24
-MIB = 1 << 20
 
 BROWSE_DOC = """Open an http(s) page in headless Chromium in a sandboxed box (no session files,
 no secrets), optionally act on it, and get its accessibility snapshot (one element a line,
@@ -114,14 +112,7 @@ def _job(
         code="",
         env=sandbox_environment(),
         timeout_s=timeout,
-        limits=ContainerLimits(
-            memory_mb=settings.memory_mb,
-            cpus=settings.cpus,
-            pids=settings.pids,
-            # The box's own /workspace holds only what comes out: findings, screenshot, downloads.
-            workspace_mb=settings.max_bytes // MIB + 16,
-            tmp_mb=settings.tmp_mb,
-        ),
+        limits=browser_limits(settings),
         stream_cap_bytes=16 * 1024,
         artifact_caps=ArtifactCaps(
             max_files=MAX_OUTPUT_FILES,
@@ -216,17 +207,12 @@ async def _open_kept(
     """The first call of a kept browser: its box, left open in the registry when the box
     reports it kept its browser (a page that timed out or crashed is not kept)."""
     browser_id = new_id("brw_")
-    ca, ca_dir = new_ca(browser_id)
     exits = AsyncExitStack()
     # Runs last when it closes, once its box is gone: the records' close.
     exits.push_async_callback(lambda: kept_audit.closed(services, browser))
     # The box may live as long as its session (the reaper's deadline label).
     job = job.model_copy(update={"lifetime_s": float(policy.sessions.max_lifetime_s)})
-    try:
-        box = await exits.enter_async_context(backend.sandbox(job, egress=True))
-    except BaseException:
-        shutil.rmtree(ca_dir, ignore_errors=True)
-        raise
+    box = await exits.enter_async_context(backend.sandbox(job, egress=True))
     browser = KeptBrowser(
         id=browser_id,
         tenant=session.tenant,
@@ -234,12 +220,10 @@ async def _open_kept(
         backend=backend,
         box=box,
         job=job,
-        ca=ca,
         idle_s=float(policy.browser.keep_idle_s),
         used_at=services.clock(),
         capability_ids=[g.id for g in grants],
         exits=exits,
-        ca_dir=ca_dir,
     )
     # Registered before its first call (counted by the caps), closed if it is not kept;
     # checked again with no wait before it, as another call may have kept one meanwhile.
@@ -341,9 +325,10 @@ async def _step(
     *,
     browser: KeptBrowser | None = None,
 ) -> BrowseRun:
-    """One browse run on `box`: its record, its own egress (a kept browser's over the CA its
-    box trusts and with the token value its Chromium caches, bound to this run), the job
-    (a kept browser's next `step` after its first), its files kept."""
+    """One browse run on `box`: its record, its own egress (over the CA the box was made
+    with and trusts: the box's one run's, or a kept browser's steps'; a kept browser's with
+    the token value its Chromium caches, bound to this run), the job (a kept browser's next
+    `step` after its first), its files kept."""
     settings = policy.browser
     request = job.browse
     assert request is not None
@@ -373,7 +358,7 @@ async def _step(
             grants=grants,
             deadline=services.clock() + job.timeout_s + EXCHANGE_GRACE_S,
             socket_dir=box.egress_dir,
-            ca=browser.ca if browser is not None else None,
+            ca=box.ca,
             # The token value its Chromium already presents, bound to this step's run.
             token=browser.token if browser is not None else None,
         ) as run_egress:

@@ -9,10 +9,10 @@ also idle and lifetime limits, shutdown and a replica leaving), its own idle lim
 
 The box is the same box a one-shot browse gets: no secret, no workspace file, no hatch
 root ever reaches it. Its network is opened afresh for each call (a new run and proxy,
-with the grants the session holds then), over one CA made for the box, because the box
-trusts only the CA it was started with, and with one token value bound to each step's run
-in turn, because its Chromium presents the credentials it answered the first challenge
-with (a new value would meet a 407 every step).
+with the grants the session holds then), over the CA made with the box (`Sandbox.ca`),
+because the box trusts only the CA it was started with, and with one token value bound to
+each step's run in turn, because its Chromium presents the credentials it answered the
+first challenge with (a new value would meet a 407 every step).
 
 Belongs here: the registry, the caps, closing. Does not belong here: what a call does on
 the box (`browse`).
@@ -21,16 +21,12 @@ the box (`browse`).
 from __future__ import annotations
 
 import logging
-import shutil
-import tempfile
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import anyio
 
 from airlock.broker import Secret
-from airlock.egress.tls import RunCA
 from airlock.errors import LimitExceeded, NotFound
 from airlock.policies import BrowserSettings
 from airlock.sandbox import Backend, JobSpec, Sandbox
@@ -43,8 +39,8 @@ IDLE = "idle past [browser] keep_idle_s"
 
 @dataclass(eq=False)
 class KeptBrowser:
-    """One kept browser: its box (removed when `exits` closes), the CA the box trusts,
-    the capabilities named for it, and the job its steps are made from."""
+    """One kept browser: its box (removed, with its CA, when `exits` closes), the
+    capabilities named for it, and the job its steps are made from."""
 
     id: str
     tenant: str
@@ -52,24 +48,15 @@ class KeptBrowser:
     backend: Backend
     box: Sandbox
     job: JobSpec
-    ca: RunCA
     idle_s: float
     used_at: float
     capability_ids: list[str]
     exits: AsyncExitStack
-    ca_dir: Path
     lock: anyio.Lock = field(default_factory=anyio.Lock)
     closed: bool = False
     steps: int = 0
     token: Secret | None = None
     closed_why: str | None = None
-
-
-def new_ca(browser_id: str) -> tuple[RunCA, Path]:
-    """A CA for one kept browser's box, in a private directory of its own (its leaves are
-    written there), removed when the browser closes."""
-    directory = Path(tempfile.mkdtemp(prefix="airlock-kept-"))
-    return RunCA(browser_id, directory / "private"), directory
 
 
 class KeptBrowsers:
@@ -141,8 +128,8 @@ class KeptBrowsers:
         return counts
 
     async def close(self, browser: KeptBrowser, *, why: str) -> None:
-        """Remove its box and its CA; it is gone from the registry at once. `why` is what
-        the records keep of its end."""
+        """Remove its box (and with it its CA); it is gone from the registry at once. `why`
+        is what the records keep of its end."""
         if self._open.get(browser.id) is browser:
             del self._open[browser.id]
         if browser.closed:
@@ -150,10 +137,7 @@ class KeptBrowsers:
         browser.closed = True
         browser.closed_why = why
         with anyio.CancelScope(shield=True):
-            try:
-                await browser.exits.aclose()
-            finally:
-                shutil.rmtree(browser.ca_dir, ignore_errors=True)
+            await browser.exits.aclose()
 
     async def close_session(self, tenant: str, session_id: str) -> int:
         """Close every kept browser of the session; how many there were."""

@@ -1,11 +1,13 @@
 """`DockerBackend`: one fresh, hardened, network-less container per job.
 
 Owns which container a job gets and that it goes: a pooled one that is running
-(`pooling.py`), or one created for the job, removed when the job's block ends, in a
-shielded step, so cancellation, timeouts and engine errors all end with it gone (after the
-reply, in the background, while `running()`). Also removes a session's containers, all of
-this instance's, and those a dead server left (`reaping.py`). The job's exchange itself is
-`run.py`'s; every engine call is `containers.py`'s.
+(`pooling.py`), or one created for the job (always for a kept browser, whose labels must
+name its session and live as long: labels are fixed when a container is created), removed
+when the job's block ends, in a shielded step, so cancellation, timeouts and engine errors
+all end with it gone (after the reply, in the background, while `running()`). Also
+removes a session's containers, all of this instance's, and those a dead server left
+(`reaping.py`). The job's exchange itself is `run.py`'s; every engine call is
+`containers.py`'s.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import anyio
 import anyio.abc
 import docker
 
+from airlock.egress.tls import RunCA
 from airlock.errors import SandboxError
 from airlock.store import Staging
 
@@ -44,13 +47,23 @@ class DockerBackend:
     """
 
     def __init__(
-        self, client: docker.DockerClient, instance: Instance, *, pool_size: int = 0
+        self,
+        client: docker.DockerClient,
+        instance: Instance,
+        *,
+        pool_size: int = 0,
+        browser_pool_size: int = 0,
     ) -> None:
+        """`browser_pool_size` browser boxes wait ready once one is wanted, `pool_size` of
+        every other kind."""
         self.client = client
         self.instance = instance
         self.containers = Containers(client, instance)
         self.pool = WarmPool(
-            pool_size, lambda profile: start_pooled(self.containers, profile), self._remove
+            pool_size,
+            lambda profile: start_pooled(self.containers, profile),
+            self._remove,
+            browser_size=browser_pool_size,
         )
         self._watch = EngineWatch(client, self.containers.mine, self.pool, self._remove_many)
         self._background: anyio.abc.TaskGroup | None = None
@@ -89,7 +102,12 @@ class DockerBackend:
         """A never-used container for `job`: a pooled one if ready, else a new one.
         Removed when the block ends (after the reply, when `running()`)."""
         profile = profile_of(job, egress=egress)
-        pooled, attached = await take_running(self.pool, self.containers, profile, self._later)
+        if job.browse is not None and job.browse.keep:
+            # A kept browser outlives a pooled box's deadline label and must carry its
+            # session's: it gets a box made for it.
+            pooled, attached = None, None
+        else:
+            pooled, attached = await take_running(self.pool, self.containers, profile, self._later)
         if pooled is None:
             try:
                 labels = job_labels(self.instance, job)
@@ -111,6 +129,7 @@ class DockerBackend:
             runtime=job.runtime,
             egress_dir=self.containers.egress_dir(container_id),
             attached=attached,
+            ca=self.containers.ca(container_id),
         )
         try:
             yield box
@@ -119,6 +138,9 @@ class DockerBackend:
                 await box.close()
                 await self._retire(job.session_id, container_id)
             raise
+        finally:
+            if pooled is not None:
+                self.pool.give_back(profile)
         with anyio.CancelScope(shield=True):
             await box.close()
         if self._background is not None:
@@ -206,11 +228,13 @@ class DockerSandbox:
         runtime: str,
         egress_dir: Path | None,
         attached: anyio.abc.SocketStream | None,
+        ca: RunCA | None = None,
     ) -> None:
         self._backend = backend
         self.container_id = container_id
         self._runtime = runtime
         self._egress_dir = egress_dir
+        self._ca = ca
         # A pooled container comes attached (that is how it was seen running), a new one not.
         self._attached = attached
         self._used = False
@@ -224,6 +248,10 @@ class DockerSandbox:
     @property
     def runtime(self) -> str:
         return self._runtime
+
+    @property
+    def ca(self) -> RunCA | None:
+        return self._ca
 
     async def run(self, job: JobSpec, staging: Staging) -> JobOutcome:
         check_first_job(self._used, job, self._egress_dir)

@@ -3,15 +3,18 @@
 Belongs here: every engine call about containers, each in a worker thread under one
 limiter (`call`), with the SDK's errors translated (`engine.engine_errors`); creating a
 container with its options (`options.py`) and, for egress, its own egress directory,
-which goes when the container goes; removing forgivingly (gone already, or being removed
-by a concurrent teardown, is done). Does not belong here: which container a job gets
-(`backend.py`, `pooling.py`) or what travels over its attach (`run.py`).
+which goes when the container goes (a browser box's also holds the certificate of the CA
+made for it, whose private directory goes with it too); removing forgivingly (gone
+already, or being removed by a concurrent teardown, is done). Does not belong here: which
+container a job gets (`backend.py`, `pooling.py`) or what travels over its attach
+(`run.py`).
 """
 
 from __future__ import annotations
 
 import logging
 import shutil
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -20,6 +23,9 @@ import anyio
 import docker
 import docker.errors
 import requests
+
+from airlock.egress.tls import RunCA
+from airlock.ids import new_id
 
 from ..instance import LABEL_INSTANCE, Instance
 from ..pool import Profile
@@ -32,6 +38,8 @@ log = logging.getLogger(__name__)
 # The SDK keeps 25 connection pools keyed by URL and closes the least recently used one
 # even while a thread still uses it; stay below that.
 ENGINE_CONCURRENCY = 16
+# Beside the socket in a browser box's egress directory (the driver's BOX_CA).
+CA_FILE = "ca.pem"
 
 T = TypeVar("T")
 
@@ -46,6 +54,12 @@ class Containers:
         """The label filter that finds this instance's containers."""
         self._engine_calls = anyio.CapacityLimiter(ENGINE_CONCURRENCY)
         self._egress_dirs: dict[str, Path] = {}
+        self._cas: dict[str, tuple[RunCA, Path]] = {}
+
+    def ca(self, container_id: str) -> RunCA | None:
+        """The CA made with the container (a browser box's), if any."""
+        made = self._cas.get(container_id)
+        return made[0] if made is not None else None
 
     def egress_dir(self, container_id: str) -> Path | None:
         """The egress directory made with the container, if it was made for egress."""
@@ -66,20 +80,42 @@ class Containers:
 
     async def create(self, profile: Profile, labels: dict[str, str], action: str) -> str:
         """A new container of `profile`, not started; its id."""
-        egress_dir = new_egress_dir() if profile.egress else None
-        options = container_options(
-            profile, labels=labels, egress_dir=str(egress_dir) if egress_dir else None
-        )
+        egress_dir = new_egress_dir() if profile.egress or profile.browser else None
+        made = None
         try:
+            if profile.browser:
+                assert egress_dir is not None
+                made = self._new_ca(egress_dir)
+            options = container_options(
+                profile, labels=labels, egress_dir=str(egress_dir) if egress_dir else None
+            )
             container = await self.call(action, lambda: self.client.containers.create(**options))
         except BaseException:
-            if egress_dir is not None:
-                shutil.rmtree(egress_dir, ignore_errors=True)
+            for directory in (egress_dir, made[1] if made else None):
+                if directory is not None:
+                    shutil.rmtree(directory, ignore_errors=True)
             raise
         container_id = str(container.id)
         if egress_dir is not None:
             self._egress_dirs[container_id] = egress_dir
+        if made is not None:
+            self._cas[container_id] = made
         return container_id
+
+    def _new_ca(self, egress_dir: Path) -> tuple[RunCA, Path]:
+        """A CA for one browser box: its certificate in the box's egress directory, for
+        the driver to trust before Chromium starts; its leaves in a private directory
+        that is never mounted."""
+        private = Path(tempfile.mkdtemp(prefix="airlock-ca-"))
+        try:
+            ca = RunCA(new_id("box_"), private / "private")
+            certificate = egress_dir / CA_FILE
+            certificate.write_bytes(ca.pem)
+            certificate.chmod(0o644)
+        except BaseException:
+            shutil.rmtree(private, ignore_errors=True)
+            raise
+        return ca, private
 
     async def start(self, container_id: str, action: str) -> None:
         await self.call(action, lambda: self.client.api.start(container_id))
@@ -107,8 +143,10 @@ class Containers:
             await self._remove_container(container_id)
         finally:
             egress_dir = self._egress_dirs.pop(container_id, None)
-            if egress_dir is not None:
-                shutil.rmtree(egress_dir, ignore_errors=True)
+            made = self._cas.pop(container_id, None)
+            for directory in (egress_dir, made[1] if made else None):
+                if directory is not None:
+                    shutil.rmtree(directory, ignore_errors=True)
 
     async def _remove_container(self, container_id: str) -> None:
         try:

@@ -3,7 +3,9 @@ with its container.
 
 A container for a run with egress is created with its own empty directory bind-mounted
 read-only (so pooled ones can be made before the run exists); the run's proxy binds its
-socket there once the container is taken. Nothing else ever goes in it.
+socket there once the container is taken. Nothing else ever goes in it but a browser box's
+CA certificate (`containers.CA_FILE`, public: its key stays on the host), written before
+the box starts.
 """
 
 from __future__ import annotations

@@ -5,6 +5,15 @@ labels of a container made for a job and of a pooled one, and the reaper's rule
 (`is_reapable`: its owner is dead, or its deadline passed). Session teardown and the
 reaper find containers by these labels, so a crashed server's containers are found too.
 Pure: nothing here calls the engine.
+
+Labels are fixed when a container is created, so a pooled one (a run's box or a one-shot
+browse's) has empty session, run and tenant labels for life: while it serves a call the
+backend records its session (`DockerBackend._active`), which session teardown adds to what
+the labels find, and the reaper spares it; after a crash its owner is dead and it is
+reaped. A browser box is told apart by its image's own label (`browser_image.BROWSER_LABEL`,
+`airlock.browser=1`) whether pooled or not, and a kept browser (`LABEL_KEPT`) never comes
+from the pool: its box is made for it, labelled with its session, run and a deadline as
+long as its session's.
 """
 
 from __future__ import annotations

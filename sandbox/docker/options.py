@@ -42,8 +42,14 @@ CPU_PERIOD_US = 1_000_000
 
 
 def profile_of(job: JobSpec, *, egress: bool = False) -> Profile:
-    """The pool's key for the container `job` needs."""
-    return Profile(image=job.image, runtime=job.runtime, limits=job.limits, egress=egress)
+    """The pool's key for the container `job` needs (a browse's is a browser box's)."""
+    return Profile(
+        image=job.image,
+        runtime=job.runtime,
+        limits=job.limits,
+        egress=egress,
+        browser=job.browse is not None,
+    )
 
 
 def container_options(
@@ -103,7 +109,7 @@ def container_options(
         # byte of a flood to the host's disk.
         "log_config": LogConfig(type=LogConfig.types.NONE),
         # The one host path a sandbox ever sees: a directory holding only the run's
-        # proxy socket, read-only.
+        # proxy socket (and a browser box's CA certificate), read-only.
         "mounts": [Mount(target=EGRESS_MOUNT, source=egress_dir, type="bind", read_only=True)]
         if egress_dir
         else [],

@@ -52,11 +52,13 @@ async def take_running(
             )
             stream = None if fd is None else await stream_of(fd)
         except BaseException:
+            pool.give_back(profile)
             with anyio.CancelScope(shield=True):
                 await containers.remove(container_id)
             raise
         if stream is not None:
             return container_id, stream
         log.info("warm pool: pooled container %s is not running; skipped", container_id[:12])
+        pool.give_back(profile)
         await remove_later(container_id)
     return None, None

@@ -1,8 +1,10 @@
 """The driver of the browser box: the entrypoint of every browser container.
 
 It speaks the runner's protocol (wire.py): it starts before any job is known (with
-`--egress SOCKET PORT` it forks the relay to the proxy socket at once), reads one job whose
-`browse` key is the validated request (url, actions, viewport, limits), drives headless
+`--egress SOCKET PORT` it forks the relay to the proxy socket at once) and starts Chromium
+then, trusting the CA the host left beside the socket (`ca.pem`: the box's own, made with
+its container, so a pooled box is ready to browse the moment it is taken). It reads one job
+whose `browse` key is the validated request (url, actions, viewport, limits), drives headless
 Chromium through the DevTools protocol over a pipe (`--remote-debugging-pipe`: fds 3 and 4,
 NUL-separated JSON; no port, no websocket), and reports like a run: the page's findings
 (`page.json`), its screenshot (`screenshot.png`) and any downloads (`downloads/`) are files
@@ -26,10 +28,10 @@ proxy or its records; the gate stops what Chromium opens of its own in the page'
 (Fetch.authRequired). Every request of the page is paused before it leaves (Fetch): one
 whose scheme is not http(s) is failed there. A JavaScript dialog is dismissed as it opens,
 and a main frame that did not load (Chromium's error, or the proxy's own refusal instead of
-the page) is reported as such, not read. The run's CA is trusted through an NSS database
+the page) is reported as such, not read. The box's CA is trusted through an NSS database
 made in the sandbox user's fresh HOME (Chromium's own store on Linux), so TLS is verified as
-usual, against that CA and the system roots. The page's events and state are
-`browser_page`'s, the DevTools pipe `devtools`'.
+usual, against that CA and the system roots; a job whose CA is another is refused. The
+page's events and state are `browser_page`'s, the DevTools pipe `devtools`'.
 
 Only the standard library of the image's Python (3.11) may be used here.
 """
@@ -82,6 +84,13 @@ CERTUTIL = "/usr/bin/certutil"
 PROFILE_DIR = "/tmp/profile"
 DOWNLOADS = "downloads"
 CHROMIUM_LOG = "/tmp/chromium.log"
+# Beside the proxy's socket in the read-only egress mount: the CA made for this box.
+BOX_CA = "ca.pem"
+# How long Chromium may take to answer once started, before any job is known.
+BOOT_S = 60.0
+# The window Chromium starts with, before a job says its viewport (each page's is set by
+# device metrics, so the screenshot is the job's size whatever this is).
+WINDOW = (1280, 800)
 # How long the page may keep fetching after its load event before it is read anyway.
 SETTLE_S = 2.0
 # DevTools' words for a read whose document went away under it.
@@ -164,11 +173,11 @@ def _chromium_env() -> dict[str, str]:
     return {"PATH": "/usr/bin:/bin", "HOME": SANDBOX_HOME, "LANG": "C.UTF-8"}
 
 
-def _start_chromium(request: dict[str, Any]) -> tuple[int, int, int]:
+def _start_chromium() -> tuple[int, int, int]:
     """Fork Chromium as the sandbox user with the pipe on its fds 3 and 4; (pid, to, from)."""
     to_read, to_write = os.pipe()
     from_read, from_write = os.pipe()
-    width, height = int(request["width"]), int(request["height"])
+    width, height = WINDOW
     argv = [
         CHROMIUM,
         *CLOSED_FLAGS,
@@ -208,13 +217,14 @@ def _read_page(request: dict[str, Any]) -> str:
 
 
 def _open_page(page: Page, gate_port: int) -> None:
-    """The browse's own browser context, its proxy the gate to the relay, and its page.
+    """The browse's own browser context, its proxy the gate to the relay, and its page
+    (about:blank), opened when the box starts: a job finds its page waiting.
 
     Chromium's default context (its first tab, its background services) keeps the
     command line's proxy, which leads nowhere (NOWHERE_PORT): only what the page does
     reaches the run's proxy, so the run's records list only the page's requests.
     """
-    cdp, request = page.cdp, page.request
+    cdp = page.cdp
     cdp.call(
         "Target.setAutoAttach",
         {"autoAttach": True, "waitForDebuggerOnStart": True, "flatten": True},
@@ -240,8 +250,13 @@ def _open_page(page: Page, gate_port: int) -> None:
     )
     cdp.call("Target.createTarget", {"url": "about:blank", "browserContextId": page.context})
     cdp.pump(lambda: bool(page.session))
+
+
+def _size_page(page: Page) -> None:
+    """The viewport the first job asks for (the screenshot's size)."""
+    request = page.request
     metrics = {"width": int(request["width"]), "height": int(request["height"])}
-    cdp.call(
+    page.cdp.call(
         "Emulation.setDeviceMetricsOverride",
         {**metrics, "deviceScaleFactor": 1, "mobile": False},
         page.session,
@@ -357,26 +372,41 @@ def _name_downloads(page: Page) -> list[dict[str, Any]]:
 
 
 class _Browser:
-    """What lives across the steps of one box: Chromium, its pipe, the page and its refs."""
+    """What lives across the steps of one box: Chromium, its pipe, the page and its refs.
 
-    def __init__(self, job: dict[str, Any], relay: int | None) -> None:
-        request = job["browse"]
-        egress = job.get("egress")
-        if relay is None or not egress:
-            raise RuntimeError("a browse needs its proxy: start the box with --egress")
-        started = time.monotonic()
-        _trust_ca(egress["ca_pem"])
+    Made when the box starts, before any job: the CA trusted, Chromium started and its
+    page open on about:blank in the page's own context; the first job sizes it."""
+
+    def __init__(self, relay_port: int, ca_pem: str) -> None:
+        _trust_ca(ca_pem)
+        self.ca_pem = ca_pem
         with _as_sandbox_user():
             os.makedirs(os.path.join(WORKSPACE, DOWNLOADS))
-        gate = Gate(int(job["relay_port"]))
+        gate = Gate(relay_port)
         gate.start()
-        self.pid, to_chrome, from_chrome = _start_chromium(request)
-        self.cdp = Cdp(to_chrome, from_chrome, started + float(job["timeout_s"]))
-        self.page = Page(self.cdp, request, job["env"]["AIRLOCK_TOKEN"], gate.admit)
+        self.pid, to_chrome, from_chrome = _start_chromium()
+        self.cdp = Cdp(to_chrome, from_chrome, time.monotonic() + BOOT_S)
+        # The first job's request replaces this; until then one page is all there is.
+        self.page = Page(self.cdp, {"max_pages": 1}, "", gate.admit)
         self.cdp.on_event = self.page.on_event
+        _open_page(self.page, gate.port)
         self.actor = Actor(self.page, Refs())
-        self.gate_port = gate.port
-        self.opened = False
+        self.sized = False
+
+    def begin(self, job: dict[str, Any]) -> tuple[Page, Actor]:
+        """The page of this job (the first makes it), after checking the job's CA is the
+        box's: any other would fail every TLS handshake of the page, or mean a mix-up."""
+        egress = job.get("egress")
+        if not egress or egress.get("ca_pem") != self.ca_pem:
+            raise RuntimeError("the job's CA is not the one this box trusts; take a new box")
+        self.page.next_step(job["browse"], job["env"]["AIRLOCK_TOKEN"])
+        return self.page, self.actor
+
+
+def _box_ca(socket_path: str) -> str:
+    """The CA the host made for this box, left beside the proxy's socket."""
+    with open(os.path.join(os.path.dirname(socket_path), BOX_CA), encoding="ascii") as f:
+        return f.read()
 
 
 def _step(browser: _Browser, job: dict[str, Any], out: BinaryIO) -> dict[str, Any]:
@@ -387,17 +417,16 @@ def _step(browser: _Browser, job: dict[str, Any], out: BinaryIO) -> dict[str, An
     request = job["browse"]
     started = time.monotonic()
     oom_before = _oom_kills()
-    page = browser.page
+    page, actor = browser.begin(job)
     browser.cdp.deadline = started + float(job["timeout_s"])
-    page.next_step(request, job["env"]["AIRLOCK_TOKEN"])
     timed_out, exit_code, kept = False, 0, bool(request.get("keep"))
     try:
         if browser.cdp.closed:
             raise PageGone("Chromium exited between steps")
-        if not browser.opened:
-            _open_page(page, browser.gate_port)
-            browser.opened = True
-        found = _browse(page, browser.actor)
+        if not browser.sized:
+            _size_page(page)
+            browser.sized = True
+        found = _browse(page, actor)
         if found["error"]:
             exit_code = 1
     except Deadline:
@@ -451,14 +480,15 @@ def _clear_outputs() -> None:
                 os.unlink(os.path.join(directory, name))
 
 
-def _next_job(stdin: BinaryIO, cdp: Cdp) -> dict[str, Any] | None:
-    """The next step's job, or None when the host hung up. Meanwhile Chromium's events are
-    handled (a paused request let go: with no step's proxy bound, it fails in the box)."""
+def _next_job(stdin: BinaryIO, cdp: Cdp | None) -> dict[str, Any] | None:
+    """The next job, or None when the host hung up. Meanwhile Chromium's events are handled
+    (a paused request let go: with no step's proxy bound, it fails in the box)."""
     while True:
-        watched: list[Any] = [stdin] if cdp.closed else [stdin, cdp.source]
+        watched: list[Any] = [stdin] if cdp is None or cdp.closed else [stdin, cdp.source]
         if stdin in select.select(watched, [], [])[0]:
             break
-        cdp.drain()
+        if cdp is not None:
+            cdp.drain()
     head = stdin.read(LENGTH.size)
     if len(head) < LENGTH.size:
         return None
@@ -502,23 +532,28 @@ def _log_tail() -> bytes:
 
 
 def main(argv: list[str]) -> None:
-    """`python3 -I -S browser.py [--egress SOCKET PORT]`."""
+    """`python3 -I -S browser.py --egress SOCKET PORT`."""
     stdin = sys.stdin.buffer
     out = sys.stdout.buffer
     try:
         _make_undumpable()
         _check_privileges()
         os.setgroups([])
-        relay = _start_relay(argv[1], int(argv[2])) if argv[:1] == ["--egress"] else None
-        (size,) = LENGTH.unpack(_read_exact(stdin, LENGTH.size))
-        if size > MAX_JOB_JSON:
-            raise ValueError(f"job of {size} bytes exceeds {MAX_JOB_JSON}")
-        job: dict[str, Any] | None = json.loads(_read_exact(stdin, size))
-        assert job is not None
-        relay_port = argv[2] if relay is not None else 0
-        _read_exact(stdin, int(job["input_tar_bytes"]))
-        job["relay_port"] = relay_port
-        browser = _Browser(job, relay)
+        if argv[:1] != ["--egress"]:
+            raise RuntimeError("a browse needs its proxy: start the box with --egress")
+        _start_relay(argv[1], int(argv[2]))
+        browser: _Browser | None = None
+        try:
+            browser = _Browser(int(argv[2]), _box_ca(argv[1]))
+        except Exception as exc:
+            # Nobody reads the box before its job: a failed start answers the job.
+            failure: Exception | None = exc
+        else:
+            failure = None
+        job = _next_job(stdin, browser.cdp if browser is not None else None)
+        if failure is not None:
+            raise failure
+        assert browser is not None
         while job is not None:
             report = _step(browser, job, out)
             kept = report["kept"]

@@ -145,6 +145,45 @@ async def test_pool_lost_with_its_engine_hands_out_nothing_until_it_is_back() ->
 
 
 @pytest.mark.anyio
+async def test_browser_boxes_are_kept_to_their_own_size_and_go_with_a_lost_engine() -> None:
+    started: list[Profile] = []
+
+    async def start(profile: Profile) -> str:
+        started.append(profile)
+        return f"c{len(started)}"
+
+    async def remove(container_id: str) -> None:
+        pass
+
+    pool = WarmPool(3, start, remove, browser_size=1)
+    runs = Profile(image="img", runtime="runsc", limits=LIMITS, egress=True)
+    browsers = Profile(image="browser", runtime="runsc", limits=LIMITS, egress=True, browser=True)
+    off = WarmPool(3, start, remove, browser_size=0)
+    off.want(browsers)
+    assert off.take(browsers) is None and (off.misses, off.ready_count()) == (0, 0)
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(pool.refill_forever)
+            pool.want(runs)
+            pool.want(browsers)
+            await wait_until(lambda: pool.ready_count() == 4, within=5)
+            assert started.count(browsers) == 1
+            # A browser box is replaced once its call gives it back, not while it runs.
+            lent = pool.take(browsers)
+            await anyio.wait_all_tasks_blocked()
+            assert lent is not None and started.count(browsers) == 1
+            pool.give_back(browsers)
+            await wait_until(lambda: pool.ready_count() == 4, within=5)
+            assert started.count(browsers) == 2
+            # An engine restart takes the browser box too; it is started again once back.
+            assert len(pool.lose_engine()) == 4 and pool.take(browsers) is None
+            pool.engine_back()
+            await wait_until(lambda: pool.ready_count() == 4, within=5)
+            tg.cancel_scope.cancel()
+    assert started.count(browsers) == 3 and pool.dropped == 4
+
+
+@pytest.mark.anyio
 async def test_an_engine_refusing_its_event_stream_leaves_the_pool_serving() -> None:
     class Api:
         def events(self, **_: Any) -> None:

@@ -204,7 +204,8 @@ async def serve_on(
     `engine`, once its pool is full."""
     monkeypatch.setenv("DOCKER_HOST", engine.host)
     metrics = Metrics()
-    policy = Policy.model_validate({"pool": {"size": POOL_SIZE}})
+    # The browser's warm boxes off: the pool's gauge then counts run boxes alone.
+    policy = Policy.model_validate({"pool": {"size": POOL_SIZE}, "browser": {"pool": 0}})
     server = build_server(Config(data_dir=data_dir), policy, metrics=metrics)
     async with Client(server) as client:
         served = Served(client, metrics)

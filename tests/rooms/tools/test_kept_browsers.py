@@ -1,7 +1,7 @@
 """The kept browsers' registry without an engine: its caps, its one-sentence refusals, and
 what its idle sweep and a session's end close. The browsers here hold no box (the real
-ones are tests/rooms/tools/test_browse_kept.py's); closing one runs its exit stack and
-removes its CA's directory."""
+ones are tests/rooms/tools/test_browse_kept.py's); closing one runs its exit stack (which
+removes the box, and with it the box's CA)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from airlock.errors import LimitExceeded, NotFound
 from airlock.policies import BrowserSettings
-from airlock.tools.kept_browsers import KeptBrowser, KeptBrowsers, new_ca
+from airlock.tools.kept_browsers import KeptBrowser, KeptBrowsers
 
 pytestmark = pytest.mark.anyio
 
@@ -20,7 +20,6 @@ T0 = 1_000_000.0
 
 
 def kept(browser_id: str, session_id: str, tenant: str = "t1", idle_s: float = 300) -> KeptBrowser:
-    ca, ca_dir = new_ca(browser_id)
     return KeptBrowser(
         id=browser_id,
         tenant=tenant,
@@ -28,12 +27,10 @@ def kept(browser_id: str, session_id: str, tenant: str = "t1", idle_s: float = 3
         backend=cast(Any, None),
         box=cast(Any, None),
         job=cast(Any, None),
-        ca=ca,
         idle_s=idle_s,
         used_at=T0,
         capability_ids=[],
         exits=AsyncExitStack(),
-        ca_dir=ca_dir,
     )
 
 
@@ -65,6 +62,8 @@ def test_the_session_cap_and_the_tenant_cap_name_themselves_and_how_to_close_one
 async def test_a_foreign_an_unknown_and_a_closed_id_are_the_same_one_sentence() -> None:
     browsers = KeptBrowsers()
     browser = kept("brw_a", "ses_1")
+    exited: list[str] = []
+    browser.exits.callback(exited.append, "box removed")
     browsers.add(browser)
     assert browsers.get("t1", "ses_1", "brw_a") is browser
     messages = []
@@ -81,7 +80,7 @@ async def test_a_foreign_an_unknown_and_a_closed_id_are_the_same_one_sentence() 
         browsers.get("t1", "ses_1", "brw_a")
     messages.append(str(closed.value).replace("brw_a", "ID"))
     assert len(set(messages)) == 1 and ". " not in messages[0], messages
-    assert not browser.ca_dir.exists()
+    assert exited == ["box removed"]
 
 
 async def test_the_idle_sweep_spares_a_browser_in_use_and_a_sessions_end_closes_its_own() -> None:
