@@ -19,18 +19,15 @@ the box (`browse`).
 from __future__ import annotations
 
 import logging
-import shutil
-import tempfile
-from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import anyio
 
-from airlock.egress.tls import RunCA
 from airlock.errors import LimitExceeded, NotFound
 from airlock.policies import BrowserSettings
-from airlock.sandbox import Backend, JobSpec, Sandbox
+from airlock.sandbox import JobSpec
+
+from .box import LastingBox
 
 log = logging.getLogger(__name__)
 
@@ -39,31 +36,20 @@ MAX_SHOWN_ID_CHARS = 40
 
 @dataclass(eq=False)
 class KeptBrowser:
-    """One kept browser: its box (removed when `exits` closes), the CA the box trusts,
-    the capabilities named for it, and the job its steps are made from."""
+    """One kept browser: its box (with the CA it trusts), the capabilities named for it,
+    and the job its steps are made from."""
 
     id: str
     tenant: str
     session_id: str
-    backend: Backend
-    box: Sandbox
+    held: LastingBox
     job: JobSpec
-    ca: RunCA
     idle_s: float
     used_at: float
     capability_ids: list[str]
-    exits: AsyncExitStack
-    ca_dir: Path
     lock: anyio.Lock = field(default_factory=anyio.Lock)
     closed: bool = False
     steps: int = 0
-
-
-def new_ca(browser_id: str) -> tuple[RunCA, Path]:
-    """A CA for one kept browser's box, in a private directory of its own (its leaves are
-    written there), removed when the browser closes."""
-    directory = Path(tempfile.mkdtemp(prefix="airlock-kept-"))
-    return RunCA(browser_id, directory / "private"), directory
 
 
 class KeptBrowsers:
@@ -136,11 +122,7 @@ class KeptBrowsers:
         if browser.closed:
             return
         browser.closed = True
-        with anyio.CancelScope(shield=True):
-            try:
-                await browser.exits.aclose()
-            finally:
-                shutil.rmtree(browser.ca_dir, ignore_errors=True)
+        await browser.held.close()
 
     async def close_session(self, tenant: str, session_id: str) -> int:
         """Close every kept browser of the session; how many there were."""

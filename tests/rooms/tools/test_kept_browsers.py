@@ -12,7 +12,8 @@ import pytest
 
 from airlock.errors import LimitExceeded, NotFound
 from airlock.policies import BrowserSettings
-from airlock.tools.kept_browsers import KeptBrowser, KeptBrowsers, new_ca
+from airlock.tools.box import LastingBox, new_ca
+from airlock.tools.kept_browsers import KeptBrowser, KeptBrowsers
 
 pytestmark = pytest.mark.anyio
 
@@ -21,19 +22,16 @@ T0 = 1_000_000.0
 
 def kept(browser_id: str, session_id: str, tenant: str = "t1", idle_s: float = 300) -> KeptBrowser:
     ca, ca_dir = new_ca(browser_id)
+    held = LastingBox(cast(Any, None), cast(Any, None), ca, AsyncExitStack(), ca_dir)
     return KeptBrowser(
         id=browser_id,
         tenant=tenant,
         session_id=session_id,
-        backend=cast(Any, None),
-        box=cast(Any, None),
+        held=held,
         job=cast(Any, None),
-        ca=ca,
         idle_s=idle_s,
         used_at=T0,
         capability_ids=[],
-        exits=AsyncExitStack(),
-        ca_dir=ca_dir,
     )
 
 
@@ -75,7 +73,7 @@ async def test_a_foreign_an_unknown_and_a_closed_id_are_the_same_one_sentence() 
         browsers.get("t1", "ses_1", "brw_a")
     messages.append(str(closed.value).replace("brw_a", "ID"))
     assert len(set(messages)) == 1 and ". " not in messages[0], messages
-    assert not browser.ca_dir.exists()
+    assert not browser.held.ca_dir.exists()
 
 
 async def test_the_idle_sweep_spares_a_browser_in_use_and_a_sessions_end_closes_its_own() -> None:
