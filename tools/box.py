@@ -8,7 +8,8 @@ through `run_in_box`, in this order:
    and a staging area opened for the files the box sends;
 2. the kind's `prepare` runs (run_code records what the run started from);
 3. the box: a fresh one from the backend (removed when the run is over), or one that
-   outlives its calls (a kept browser's, `open_lasting`: it carries the CA it trusts);
+   outlives its calls (a kept browser's, `lasting_box.open_lasting`: it carries the CA it
+   trusts, which the run's `Network` names);
 4. when the box has an egress directory, the run's egress opens on it (`Network` says
    with which grants, whether secrets are injected or withheld, and which CA the box
    trusts), and the job gets the proxy token and CA; the run's egress decisions go to
@@ -28,12 +29,8 @@ starts or removes a container (`sandbox/`), a run record's end (`run_record.py`)
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from contextlib import AsyncExitStack
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import anyio
@@ -161,48 +158,6 @@ async def run_in_box(
         with anyio.CancelScope(shield=True):
             kept = await keep(outcome, staging)
     return BoxRun(record, outcome, kept, run.egress)
-
-
-@dataclass(eq=False)
-class LastingBox:
-    """A box that outlives the call that started it (a kept browser's), with egress: its
-    runs are `run_in_box(..., box=lasting.box)` with `Network(ca=lasting.ca)`, as the box
-    trusts only the CA it was started with."""
-
-    backend: Backend
-    box: Sandbox
-    ca: RunCA
-    exits: AsyncExitStack
-    """Removes the box."""
-    ca_dir: Path
-
-    async def close(self) -> None:
-        """Remove the box, then its CA (whatever removing the box did)."""
-        with anyio.CancelScope(shield=True):
-            try:
-                await self.exits.aclose()
-            finally:
-                shutil.rmtree(self.ca_dir, ignore_errors=True)
-
-
-def new_ca(name: str) -> tuple[RunCA, Path]:
-    """A CA for one lasting box, in a private directory of its own (its leaves are written
-    there), removed when the box is."""
-    directory = Path(tempfile.mkdtemp(prefix="airlock-kept-"))
-    return RunCA(name, directory / "private"), directory
-
-
-async def open_lasting(backend: Backend, job: JobSpec, name: str) -> LastingBox:
-    """A box for `job` that lives until its `close` (the reaper's deadline is the job's
-    `lifetime_s`), and the CA made for it under `name`."""
-    ca, ca_dir = new_ca(name)
-    exits = AsyncExitStack()
-    try:
-        box = await exits.enter_async_context(backend.sandbox(job, egress=True))
-    except BaseException:
-        shutil.rmtree(ca_dir, ignore_errors=True)
-        raise
-    return LastingBox(backend, box, ca, exits, ca_dir)
 
 
 async def _record(call: BoxCall) -> RunRecord:

@@ -28,7 +28,7 @@ from airlock.sandbox.spec import BrowseJob, ContainerLimits
 from airlock.store import ArtifactRecord, Staging
 
 from .artifacts import classify
-from .box import BoxCall, Network, artifact, new_job, open_lasting, run_in_box
+from .box import BoxCall, Network, artifact, new_job, run_in_box
 from .browse_input import check_actions, check_url
 from .browse_result import (
     MAX_FOUND_ERROR_CHARS,
@@ -41,6 +41,7 @@ from .capabilities import held_grant, live_grants
 from .context import Services, Session
 from .images import MAX_IMAGE_BYTES
 from .kept_browsers import KeptBrowser
+from .lasting_box import open_lasting
 from .progress import Progress
 
 # The box renders at most this many lines of the tree (a page of 50 000 nodes is cut there).

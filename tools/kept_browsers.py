@@ -27,7 +27,7 @@ from airlock.errors import LimitExceeded, NotFound
 from airlock.policies import BrowserSettings
 from airlock.sandbox import JobSpec
 
-from .box import LastingBox
+from .lasting_box import LastingBox
 
 log = logging.getLogger(__name__)
 

@@ -12,8 +12,8 @@ import pytest
 
 from airlock.errors import LimitExceeded, NotFound
 from airlock.policies import BrowserSettings
-from airlock.tools.box import LastingBox, new_ca
 from airlock.tools.kept_browsers import KeptBrowser, KeptBrowsers
+from airlock.tools.lasting_box import LastingBox, new_ca
 
 pytestmark = pytest.mark.anyio
 
