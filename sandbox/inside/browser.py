@@ -6,8 +6,8 @@ It speaks the runner's protocol (wire.py): it starts before any job is known (wi
 Chromium through the DevTools protocol over a pipe (`--remote-debugging-pipe`: fds 3 and 4,
 NUL-separated JSON; no port, no websocket), and reports like a run: the page's findings
 (`page.json`), its screenshot (`screenshot.png`) and any downloads (`downloads/`) are files
-of the container's own empty /workspace, sent with the runner's listing and tar, then
-RESULT. The host treats all of it as hostile, as it does a run's.
+of the container's own empty /workspace, sent with the listing and tar of a run's report
+(report.py), then RESULT. The host treats all of it as hostile, as it does a run's.
 
 Privilege separation is the runner's: the driver runs as root with only SETUID, SETGID,
 SETPCAP and KILL, undumpable; Chromium runs as the sandbox user with no capabilities, so a
