@@ -47,10 +47,11 @@ BROWSER_PACKAGES = tuple(
         }
     )
 )
-# The driver imports the runner's machinery (privileges, relay, listing), so the runner's
-# modules come along.
+# The driver shares the runner's machinery (the entrypoint's frame, privileges, relay,
+# report), so those modules come along.
 DRIVER_MODULES = (
     *("__init__.py", "wire.py", "codeproc.py", "runner.py"),
+    *("entry.py", "privileges.py", "relay.py", "report.py"),
     *("browser.py", "browser_page.py", "browser_gate.py", "devtools.py"),
     *("browser_actions.py", "browser_snapshot.py"),
 )

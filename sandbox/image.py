@@ -66,7 +66,10 @@ from .streaming import run_streaming
 INSIDE_DIR: Path = Path(__file__).with_name("inside")
 RUNNER_PATH: Path = INSIDE_DIR / "runner.py"
 # Copied into the image as the package `inside`, with the runner.
-INSIDE_MODULES = ("__init__.py", "wire.py", "codeproc.py", "boot.py", "prestart.py")
+INSIDE_MODULES = (
+    *("__init__.py", "wire.py", "codeproc.py", "boot.py", "prestart.py"),
+    *("entry.py", "privileges.py", "relay.py", "report.py"),
+)
 INVENTORY_PATH: Path = INSIDE_DIR / "inventory.py"
 EDITABLE_SITE_PATH: Path = INSIDE_DIR / "editable_site.py"
 FILES_DIR: Path = Path(__file__).with_name("files")

@@ -18,28 +18,19 @@ from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from typing import Any, NamedTuple
 
-import anyio
 from mcp_types import CallToolResult, TextContent
 
 from airlock.broker import Grant
 from airlock.errors import InvalidRequest, LimitExceeded
 from airlock.ids import new_id
 from airlock.policies import BrowserSettings, Policy
-from airlock.sandbox import (
-    EXCHANGE_GRACE_S,
-    ArtifactCaps,
-    Backend,
-    EgressMount,
-    JobOutcome,
-    JobSpec,
-    Sandbox,
-)
-from airlock.sandbox.environment import sandbox_environment
+from airlock.sandbox import ArtifactCaps, Backend, JobOutcome, JobSpec, Sandbox
 from airlock.sandbox.spec import BrowseJob, browser_limits
-from airlock.store import ArtifactRecord, RunRecord, Staging
+from airlock.store import ArtifactRecord, Staging
 
 from . import kept_audit
 from .artifacts import classify
+from .box import BoxCall, Network, artifact, new_job, run_in_box
 from .browse_input import check_actions, check_url
 from .browse_result import (
     MAX_FOUND_ERROR_CHARS,
@@ -52,8 +43,8 @@ from .capabilities import held_grant, live_grants
 from .context import Services, Session
 from .images import MAX_IMAGE_BYTES
 from .kept_browsers import KeptBrowser
-from .progress import Progress, run_reporting
-from .run_record import recorded_run
+from .lasting_box import open_lasting
+from .progress import Progress
 
 # The box renders at most this many lines of the tree (a page of 50 000 nodes is cut there).
 MAX_SNAPSHOT_LINES = 3000
@@ -99,18 +90,15 @@ def _without_secrets(grants: list[Grant], settings: BrowserSettings) -> list[Gra
 
 
 def _job(
-    services: Services, session: Session, run_id: str, image: str, runtime: str, timeout: int,
-    request: BrowseJob, settings: BrowserSettings,
+    session: Session, image: str, runtime: str, timeout: int, request: BrowseJob,
+    settings: BrowserSettings,
 ) -> JobSpec:  # fmt: skip
-    return JobSpec(
-        run_id=run_id,
-        session_id=session.id,
-        tenant=session.tenant,
+    return new_job(
+        session,
         image=image,
         runtime=runtime,
         language="browse",
         code="",
-        env=sandbox_environment(),
         timeout_s=timeout,
         limits=browser_limits(settings),
         stream_cap_bytes=16 * 1024,
@@ -157,13 +145,12 @@ async def browse(
         elsewhere = await kept_audit.elsewhere(services, session.tenant)
         services.browsers.check_room(session.tenant, session.id, settings, elsewhere=elsewhere)
     backend, image, runtime = await services.engine.browser()
-    job = _job(services, session, new_id("run_"), image, runtime, timeout, request, settings)
+    job = _job(session, image, runtime, timeout, request, settings)
     if keep:
         return await _open_kept(
             services, session, policy, backend, job, grants, progress, elsewhere=elsewhere
         )
-    async with backend.sandbox(job, egress=True) as box:
-        done = await _step(services, session, policy, backend, box, job, grants, progress)
+    done = await _step(services, session, policy, backend, None, job, grants, progress)
     return await browse_result(services, policy, session, done)
 
 
@@ -212,18 +199,16 @@ async def _open_kept(
     exits.push_async_callback(lambda: kept_audit.closed(services, browser))
     # The box may live as long as its session (the reaper's deadline label).
     job = job.model_copy(update={"lifetime_s": float(policy.sessions.max_lifetime_s)})
-    box = await exits.enter_async_context(backend.sandbox(job, egress=True))
+    held = await open_lasting(backend, job, exits)
     browser = KeptBrowser(
         id=browser_id,
         tenant=session.tenant,
         session_id=session.id,
-        backend=backend,
-        box=box,
+        held=held,
         job=job,
         idle_s=float(policy.browser.keep_idle_s),
         used_at=services.clock(),
         capability_ids=[g.id for g in grants],
-        exits=exits,
     )
     # Registered before its first call (counted by the caps), closed if it is not kept;
     # checked again with no wait before it, as another call may have kept one meanwhile.
@@ -291,8 +276,9 @@ async def _kept_step(
     browsers = services.browsers
     try:
         await kept_audit.step(services, browser, job.run_id)
+        held = browser.held
         done = await _step(
-            services, session, policy, browser.backend, browser.box, job, grants, progress,
+            services, session, policy, held.backend, held.box, job, grants, progress,
             browser=browser,
         )  # fmt: skip
     except BaseException:
@@ -300,7 +286,7 @@ async def _kept_step(
         raise
     finally:
         browser.used_at = services.clock()
-    if not browser.box.kept:
+    if not browser.held.box.kept:
         await browsers.close(browser, why="its page ended (timed out, crashed or gone)")
     return await browse_result(services, policy, session, done)
 
@@ -318,83 +304,46 @@ async def _step(
     session: Session,
     policy: Policy,
     backend: Backend,
-    box: Sandbox,
+    box: Sandbox | None,
     job: JobSpec,
     grants: list[Grant],
     progress: Progress | None,
     *,
     browser: KeptBrowser | None = None,
 ) -> BrowseRun:
-    """One browse run on `box`: its record, its own egress (over the CA the box was made
-    with and trusts: the box's one run's, or a kept browser's steps'; a kept browser's with
-    the token value its Chromium caches, bound to this run), the job (a kept browser's next
-    `step` after its first), its files kept."""
-    settings = policy.browser
+    """One browse run: on a fresh box (`box` None) or a kept browser's (its next `step`
+    after its first, with the token value its Chromium caches bound to this run), over the
+    CA its box trusts, with secrets withheld, its files kept."""
     request = job.browse
     assert request is not None
-    record = RunRecord(
-        id=job.run_id,
-        session_id=session.id,
-        tenant=session.tenant,
-        language="browse",
-        status="running",
-        created_at=services.clock(),
-        timeout_s=int(job.timeout_s),
-        limits=settings.model_dump(),
-        code_sha256=await services.blobs.put(request.model_dump_json().encode()),
-        runtime=job.runtime,
-        instance_id=services.instance_id,
-    )
     again = browser is not None and browser.steps > 0
-    async with services.blobs.staging() as staging, recorded_run(services, record) as run:
-        async with services.egress.open(
-            settings=policy.egress,
-            # Never a secret in a browser box: its page decides what its browser sends.
-            secrets="withhold",
-            capabilities=policy.capabilities,
-            tenant=session.tenant,
-            session_id=session.id,
-            run_id=job.run_id,
-            grants=grants,
-            deadline=services.clock() + job.timeout_s + EXCHANGE_GRACE_S,
-            socket_dir=box.egress_dir,
-            ca=box.ca,
-            # The token value its Chromium already presents, bound to this step's run.
-            token=browser.token if browser is not None else None,
-        ) as run_egress:
-            run.egress = run_egress.records
-            plan = run_egress.plan
-            job = job.model_copy(
-                update={
-                    "env": sandbox_environment(proxy_token=plan.token.reveal()),
-                    "egress": EgressMount(ca_pem=plan.ca_pem),
-                }
-            )
-            if browser is not None:
-                browser.steps += 1
-                browser.token = plan.token
-            try:
-                outcome: JobOutcome | None = await run_reporting(
-                    backend, box, job, staging, progress, again=again
-                )
-            except Exception as exc:
-                # Raised below, out of the proxy's task group, which would wrap it in an
-                # ExceptionGroup that the tool's error mapping cannot read.
-                failure: Exception | None = exc
-                outcome = None
-            else:
-                failure = None
-        if failure is not None:
-            raise failure
-        assert outcome is not None
-        run.ran(outcome)
-        with anyio.CancelScope(shield=True):
-            kept = await _keep(services, session, job.run_id, outcome, staging)
-    return BrowseRun(record, outcome, kept, run.egress, browser)
+    if browser is not None:
+        browser.steps += 1
+    # Never a secret in a browser box: its page decides what its browser sends.
+    network = Network(
+        grants=grants,
+        secrets="withhold",
+        always=True,
+        # The token value its Chromium already presents, bound to this step's run.
+        token=browser.token if browser is not None else None,
+    )
+    call = BoxCall(
+        services, session, policy, backend, job, network,
+        recorded_limits=policy.browser.model_dump(), source=request.model_dump_json().encode(),
+        progress=progress,
+    )  # fmt: skip
+
+    async def keep(outcome: JobOutcome, staging: Staging) -> dict[str, ArtifactRecord]:
+        return await _keep(services, job, outcome, staging)
+
+    ran = await run_in_box(call, keep, box=box, again=again)
+    if browser is not None:
+        browser.token = ran.token
+    return BrowseRun(ran.record, ran.outcome, ran.kept, ran.egress, browser)
 
 
 async def _keep(
-    services: Services, session: Session, run_id: str, outcome: JobOutcome, staging: Staging
+    services: Services, job: JobSpec, outcome: JobOutcome, staging: Staging
 ) -> dict[str, ArtifactRecord]:
     """Every file the box sent, kept as an artifact of the browse run (only of the run)."""
     now = services.clock()
@@ -403,14 +352,8 @@ async def _keep(
         await staging.keep(output.blob)
         data = await services.blobs.read(output.sha256, 0, MAX_IMAGE_BYTES + 1)
         mime_type, _ = classify(output.path, data)
-        records[output.path] = ArtifactRecord(
-            run_id=run_id,
-            path=output.path,
-            size=output.size,
-            sha256=output.sha256,
-            mime_type=mime_type,
-            tenant=session.tenant,
-            created_at=now,
+        records[output.path] = artifact(
+            job, output.path, sha256=output.sha256, size=output.size, mime_type=mime_type, at=now
         )
     await services.db.add_artifacts(list(records.values()))
     return records

@@ -131,7 +131,7 @@ class BrowseRun(NamedTuple):
     record: RunRecord
     outcome: JobOutcome
     kept: dict[str, ArtifactRecord]
-    egress: list[EgressRecord]
+    egress: Sequence[EgressRecord]
     browser: KeptBrowser | None = None
 
 

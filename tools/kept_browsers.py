@@ -21,7 +21,6 @@ the box (`browse`).
 from __future__ import annotations
 
 import logging
-from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 
 import anyio
@@ -29,7 +28,9 @@ import anyio
 from airlock.broker import Secret
 from airlock.errors import LimitExceeded, NotFound
 from airlock.policies import BrowserSettings
-from airlock.sandbox import Backend, JobSpec, Sandbox
+from airlock.sandbox import JobSpec
+
+from .lasting_box import LastingBox
 
 log = logging.getLogger(__name__)
 
@@ -39,19 +40,17 @@ IDLE = "idle past [browser] keep_idle_s"
 
 @dataclass(eq=False)
 class KeptBrowser:
-    """One kept browser: its box (removed, with its CA, when `exits` closes), the
-    capabilities named for it, and the job its steps are made from."""
+    """One kept browser: its box (with the CA it trusts), the capabilities named for it,
+    the job its steps are made from, and the token value its Chromium presents."""
 
     id: str
     tenant: str
     session_id: str
-    backend: Backend
-    box: Sandbox
+    held: LastingBox
     job: JobSpec
     idle_s: float
     used_at: float
     capability_ids: list[str]
-    exits: AsyncExitStack
     lock: anyio.Lock = field(default_factory=anyio.Lock)
     closed: bool = False
     steps: int = 0
@@ -136,8 +135,7 @@ class KeptBrowsers:
             return
         browser.closed = True
         browser.closed_why = why
-        with anyio.CancelScope(shield=True):
-            await browser.exits.aclose()
+        await browser.held.close()
 
     async def close_session(self, tenant: str, session_id: str) -> int:
         """Close every kept browser of the session; how many there were."""

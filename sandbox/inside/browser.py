@@ -8,8 +8,8 @@ whose `browse` key is the validated request (url, actions, viewport, limits), dr
 Chromium through the DevTools protocol over a pipe (`--remote-debugging-pipe`: fds 3 and 4,
 NUL-separated JSON; no port, no websocket), and reports like a run: the page's findings
 (`page.json`), its screenshot (`screenshot.png`) and any downloads (`downloads/`) are files
-of the container's own empty /workspace, sent with the runner's listing and tar, then
-RESULT. The host treats all of it as hostile, as it does a run's.
+of the container's own empty /workspace, sent with the listing and tar of a run's report
+(report.py), then RESULT. The host treats all of it as hostile, as it does a run's.
 
 Privilege separation is the runner's: the driver runs as root with only SETUID, SETGID,
 SETPCAP and KILL, undumpable; Chromium runs as the sandbox user with no capabilities, so a
@@ -60,20 +60,13 @@ from .browser_page import ALLOWED_SCHEMES, Page
 from .browser_snapshot import Refs, snapshot, world_of
 from .devtools import Cdp, Deadline, PageGone
 
-# The runner's own machinery, shared rather than copied: dropping privileges, the relay,
-# stopping everything, and the listing and tar of /workspace.
-from .runner import (
-    _as_sandbox_user,
-    _become_sandbox_user,
-    _check_privileges,
-    _make_undumpable,
-    _oom_kills,
-    _pack_workspace,
-    _read_exact,
-    _start_relay,
-    _stop_everything,
-)
-from .wire import FAULT, LENGTH, MAX_JOB_JSON, RESULT, SANDBOX_HOME, STDERR, WORKSPACE, encode_frame
+# The runner's own machinery, shared rather than copied: the entrypoint's frame (the relay,
+# the job, the fault, the linger), dropping privileges, stopping everything, and the report.
+from .entry import read_job, serve
+from .privileges import as_sandbox_user, become_sandbox_user
+from .report import send_result
+from .runner import oom_kills, stop_everything
+from .wire import LENGTH, SANDBOX_HOME, STDERR, WORKSPACE, encode_frame
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -150,7 +143,7 @@ def _trust_ca(ca_pem: str) -> None:
     """An NSS database in the fresh HOME that trusts the run's CA for TLS servers."""
     nssdb = os.path.join(SANDBOX_HOME, ".pki", "nssdb")
     ca_file = os.path.join(SANDBOX_HOME, "run-ca.pem")
-    with _as_sandbox_user():
+    with as_sandbox_user():
         os.makedirs(nssdb, mode=0o700)
         with open(ca_file, "w", encoding="ascii") as f:
             f.write(ca_pem)
@@ -165,7 +158,7 @@ def _trust_ca(ca_pem: str) -> None:
             capture_output=True,
             env=_chromium_env(),
             timeout=30,
-            preexec_fn=_become_sandbox_user,
+            preexec_fn=become_sandbox_user,
         )
 
 
@@ -189,7 +182,7 @@ def _start_chromium() -> tuple[int, int, int]:
     pid = os.fork()
     if pid == 0:
         try:
-            _become_sandbox_user()
+            become_sandbox_user()
             log = os.open(CHROMIUM_LOG, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             devnull = os.open(os.devnull, os.O_RDONLY)
             for source, target in ((devnull, 0), (log, 1), (log, 2), (to_read, 3), (from_write, 4)):
@@ -343,7 +336,7 @@ def _read(page: Page, refs: Refs, found: dict[str, Any]) -> dict[str, Any]:
     found.update(snapshot(page, refs, int(page.request["max_snapshot_lines"])))
     if page.request["screenshot"]:
         shot = cdp.call("Page.captureScreenshot", {"format": "png"}, page.session)
-        with _as_sandbox_user(), open(os.path.join(WORKSPACE, "screenshot.png"), "wb") as f:
+        with as_sandbox_user(), open(os.path.join(WORKSPACE, "screenshot.png"), "wb") as f:
             f.write(base64.b64decode(shot["data"]))
     # A download still running is not waited for beyond the settle time.
     cdp.pump(
@@ -357,7 +350,7 @@ def _name_downloads(page: Page) -> list[dict[str, Any]]:
     """Downloads are saved under their guid; keep finished ones under a plain name."""
     kept = []
     directory = os.path.join(WORKSPACE, DOWNLOADS)
-    with _as_sandbox_user():
+    with as_sandbox_user():
         for number, (guid, download) in enumerate(page.downloads.items(), 1):
             source = os.path.join(directory, guid)
             if download["state"] != "completed" or not os.path.isfile(source):
@@ -380,7 +373,7 @@ class _Browser:
     def __init__(self, relay_port: int, ca_pem: str) -> None:
         _trust_ca(ca_pem)
         self.ca_pem = ca_pem
-        with _as_sandbox_user():
+        with as_sandbox_user():
             os.makedirs(os.path.join(WORKSPACE, DOWNLOADS))
         gate = Gate(relay_port)
         gate.start()
@@ -416,7 +409,7 @@ def _step(browser: _Browser, job: dict[str, Any], out: BinaryIO) -> dict[str, An
     browser); the last, or one whose page died or ran out of time, stops everything."""
     request = job["browse"]
     started = time.monotonic()
-    oom_before = _oom_kills()
+    oom_before = oom_kills()
     page, actor = browser.begin(job)
     browser.cdp.deadline = started + float(job["timeout_s"])
     timed_out, exit_code, kept = False, 0, bool(request.get("keep"))
@@ -448,9 +441,9 @@ def _step(browser: _Browser, job: dict[str, Any], out: BinaryIO) -> dict[str, An
     else:
         with contextlib.suppress(ProcessLookupError):
             os.kill(browser.pid, signal.SIGKILL)
-        stopped = _stop_everything()
+        stopped = stop_everything()
     found["downloads"] = _name_downloads(page)
-    with _as_sandbox_user(), open(os.path.join(WORKSPACE, "page.json"), "w", encoding="utf-8") as f:
+    with as_sandbox_user(), open(os.path.join(WORKSPACE, "page.json"), "w", encoding="utf-8") as f:
         json.dump(found, f)
     tail = _log_tail()
     out.write(encode_frame(STDERR, tail))
@@ -459,7 +452,7 @@ def _step(browser: _Browser, job: dict[str, Any], out: BinaryIO) -> dict[str, An
         "exit_code": exit_code,
         "signal": None,
         "timed_out": timed_out,
-        "oom_kills": _oom_kills() - oom_before,
+        "oom_kills": oom_kills() - oom_before,
         "duration_ms": duration_ms,
         "stdout": empty,
         "stderr": {"bytes": len(tail), "sha256": hashlib.sha256(tail).hexdigest()},
@@ -470,7 +463,7 @@ def _step(browser: _Browser, job: dict[str, Any], out: BinaryIO) -> dict[str, An
 
 def _clear_outputs() -> None:
     """The last step's files go before the next: each step sends only its own."""
-    with _as_sandbox_user():
+    with as_sandbox_user():
         for name in ("page.json", "screenshot.png"):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(WORKSPACE, name))
@@ -492,24 +485,8 @@ def _next_job(stdin: BinaryIO, cdp: Cdp | None) -> dict[str, Any] | None:
     head = stdin.read(LENGTH.size)
     if len(head) < LENGTH.size:
         return None
-    (size,) = LENGTH.unpack(head)
-    if size > MAX_JOB_JSON:
-        raise ValueError(f"job of {size} bytes exceeds {MAX_JOB_JSON}")
-    job: dict[str, Any] = json.loads(_read_exact(stdin, size))
-    _read_exact(stdin, int(job["input_tar_bytes"]))
+    job, _ = read_job(stdin, head)
     return job
-
-
-def _report(job: dict[str, Any], report: dict[str, Any], out: BinaryIO) -> None:
-    """The step's files (listing and tar), then its RESULT."""
-    listed = None
-    if report.pop("stopped"):
-        with _as_sandbox_user():
-            listed = _pack_workspace({}, job["artifact_caps"], out)
-    report["listing_complete"] = bool(listed and listed.pop("complete"))
-    report["listing"] = listed
-    out.write(encode_frame(RESULT, json.dumps(report).encode()))
-    out.flush()
 
 
 def _cut(found: dict[str, Any], request: dict[str, Any]) -> None:
@@ -524,7 +501,7 @@ def _cut(found: dict[str, Any], request: dict[str, Any]) -> None:
 
 def _log_tail() -> bytes:
     """The end of Chromium's own log, for the operator's run record (never the agent)."""
-    with contextlib.suppress(OSError), _as_sandbox_user(), open(CHROMIUM_LOG, "rb") as f:
+    with contextlib.suppress(OSError), as_sandbox_user(), open(CHROMIUM_LOG, "rb") as f:
         f.seek(0, os.SEEK_END)
         f.seek(max(0, f.tell() - LOG_TAIL))
         return f.read()
@@ -533,46 +510,37 @@ def _log_tail() -> bytes:
 
 def main(argv: list[str]) -> None:
     """`python3 -I -S browser.py --egress SOCKET PORT`."""
-    stdin = sys.stdin.buffer
-    out = sys.stdout.buffer
+    serve(argv, lambda stdin, out, relay: _drive(stdin, out, relay, argv))
+
+
+def _drive(stdin: BinaryIO, out: BinaryIO, relay: int | None, argv: list[str]) -> None:
+    """Chromium started at once, before any job (a pooled box waits with its page open),
+    then the first job and its steps until one is not kept."""
+    if relay is None:
+        raise RuntimeError("a browse needs its proxy: start the box with --egress")
+    browser: _Browser | None = None
     try:
-        _make_undumpable()
-        _check_privileges()
-        os.setgroups([])
-        if argv[:1] != ["--egress"]:
-            raise RuntimeError("a browse needs its proxy: start the box with --egress")
-        _start_relay(argv[1], int(argv[2]))
-        browser: _Browser | None = None
-        try:
-            browser = _Browser(int(argv[2]), _box_ca(argv[1]))
-        except Exception as exc:
-            # Nobody reads the box before its job: a failed start answers the job.
-            failure: Exception | None = exc
-        else:
-            failure = None
-        job = _next_job(stdin, browser.cdp if browser is not None else None)
-        if failure is not None:
-            raise failure
-        assert browser is not None
-        while job is not None:
-            report = _step(browser, job, out)
-            kept = report["kept"]
-            _report(job, report, out)
-            if not kept:
-                break
-            # A kept browser: the next step comes on the same stream, until the host
-            # hangs up or removes the box.
-            job = _next_job(stdin, browser.cdp)
-            if job is not None:
-                _clear_outputs()
-    except Exception as exc:  # the host needs to hear about every failure
-        out.write(
-            encode_frame(FAULT, json.dumps({"error": f"{type(exc).__name__}: {exc}"}).encode())
-        )
-    out.flush()
-    # Stay alive until the host has read usage and removes the container.
-    while stdin.read(1 << 16):
-        pass
+        browser = _Browser(int(argv[2]), _box_ca(argv[1]))
+    except Exception as exc:
+        # Nobody reads the box before its job: a failed start answers the job.
+        failure: Exception | None = exc
+    else:
+        failure = None
+    job = _next_job(stdin, browser.cdp if browser is not None else None)
+    if failure is not None:
+        raise failure
+    assert browser is not None
+    while job is not None:
+        report = _step(browser, job, out)
+        kept = report["kept"]
+        send_result(report, job["artifact_caps"], {}, out)
+        if not kept:
+            break
+        # A kept browser: the next step comes on the same stream, until the host
+        # hangs up or removes the box.
+        job = _next_job(stdin, browser.cdp)
+        if job is not None:
+            _clear_outputs()
 
 
 if __name__ == "__main__":

@@ -26,7 +26,8 @@ import sys
 import threading
 from urllib.parse import urlsplit
 
-from .runner import _become_sandbox_user, _keep_only, _pump
+from .privileges import become_sandbox_user
+from .relay import keep_only, pump
 
 MAX_HEAD_LINE = 8192
 READ_TIMEOUT_S = 10.0
@@ -85,8 +86,8 @@ class Gate:
         pid = os.fork()  # safe: the driver has no threads
         if pid == 0:
             try:
-                _keep_only(read_end, listener.fileno())
-                _become_sandbox_user()
+                keep_only(read_end, listener.fileno())
+                become_sandbox_user()
                 _Serving(self.relay_port).serve(listener, read_end)
             finally:
                 os._exit(1)
@@ -157,7 +158,7 @@ class _Serving:
             return
         with relay:
             relay.sendall(head)
-            back = threading.Thread(target=_pump, args=(relay, client), daemon=True)
+            back = threading.Thread(target=pump, args=(relay, client), daemon=True)
             back.start()
-            _pump(client, relay)
+            pump(client, relay)
             back.join()

@@ -173,3 +173,28 @@ def test_the_circle_finder_finds_a_circle() -> None:
     graph = _graph()
     graph[f"{INSIDE}.runner"].add(f"{INSIDE}.boot")
     assert [f"{INSIDE}.boot", f"{INSIDE}.runner"] in _circles(graph)
+
+
+def _needed(entrypoint: str) -> set[str]:
+    """The files of inside an entrypoint imports, itself included, followed through them."""
+    needed = {f"{INSIDE}.{entrypoint}", INSIDE}
+    todo = [f"{INSIDE}.{entrypoint}"]
+    while todo:
+        for _, targets in _imports(todo.pop()):
+            for target in targets:
+                if target in INSIDE_MODULES and target not in needed:
+                    needed.add(target)
+                    todo.append(target)
+    return {"__init__.py" if m == INSIDE else f"{m.rpartition('.')[2]}.py" for m in needed}
+
+
+def test_each_image_copies_every_inside_file_its_entrypoint_imports() -> None:
+    """The images copy only the files they name: one an entrypoint imports but the list
+    lacks would fail in every container, not here."""
+    from airlock.sandbox.browser_image import DRIVER_MODULES
+    from airlock.sandbox.image import INSIDE_MODULES as COPIED
+
+    sandbox = {*COPIED, "runner.py"}
+    assert _needed("boot") | _needed("runner") <= sandbox
+    assert _needed("browser") <= set(DRIVER_MODULES)
+    assert {"entry.py", "report.py"} <= _needed("runner") & _needed("browser")

@@ -1,4 +1,4 @@
-"""The in-sandbox relay (sandbox/inside/runner.py `_relay`), run on the host in a process
+"""The in-sandbox relay (sandbox/inside/relay.py `serve_relay`), run on the host in a process
 of its own.
 
 The relay bridges the code's TCP connections to the proxy's unix socket. When that socket
@@ -18,14 +18,14 @@ from pathlib import Path
 
 import pytest
 
-# The runner listens, then forks the relay with that socket; here a process does the
+# The entrypoint listens, then forks the relay with that socket; here a process does the
 # same minus the fork and the drop to the sandbox user (which need root).
 SERVE = """
 import socket, sys
-from airlock.sandbox.inside import runner
+from airlock.sandbox.inside import relay
 listener = socket.create_server(("127.0.0.1", 0))
 print(listener.getsockname()[1], flush=True)
-runner._relay(listener, sys.argv[1])
+relay.serve_relay(listener, sys.argv[1])
 """
 
 

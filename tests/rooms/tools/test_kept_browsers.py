@@ -13,6 +13,7 @@ import pytest
 from airlock.errors import LimitExceeded, NotFound
 from airlock.policies import BrowserSettings
 from airlock.tools.kept_browsers import KeptBrowser, KeptBrowsers
+from airlock.tools.lasting_box import LastingBox
 
 pytestmark = pytest.mark.anyio
 
@@ -20,17 +21,16 @@ T0 = 1_000_000.0
 
 
 def kept(browser_id: str, session_id: str, tenant: str = "t1", idle_s: float = 300) -> KeptBrowser:
+    held = LastingBox(cast(Any, None), cast(Any, None), AsyncExitStack())
     return KeptBrowser(
         id=browser_id,
         tenant=tenant,
         session_id=session_id,
-        backend=cast(Any, None),
-        box=cast(Any, None),
+        held=held,
         job=cast(Any, None),
         idle_s=idle_s,
         used_at=T0,
         capability_ids=[],
-        exits=AsyncExitStack(),
     )
 
 
@@ -63,7 +63,7 @@ async def test_a_foreign_an_unknown_and_a_closed_id_are_the_same_one_sentence() 
     browsers = KeptBrowsers()
     browser = kept("brw_a", "ses_1")
     exited: list[str] = []
-    browser.exits.callback(exited.append, "box removed")
+    browser.held.exits.callback(exited.append, "box removed")
     browsers.add(browser)
     assert browsers.get("t1", "ses_1", "brw_a") is browser
     messages = []
