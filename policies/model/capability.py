@@ -11,10 +11,8 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     AfterValidator,
     BeforeValidator,
-    ConfigDict,
     Field,
     ValidationInfo,
-    ValidatorFunctionWrapHandler,
     WithJsonSchema,
     field_validator,
     model_validator,
@@ -29,17 +27,14 @@ from airlock.policies.capabilities import (
 
 from .section import Section, all_problems, problem, quoted, reasoned
 from .traffic import (
-    FILTERS_BY_TLS,
     Cidrs,
     Hosts,
     Methods,
     Paths,
     Ports,
     Tls,
-    require_hosts,
-    require_ports,
+    TrafficRule,
     tls_shape_problems,
-    with_raw_problems,
 )
 
 _SECRET_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # as broker/vault.py names entries
@@ -187,16 +182,9 @@ class InjectSpec(Section):
         return value
 
 
-class Capability(Section):
+class Capability(TrafficRule):
     """Something an agent may ask for by name: HTTP access to some hosts, methods
     and paths, optionally with a secret the proxy injects, for a limited time."""
-
-    model_config = ConfigDict(json_schema_extra=FILTERS_BY_TLS)
-
-    @model_validator(mode="wrap")
-    @classmethod
-    def _every_problem(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> Any:
-        return with_raw_problems(data, handler)
 
     description: str = ""
     """What the capability is for, shown to the agent and to whoever approves it.
@@ -252,16 +240,6 @@ class Capability(Section):
     tls: Tls = "terminate"
     """"terminate" (missing means this) lets the proxy see and check each request and
     inject the secret; "passthrough" is an opaque tunnel that never carries a secret."""
-
-    @field_validator("hosts")
-    @classmethod
-    def _hosts_present(cls, hosts: tuple[str, ...]) -> tuple[str, ...]:
-        return require_hosts(hosts)
-
-    @field_validator("ports")
-    @classmethod
-    def _ports_present(cls, ports: tuple[int, ...]) -> tuple[int, ...]:
-        return require_ports(ports)
 
     @field_validator("paths")
     @classmethod

@@ -4,13 +4,11 @@ of a rule are `traffic.py`; deciding a request is `egress/decision.py`."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import (
     BeforeValidator,
-    ConfigDict,
     Field,
-    ValidatorFunctionWrapHandler,
     field_validator,
     model_validator,
 )
@@ -19,29 +17,19 @@ from airlock.policies.capabilities import path_placeholders
 
 from .section import MIB, Name, Section, all_problems, as_tuple, problem, quoted
 from .traffic import (
-    FILTERS_BY_TLS,
     Cidrs,
     Hosts,
     Methods,
     Paths,
     Ports,
     Tls,
-    require_hosts,
-    require_ports,
+    TrafficRule,
     tls_shape_problems,
-    with_raw_problems,
 )
 
 
-class EgressRule(Section):
+class EgressRule(TrafficRule):
     """Traffic every run may send without asking for a capability."""
-
-    model_config = ConfigDict(json_schema_extra=FILTERS_BY_TLS)
-
-    @model_validator(mode="wrap")
-    @classmethod
-    def _every_problem(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> Any:
-        return with_raw_problems(data, handler)
 
     name: Name
     """Name of the rule, shown in the egress log and in denials; required and unique."""
@@ -68,16 +56,6 @@ class EgressRule(Section):
     allow_private: Cidrs = ()
     """Private or otherwise guarded address ranges (CIDR) these hosts may resolve to,
     despite the SSRF guard. Missing or empty: none; use only for hosts you run."""
-
-    @field_validator("hosts")
-    @classmethod
-    def _hosts_present(cls, hosts: tuple[str, ...]) -> tuple[str, ...]:
-        return require_hosts(hosts)
-
-    @field_validator("ports")
-    @classmethod
-    def _ports_present(cls, ports: tuple[int, ...]) -> tuple[int, ...]:
-        return require_ports(ports)
 
     @field_validator("paths")
     @classmethod

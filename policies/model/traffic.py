@@ -1,8 +1,9 @@
 """The parts an egress rule and a capability are both made of: hosts, ports, methods, path
 patterns, private address ranges and the TLS mode, each checked with a reason; and the
 rule that methods and paths come with tls = "terminate" and never with "passthrough",
-checked on the raw table too so that one `policy check` lists every problem. Not here: the
-rule and the capability themselves (`egress.py`, `capability.py`)."""
+checked on the raw table too so that one `policy check` lists every problem (`TrafficRule`,
+the base of both). Not here: the rule and the capability themselves (`egress.py`,
+`capability.py`)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,12 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     AfterValidator,
     BeforeValidator,
+    ConfigDict,
     ValidationError,
     ValidatorFunctionWrapHandler,
     WithJsonSchema,
+    field_validator,
+    model_validator,
 )
 from pydantic_core import ErrorDetails, InitErrorDetails, PydanticCustomError
 
@@ -22,7 +26,7 @@ from airlock.policies.capabilities import validate_path_pattern
 from airlock.policies.hosts import canonical_host_pattern
 from airlock.validation import PYDANTIC_ERROR_TYPES
 
-from .section import as_tuple, problem, quoted, reasoned
+from .section import Section, as_tuple, problem, quoted, reasoned
 
 _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 
@@ -93,13 +97,13 @@ Cidrs = Annotated[tuple[_Cidr, ...], BeforeValidator(as_tuple)]
 Tls = Literal["terminate", "passthrough"]
 
 
-def require_hosts(hosts: tuple[str, ...]) -> tuple[str, ...]:
+def _require_hosts(hosts: tuple[str, ...]) -> tuple[str, ...]:
     if not hosts:
         raise problem("hosts_empty", 'list at least one host, such as hosts = ["api.example.com"]')
     return hosts
 
 
-def require_ports(ports: tuple[int, ...]) -> tuple[int, ...]:
+def _require_ports(ports: tuple[int, ...]) -> tuple[int, ...]:
     if not ports:
         raise problem("ports_empty", "list at least one port, or leave ports out for [443]")
     return ports
@@ -136,7 +140,7 @@ def tls_shape_problems(
     return found
 
 
-def with_raw_problems(data: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+def _with_raw_problems(data: Any, handler: ValidatorFunctionWrapHandler) -> Any:
     """Validate, and when some keys fail (so pydantic skips the model validator), also
     report the methods/paths problems that show from the raw table alone, so that one
     run of `policy check` lists them all."""
@@ -171,8 +175,32 @@ def _again(error: ErrorDetails) -> InitErrorDetails:
 
 # methods and paths are required unless tls = "passthrough", which forbids them; the
 # schema says so too, so editors flag a missing one as the loader does.
-FILTERS_BY_TLS: dict[str, Any] = {
+_FILTERS_BY_TLS: dict[str, Any] = {
     "if": {"properties": {"tls": {"const": "passthrough"}}, "required": ["tls"]},
     "then": {"not": {"anyOf": [{"required": ["methods"]}, {"required": ["paths"]}]}},
     "else": {"required": ["methods", "paths"]},
 }
+
+
+class TrafficRule(Section):
+    """The checks an egress rule and a capability share: at least one host and one port,
+    methods and paths as the TLS mode wants them (in the schema too), and every problem of
+    a table reported at once. The fields are each subclass's own, in its order and words."""
+
+    model_config = ConfigDict(json_schema_extra=_FILTERS_BY_TLS)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _every_problem(cls, data: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        return _with_raw_problems(data, handler)
+
+    # check_fields=False: the fields are declared by the subclasses.
+    @field_validator("hosts", check_fields=False)
+    @classmethod
+    def _hosts_present(cls, hosts: tuple[str, ...]) -> tuple[str, ...]:
+        return _require_hosts(hosts)
+
+    @field_validator("ports", check_fields=False)
+    @classmethod
+    def _ports_present(cls, ports: tuple[int, ...]) -> tuple[int, ...]:
+        return _require_ports(ports)
