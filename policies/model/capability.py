@@ -39,7 +39,6 @@ from .traffic import (
 
 _SECRET_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # as broker/vault.py names entries
 _HEADER_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
-_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 # Headers the proxy itself manages (framing, hop-by-hop, proxy auth): a secret put
 # there would be stripped, or would change how the request is framed.
 _PROXY_HEADERS = frozenset(
