@@ -45,28 +45,14 @@ from airlock.policies.load import (
     load_policy,
     policy_json_schema,
 )
-from airlock.policies.model import (
-    BrokerSettings,
-    BrowserSettings,
-    Capability,
-    ConsoleSettings,
-    Duration,
-    EgressLimits,
-    EgressRule,
-    EgressSettings,
-    FileLimits,
-    HatchSettings,
-    ImageSettings,
-    InjectSpec,
-    Limits,
-    OutputLimits,
-    Policy,
-    PoolSettings,
-    SandboxSettings,
-    SessionSettings,
-    TaskSettings,
-    TenantLimits,
-)
+from airlock.policies.model.browser import BrowserSettings
+from airlock.policies.model.capability import BrokerSettings, Capability, Duration, InjectSpec
+from airlock.policies.model.egress import EgressLimits, EgressRule, EgressSettings
+from airlock.policies.model.hatch import HatchSettings
+from airlock.policies.model.lifetimes import ConsoleSettings, SessionSettings, TaskSettings
+from airlock.policies.model.limits import FileLimits, Limits, OutputLimits, TenantLimits
+from airlock.policies.model.policy import Policy
+from airlock.policies.model.sandbox import ImageSettings, PoolSettings, SandboxSettings
 
 __all__ = [
     "DEFAULT_EXCLUDED",

@@ -185,7 +185,7 @@ def path_matches(pattern: str, path: str) -> bool:
 
 
 class ScopeSource(Protocol):
-    """What `resolve_scope` reads of a capability (a `policies.model.Capability`).
+    """What `resolve_scope` reads of a capability (a `policies.model.capability.Capability`).
 
     A protocol, so that this module, which the model imports for its validators, does
     not import the model back.

@@ -13,7 +13,7 @@ from typing import Any
 
 from airlock.config_files import load_toml_model
 from airlock.errors import PolicyInvalid
-from airlock.policies.model import Policy
+from airlock.policies.model.policy import Policy
 
 _DEFAULT_SOURCE = "policies/default.toml (packaged default)"
 

@@ -19,7 +19,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from airlock.policies.model import Capability, EgressRule, Policy
+from airlock.policies.model.capability import Capability
+from airlock.policies.model.egress import EgressRule
+from airlock.policies.model.policy import Policy
 
 WRITE_METHODS = ("POST", "PUT", "PATCH", "DELETE")
 

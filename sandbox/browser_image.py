@@ -22,16 +22,9 @@ import docker
 import airlock
 from airlock.errors import ImageUnavailable
 
-from .image import (
-    IMAGE_LABEL,
-    INSIDE_DIR,
-    PYTHON,
-    Progress,
-    base_tag_of,
-    bootstrap_base,
-    build_layer,
-    image_exists,
-)
+from .debian_base import base_tag_of, bootstrap_base
+from .image import IMAGE_LABEL, INSIDE_DIR, PYTHON
+from .image_build import Progress, build_layer, image_exists
 from .inside.wire import SANDBOX_HOME, SANDBOX_UID
 
 # What the box needs and nothing more: no compiler, no shell tools beyond the base's.

@@ -2,14 +2,14 @@
 layer (the Python packages of a hash-pinned lock file, the user, the runner, the pip and npm
 wrappers, the module that reads editable installs, the warmed home, the manifest).
 
-Belongs here: the image recipe, the tag derived from it, the offline base bootstrapped with
-`debootstrap` and imported into Docker, and turning engine and build failures into
-`EngineUnavailable` / `ImageUnavailable`; the bootstrapping (`bootstrap_base`) and the
-offline layer build (`build_layer`) serve the browser image too (`browser_image.py`).
-Not here: starting or hardening containers (the backend's job), the code that runs inside
-(`sandbox/inside/`, copied in byte for byte), reading lock files and fetching wheels
-(`sandbox/pylock.py`), and printing: every step is reported through the caller's `progress`
-callback, never to stdout, which may be an MCP stdio transport.
+Belongs here: the image recipe (what the image holds, its Dockerfile and build context), the
+tag derived from it, what agents are told it offers, the choice of base ([image] base pulled,
+or the offline one), and the three steps of a build. Not here: bootstrapping the offline base
+(`sandbox/debian_base.py`); the engine's side of a build, whether an image exists and the
+engine's errors (`sandbox/image_build.py`); starting or hardening containers (the backend's
+job); the code that runs inside (`sandbox/inside/`, copied in byte for byte); reading lock
+files and fetching wheels (`sandbox/pylock.py`); and printing: every step is reported through
+the caller's `progress` callback, never to stdout, which may be an MCP stdio transport.
 
 Tags are derived from content, so a changed recipe, runner or lock is picked up without a
 version bump, and an unchanged one reuses the image:
@@ -30,37 +30,27 @@ callers run it in a worker thread.
 
 from __future__ import annotations
 
-import collections
 import hashlib
-import io
 import os
 import re
-import shutil
-import subprocess
-import tarfile
-import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from string import Template
-from typing import IO, Any
 
 import docker
-import docker.errors
-import requests
 
 import airlock
-from airlock.errors import EngineUnavailable, ImageUnavailable
+from airlock.errors import ImageUnavailable
 from airlock.policies import ImageSettings
 from airlock.policies.references import parse_reference
 
-from .build_stages import StageTracker, remove_stages
+from .debian_base import base_tag_of, bootstrap_base
+from .image_build import Progress, build_layer, engine_errors, image_exists
 from .inside.wire import HOME_TEMPLATE, SANDBOX_HOME, SANDBOX_UID
 from .pylock import IMAGE_PYTHON_VERSION, PythonLock, default_lock, fetch_wheels, read_lock
 from .registry import pull
-from .streaming import run_streaming
 
 # The code that runs inside (sandbox/inside): named here only as files to copy, never imported.
 INSIDE_DIR: Path = Path(__file__).with_name("inside")
@@ -78,11 +68,6 @@ MANIFEST_PATH = "/opt/airlock/manifest.json"
 # see files/statx-shim.c for the gVisor releases whose statx it works around.
 STATX_SHIM_PATH = "/usr/local/lib/airlock/statx.so"
 
-Progress = Callable[[str], None]
-
-DEBIAN_SUITE = "bookworm"
-DEBIAN_MIRROR = "http://deb.debian.org/debian"
-_DEBOOTSTRAP_VARIANT = "minbase"
 # What every sandbox offers besides Python's packages: the command-line tools agents reach for
 # first, a C compiler, Node.js with npm, and Python with pip and venv. All from Debian, so
 # nothing is fetched at run time.
@@ -97,19 +82,6 @@ DEBIAN_PACKAGES = (
 CLI_TOOLS = (
     *("git", "curl", "wget", "jq", "unzip", "zip", "patch", "file", "sqlite3"),
     *("gcc", "make", "node", "npm"),
-)
-# Pruned from the bootstrapped tree before import. Nothing in a sandbox runs apt (no network,
-# no root), so the package lists and downloaded .debs are dead weight; nobody reads man pages
-# there, and with LANG=C.UTF-8 no program looks up translated messages. Dropping them takes
-# about 40 MB off an image that every container is created from.
-# The copyright files under usr/share/doc stay: the licences ask for them to travel with the
-# binaries (Debian's own slim images keep them for the same reason).
-_PRUNED = (
-    "var/cache/apt/archives/*.deb",
-    "var/lib/apt/lists/*",
-    "usr/share/man/*",
-    "usr/share/locale/*/",
-    "usr/share/doc/*/* except copyright",
 )
 
 PYTHON = "/usr/bin/python3"
@@ -192,15 +164,6 @@ WORKDIR /workspace
 ENV PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8
 ENTRYPOINT ["$python", "-I", "-S", "/opt/airlock/inside/boot.py"]
 """)
-# Per-read timeout while streaming a build: a step may stay silent for a while.
-_BUILD_READ_TIMEOUT_S = 600
-# Where the base tree is bootstrapped: debootstrap must create device nodes and run binaries
-# in it, which a /tmp mounted nodev,noexec would refuse; /var/tmp is normally on disk.
-_SCRATCH_DIR = "/var/tmp"
-_TAIL_LINES = 20
-_ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_PROXY_VARIABLES = frozenset({"http_proxy", "https_proxy", "no_proxy"})
-_START_DOCKER = "start the Docker engine (e.g. `sudo systemctl start docker` or `dockerd &`)"
 _CONTEXT_FILES = (
     *("pip.conf", "gitconfig", "npmrc", "EXTERNALLY-MANAGED", "pip", "npm"),
     "airlock_editable_site.pth",
@@ -295,14 +258,6 @@ def offline_base_tag(inputs: ImageInputs | None = None) -> str:
     return base_tag_of((inputs or ImageInputs()).all_debian_packages)
 
 
-def base_tag_of(packages: tuple[str, ...], repository: str = "airlock-base") -> str:
-    """The tag of a debootstrapped base holding `packages` (the browser image has its own)."""
-    recipe = "\n".join(
-        (DEBIAN_SUITE, _DEBOOTSTRAP_VARIANT, "apt-get --no-install-recommends", *packages, *_PRUNED)
-    )
-    return f"{repository}:{DEBIAN_SUITE}-{hashlib.sha256(recipe.encode()).hexdigest()[:12]}"
-
-
 def base_reference(inputs: ImageInputs | None = None) -> str:
     """What the layer is built on: [image] base (by digest when it has one), else the
     debootstrapped base."""
@@ -326,16 +281,6 @@ def image_tag(inputs: ImageInputs | None = None, runner: Path = RUNNER_PATH) -> 
 def base_exists(client: docker.DockerClient, inputs: ImageInputs | None = None) -> bool:
     """Whether the base for these inputs is in the engine already (built or pulled)."""
     return image_exists(client, base_reference(inputs))
-
-
-def image_exists(client: docker.DockerClient, tag: str) -> bool:
-    """Whether the engine has an image with this tag."""
-    with engine_errors():
-        try:
-            client.images.get(tag)
-        except docker.errors.ImageNotFound:
-            return False
-    return True
 
 
 def ensure_image(
@@ -461,17 +406,6 @@ def _read_files(named: Iterable[tuple[str, Path]]) -> list[tuple[str, bytes]]:
     return files
 
 
-@contextmanager
-def engine_errors() -> Iterator[None]:
-    """Translate "the engine is not there or not answering" into `EngineUnavailable`."""
-    try:
-        yield
-    except (docker.errors.DockerException, requests.exceptions.ConnectionError) as exc:
-        raise EngineUnavailable(
-            f"the Docker engine is not usable ({exc}): {_START_DOCKER}, then retry"
-        ) from exc
-
-
 # --- the base -----------------------------------------------------------------------------
 
 
@@ -501,295 +435,4 @@ def _ensure_offline_base(
 ) -> None:
     bootstrap_base(
         client, progress, offline_base_tag(inputs), inputs.all_debian_packages, force=force
-    )
-
-
-def bootstrap_base(
-    client: docker.DockerClient,
-    progress: Progress,
-    tag: str,
-    packages: tuple[str, ...],
-    *,
-    force: bool,
-) -> None:
-    """Bootstrap Debian with `packages` and import it as `tag`, unless it exists already."""
-    if not force and image_exists(client, tag):
-        progress(f"using base {tag}")
-        return
-    debootstrap = shutil.which("debootstrap")
-    if debootstrap is None:
-        raise ImageUnavailable(
-            "building the offline base image needs debootstrap, which is not installed: "
-            "apt-get install debootstrap"
-        )
-    if os.geteuid() != 0:
-        raise ImageUnavailable(
-            "building the offline base image needs root (debootstrap creates device nodes "
-            "and runs package scripts in a chroot): run the image build as root, e.g. with sudo"
-        )
-    started = time.monotonic()
-    root = Path(tempfile.mkdtemp(prefix="airlock-base-", dir=_SCRATCH_DIR)).resolve()
-    try:
-        _debootstrap(debootstrap, root, progress)
-        _install_packages(root, packages, progress)
-        _prune(root)
-        _import_tree(client, root, tag, progress)
-    finally:
-        _remove_tree(root, progress)
-    with engine_errors():
-        size = client.images.get(tag).attrs["Size"]
-    progress(f"base {tag} ready: {size / 1e6:.0f} MB in {time.monotonic() - started:.0f} s")
-
-
-def _debootstrap(debootstrap: str, root: Path, progress: Progress) -> None:
-    progress(f"bootstrapping Debian {DEBIAN_SUITE} ({_DEBOOTSTRAP_VARIANT}) from {DEBIAN_MIRROR}")
-    argv = [
-        debootstrap,
-        f"--variant={_DEBOOTSTRAP_VARIANT}",
-        DEBIAN_SUITE,
-        str(root),
-        DEBIAN_MIRROR,
-    ]
-    status, tail = _stream(argv, "debootstrap", progress)
-    if status != 0:
-        log = root / "debootstrap" / "debootstrap.log"
-        log_tail = log.read_text(errors="replace").splitlines()[-10:] if log.exists() else []
-        raise ImageUnavailable(
-            f"debootstrap failed with exit status {status}; last output:\n"
-            + "\n".join(f"  {line}" for line in [*tail, *log_tail])
-            + f"\nCheck that {DEBIAN_MIRROR} is reachable from this machine (debootstrap "
-            "downloads the packages from it), then run the image build again."
-        )
-
-
-def _install_packages(root: Path, packages: tuple[str, ...], progress: Progress) -> None:
-    """apt-get inside the bootstrapped tree: unlike debootstrap's own resolver, apt handles
-    virtual packages and alternatives (npm's dependencies need both)."""
-    progress(f"installing {len(packages)} Debian packages and their dependencies with apt-get")
-    # The build host's proxy settings reach the mirror the way debootstrap reached it.
-    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
-    env |= {k: v for k, v in os.environ.items() if k.lower() in _PROXY_VARIABLES}
-    env["DEBIAN_FRONTEND"] = "noninteractive"
-    for step in (
-        ["apt-get", "update", "-q"],
-        ["apt-get", "install", "-y", "-q", "--no-install-recommends", *packages],
-        ["apt-get", "clean"],
-    ):
-        status, tail = _stream(["chroot", str(root), *step], "apt-get", progress, env=env)
-        if status != 0:
-            raise ImageUnavailable(
-                f"`{' '.join(step[:2])}` in the bootstrapped tree failed with exit status "
-                f"{status}; last output:\n"
-                + "\n".join(f"  {line}" for line in tail)
-                + f"\nCheck the names in [image] debian_packages (they must exist in Debian "
-                f"{DEBIAN_SUITE}) and that {DEBIAN_MIRROR} is reachable, then build again."
-            )
-
-
-def _stream(
-    argv: list[str], label: str, progress: Progress, env: dict[str, str] | None = None
-) -> tuple[int, list[str]]:
-    """Run `argv`, reporting each line of its output; its exit status and last lines."""
-    return run_streaming(
-        argv, lambda line: progress(f"{label}: {line}"), env=env, tail_lines=_TAIL_LINES
-    )
-
-
-def _prune(root: Path) -> None:
-    """Delete what `_PRUNED` names, keeping the copyright files under usr/share/doc."""
-
-    def is_deb(entry: os.DirEntry[str]) -> bool:
-        return entry.name.endswith(".deb")
-
-    def is_copyright(entry: os.DirEntry[str]) -> bool:
-        return entry.name == "copyright"
-
-    def anything(entry: os.DirEntry[str]) -> bool:
-        return True
-
-    def is_real_dir(entry: os.DirEntry[str]) -> bool:
-        return entry.is_dir(follow_symlinks=False)
-
-    _delete_entries(root / "var/cache/apt/archives", is_deb)
-    _delete_entries(root / "var/lib/apt/lists", anything)
-    _delete_entries(root / "usr/share/man", anything)
-    # Only the per-language catalog directories; files directly in it (locale.alias, where
-    # installed) are read by setlocale().
-    _delete_entries(root / "usr/share/locale", is_real_dir)
-    doc = root / "usr/share/doc"
-    if _is_real_dir(doc):
-        for package in os.scandir(doc):
-            if package.is_dir(follow_symlinks=False):
-                _delete_entries(Path(package.path), lambda entry: not is_copyright(entry))
-
-
-def _delete_entries(directory: Path, doomed: Callable[[os.DirEntry[str]], bool]) -> None:
-    # Never follows a symlink: we run as root, and a link in the tree that points at an
-    # absolute path would point into the host.
-    if not _is_real_dir(directory):
-        return
-    for entry in os.scandir(directory):
-        if not doomed(entry):
-            continue
-        if entry.is_dir(follow_symlinks=False):
-            shutil.rmtree(entry.path)
-        else:
-            os.unlink(entry.path)
-
-
-def _is_real_dir(path: Path) -> bool:
-    return path.is_dir() and not path.is_symlink()
-
-
-def _import_tree(client: docker.DockerClient, root: Path, tag: str, progress: Progress) -> None:
-    progress(f"importing the bootstrapped tree as {tag}")
-    tar = subprocess.Popen(
-        ["tar", "--numeric-owner", "-C", str(root), "-c", "."],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    assert tar.stdout is not None and tar.stderr is not None
-
-    def chunks(stream: IO[bytes]) -> Iterator[bytes]:
-        while chunk := stream.read(1 << 20):
-            yield chunk
-
-    repository, _, version = tag.partition(":")
-    try:
-        with engine_errors():
-            try:
-                # A generator is sent chunked, so the tree is never held in memory or on disk.
-                reply = client.api.import_image_from_stream(
-                    chunks(tar.stdout), repository=repository, tag=version
-                )
-            except docker.errors.APIError as exc:
-                raise ImageUnavailable(f"docker import of the base failed: {exc}") from exc
-    finally:
-        tar.stdout.close()
-        tar_errors = tar.stderr.read().decode(errors="replace")
-        tar.stderr.close()
-        tar.wait()
-    if tar.returncode != 0:
-        raise ImageUnavailable(f"archiving {root} failed: {tar_errors.strip()}")
-    if not image_exists(client, tag):
-        raise ImageUnavailable(f"docker import did not create {tag}; the engine said: {reply}")
-
-
-def _remove_tree(root: Path, progress: Progress) -> None:
-    # debootstrap mounts /proc, /sys and host device nodes inside the tree; if it was killed
-    # before unmounting them, deleting the tree would reach into those. Unmount first, and
-    # keep the tree when that fails.
-    for point in _mount_points_under(root):
-        subprocess.run(["umount", point], capture_output=True, check=False)
-    if still := _mount_points_under(root):
-        progress(f"left {root} in place: still mounted at {', '.join(still)}; unmount, then delete")
-        return
-    try:
-        shutil.rmtree(root)
-    except OSError as exc:
-        progress(f"could not delete {root} ({exc}); delete it by hand")
-
-
-def _mount_points_under(root: Path) -> list[str]:
-    """Mount points at or below `root`, deepest first."""
-    prefix = str(root)
-    points = []
-    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as mountinfo:
-        for line in mountinfo:
-            # Field 5 is the mount point, with space, tab, newline and backslash as octal escapes.
-            point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), line.split()[4])
-            if point == prefix or point.startswith(prefix + "/"):
-                points.append(point)
-    return sorted(points, key=len, reverse=True)
-
-
-# --- the layer -------------------------------------------------------------------------
-
-
-def build_layer(
-    client: docker.DockerClient,
-    progress: Progress,
-    tag: str,
-    base: str,
-    members: list[tuple[str, bytes]],
-    wheels: list[Path],
-    *,
-    nocache: bool,
-    fix: str = "",
-) -> None:
-    """Build `tag` on `base` from a context of `members` (a Dockerfile among them) and
-    `wheels` (under wheels/), with no network, reporting each line of the build; a failed
-    build's error ends with `fix`."""
-    progress(f"building {tag} on {base}")
-    tail: collections.deque[str] = collections.deque(maxlen=_TAIL_LINES)
-    stages = StageTracker()
-    with engine_errors(), _build_context(members, wheels) as context:
-        try:
-            events = client.api.build(
-                fileobj=context,
-                custom_context=True,
-                tag=tag,
-                rm=True,
-                forcerm=True,
-                nocache=nocache,
-                decode=True,
-                timeout=_BUILD_READ_TIMEOUT_S,
-                labels={"airlock.version": airlock.__version__, "airlock.base": base},
-                # The steps need no network (the wheels were fetched on the host); a build
-                # that cannot reach out cannot fetch anything that is not in the recipe.
-                network_mode="none",
-                # Otherwise the SDK copies the host user's proxy settings into build args.
-                use_config_proxy=False,
-            )
-            for event in events:
-                # Without the colour codes some build steps print.
-                text = _ANSI_ESCAPE.sub("", str(event.get("stream", "")))
-                for line in text.splitlines():
-                    if line.strip():
-                        tail.append(line)
-                        stages.feed(line)
-                        progress(f"build: {line}")
-                _raise_on_error(event, f"building {tag} on {base} failed", tail, fix)
-        except docker.errors.APIError as exc:
-            raise ImageUnavailable(f"building {tag} failed: {exc}") from exc
-        finally:
-            # Whether or not the build got through, its finished stages serve nothing.
-            remove_stages(client, stages.stages, progress)
-    if not image_exists(client, tag):
-        raise ImageUnavailable(f"the build of {tag} ended without creating it")
-    progress(f"built {tag}")
-
-
-@contextmanager
-def _build_context(members: list[tuple[str, bytes]], wheels: list[Path]) -> Iterator[IO[bytes]]:
-    # On disk, not in memory: the wheels of the default lock are over 100 MB.
-    with tempfile.TemporaryFile(dir=_SCRATCH_DIR) as context:
-        with tarfile.open(fileobj=context, mode="w") as tar:
-            for name, data in members:
-                # COPY keeps the mode from the context and makes the file root-owned: 0644
-                # lets the sandbox user read the runner but not change it.
-                info = tarfile.TarInfo(name)
-                info.size = len(data)
-                info.mode = 0o644
-                tar.addfile(info, io.BytesIO(data))
-            for wheel in wheels:
-                info = tar.gettarinfo(str(wheel), arcname=f"wheels/{wheel.name}")
-                info.mode, info.uid, info.gid, info.uname, info.gname = 0o644, 0, 0, "", ""
-                with wheel.open("rb") as f:
-                    tar.addfile(info, f)
-        context.seek(0)
-        yield context
-
-
-def _raise_on_error(
-    event: Mapping[str, Any], what: str, tail: Iterable[str], fix: str = ""
-) -> None:
-    if "error" not in event:
-        return
-    lines = "\n".join(f"  {line}" for line in tail)
-    raise ImageUnavailable(
-        f"{what}: {event['error']}"
-        + (f"\nlast output:\n{lines}" if lines else "")
-        + (f"\n{fix}" if fix else "")
     )

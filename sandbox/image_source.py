@@ -21,13 +21,11 @@ from .image import (
     IMAGE_LABEL,
     INSIDE_LABEL,
     ImageInputs,
-    Progress,
     build_image,
-    engine_errors,
     ensure_base,
-    image_exists,
     inside_digest,
 )
+from .image_build import Progress, engine_errors, image_exists
 from .registry import pull, push, push_target
 
 _PUSH_FIX = (

@@ -29,10 +29,10 @@ from airlock.sandbox.image import (
     ImageInputs,
     base_exists,
     base_reference,
-    image_exists,
     image_inputs,
     image_tag,
 )
+from airlock.sandbox.image_build import image_exists
 from airlock.sandbox.image_source import check_sandbox_image
 from airlock.sandbox.instance import Instance
 from airlock.sandbox.runtime import AUTO, GVISOR, REGISTER_GVISOR, choose_runtime

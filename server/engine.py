@@ -31,10 +31,10 @@ from airlock.sandbox.image import (
     ImageInputs,
     base_exists,
     build_image,
-    image_exists,
     image_inputs,
 )
 from airlock.sandbox.image import image_tag as sandbox_image_tag
+from airlock.sandbox.image_build import image_exists
 from airlock.sandbox.image_source import check_sandbox_image, policy_image
 from airlock.sandbox.instance import Instance
 from airlock.sandbox.pool import Profile, WarmPool

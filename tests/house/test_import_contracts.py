@@ -93,6 +93,12 @@ VIOLATIONS = [
         "airlock.tools.transport -> mcp",
     ),
     ("tools/upward.py", "import starlette", "transports", "airlock.tools.upward -> starlette"),
+    (
+        "policies/model/traffic.py",
+        "from airlock.policies.model import egress",
+        "policy-model",
+        "airlock.policies.model.traffic -> airlock.policies.model.egress",
+    ),
 ]
 
 

@@ -20,10 +20,10 @@ from airlock.sandbox.image import (
     ImageInputs,
     build_image,
     ensure_image,
-    image_exists,
     image_tag,
     offline_base_tag,
 )
+from airlock.sandbox.image_build import image_exists
 from airlock.sandbox.pylock import parse_lock
 
 # The first Docker test may build the image: the Debian base takes minutes (7.5 on a busy

@@ -38,12 +38,12 @@ from airlock.sandbox.image import (
     INSIDE_LABEL,
     ImageInputs,
     base_reference,
-    image_exists,
     image_inputs,
     image_tag,
     inside_digest,
     offline_base_tag,
 )
+from airlock.sandbox.image_build import image_exists
 from airlock.sandbox.image_source import policy_image
 from airlock.sandbox.registry import push, push_target
 
