@@ -93,6 +93,13 @@ VIOLATIONS = [
         "airlock.tools.transport -> mcp",
     ),
     ("tools/upward.py", "import starlette", "transports", "airlock.tools.upward -> starlette"),
+    (
+        "store/queries/upward.py",
+        "from airlock.store.database import Database",
+        "store-backends",
+        "airlock.store.queries.upward -> airlock.store.database",
+    ),
+    ("store/database/driver.py", "import psycopg", "store-sqlite", "airlock.store.database.driver"),
 ]
 
 
