@@ -28,12 +28,12 @@ Fencing: on losing its claim a replica kills its own sandboxes (`fence`, within
 `FENCE_DEADLINE_S` of its last good heartbeat), and a peer ends a listed instance's runs
 only after its lock stayed free `DEAD_GRACE_S`, longer. Each taking of the claim draws a
 new `epoch` (a fencing token): the records write a run's end and its workspace commit only
-while the run is `running` under its owner's current epoch (`queries/runs.py`), so a
+while the run is `running` under its owner's current epoch (`fencing.py`), so a
 cut-off replica's late result is refused (`RunEndedByFleet`).
 
-The table is created here if missing; with the records in PostgreSQL it belongs in the
-store's migrations (store-sql). psycopg's errors leave as `StoreError`, naming the
-database without its password (`pg_notices.where`).
+The table is made by the store's migrations (0003, 0005). psycopg's errors leave as
+`StoreError`, naming the database without its password (`connection.shown_url`); a lost
+claim is taken again through the store's one retry helper (`retry.backoff`).
 """
 
 from __future__ import annotations

@@ -2,11 +2,11 @@
 
 `PostgresNotices.serve` keeps one connection LISTENing on `CHANNEL` for the server's life.
 When that connection drops (the database restarted, the backend was terminated, the
-network failed) it reconnects with a growing, jittered backoff, and on every connect,
-after LISTEN is in place, runs the resync hooks: a notice sent while nobody listened is
-then found in the records, so a missed notice is a delay, never a lost effect. `publish`
-delivers to this process at once and NOTIFYs on a second connection of its own (a
-connection blocked reading notices cannot also send one).
+network failed) it reconnects (`retry.backoff`: at once, then a growing, jittered wait),
+and on every connect, after LISTEN is in place, runs the resync hooks: a notice sent while
+nobody listened is then found in the records, so a missed notice is a delay, never a lost
+effect. `publish` delivers to this process at once and NOTIFYs on a second connection of
+its own (a connection blocked reading notices cannot also send one).
 
 Anyone who may connect may NOTIFY on the channel, as fast as they like (100 000 in under
 a second). So the listener only decodes and queues: what it hears waits in a `Backlog`
@@ -15,8 +15,9 @@ the listener and off the calls' path; what a full backlog drops is left to one r
 the records (the resync hooks, at most once a `RESYNC_PAUSE_S`), and malformed payloads
 and drops are each said in a line now and then with their count (`Sampled`).
 
-Only here is psycopg imported (the SQLite default never loads it); its errors leave as
-`StoreError`, whose text names the database by host, port and name, never its password.
+Only the PostgreSQL modules import psycopg (the SQLite default never loads it); its errors
+leave as `StoreError`, whose text names the database without its password
+(`connection.shown_url`).
 """
 
 from __future__ import annotations
