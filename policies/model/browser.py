@@ -52,7 +52,14 @@ class BrowserSettings(Section):
     """Most kept browsers open at once in one session; 0 turns keeping off."""
 
     max_kept_per_tenant: int = Field(default=8, ge=0, le=1000)
-    """Most kept browsers open at once across a tenant's sessions on one server."""
+    """Most kept browsers open at once across a tenant's sessions, counted over every server
+    sharing the records (a fleet's too)."""
+
+    pool: int = Field(default=1, ge=0, le=16)
+    """Started, never-used browser boxes kept ready (Chromium running, each with a CA of its
+    own, so a one-shot browse skips the box's and Chromium's start); about 250 MB each while
+    it waits. Missing means 1 where the browser image exists, 0 turns the pool off; at most
+    16. Read from the server's policy only (a tenant's does not size the server's pool)."""
 
     secrets: Literal["refuse", "withhold"] = "refuse"
     """What `browse` does with a capability that has a secret. A browser box never carries
