@@ -36,6 +36,14 @@ def jittered(first_s: float, max_s: float) -> Callable[[tenacity.RetryCallState]
     return wait
 
 
+async def first_pause(first_s: float) -> None:
+    """The wait before the first try again of something just lost (a claim or notice
+    connection): the database that dropped it is rarely back within a millisecond, and the
+    replicas that lost it together should not all come back in the same instant. Drawn as
+    `jittered`'s first step."""
+    await anyio.sleep(first_s * random.uniform(0.5, 1.0))
+
+
 def _retry_on(on: Failures) -> tenacity.retry_base:
     if isinstance(on, (type, tuple)):
         return tenacity.retry_if_exception_type(on)

@@ -329,6 +329,7 @@ class AdvisoryClaim:
 
     async def _regain(self) -> None:
         await self._drop()
+        await retry.first_pause(BACKOFF_MIN_S)
         conn: Connection = await retry.backoff(
             on=(psycopg.Error, _HeldElsewhere), first_s=BACKOFF_MIN_S, max_s=REGAIN_BACKOFF_MAX_S
         )(self._take_again)

@@ -131,6 +131,7 @@ class PostgresNotices(Notices):
         reconnect = retry.backoff(
             on=psycopg.Error, first_s=BACKOFF_MIN_S, max_s=BACKOFF_MAX_S, failed=down
         )
+        await retry.first_pause(BACKOFF_MIN_S)
         return await reconnect(connect, self._url, self.origin)
 
     async def _listen(self, conn: Connection, tg: anyio.abc.TaskGroup) -> None:

@@ -78,3 +78,10 @@ def test_at_once_retries_in_a_thread_without_waiting() -> None:
     assert flaky.calls == 8
     with pytest.raises(ConnectionError):
         retry.at_once(on=ConnectionError, tries=8)(Flaky(8))
+
+
+async def test_the_first_pause_waits_half_to_all_of_the_first_step() -> None:
+    for _ in range(3):
+        started = anyio.current_time()
+        await retry.first_pause(0.2)
+        assert 0.1 <= anyio.current_time() - started < 1.0
