@@ -28,7 +28,7 @@ from pathlib import Path
 import anyio
 
 from airlock.store import AnyNotice, GrantRevoked
-from airlock.store.pg_notices import PostgresNotices
+from airlock.store.fleet.pg_notices import PostgresNotices
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 # tests/postgres.py: standard library only, the same cluster code .ci/run uses.

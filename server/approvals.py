@@ -24,7 +24,7 @@ from airlock.errors import InvalidRequest, NotFound
 from airlock.store import ApprovalDecided, ApprovalRecord, Database, Notices
 
 if TYPE_CHECKING:
-    from airlock.store.pg_notices import PostgresNotices
+    from airlock.store.fleet.pg_notices import PostgresNotices
 from airlock.tools.context import iso_time
 from airlock.tools.envelope import sanitize
 
@@ -138,7 +138,7 @@ def _fleet_channel(config: Config) -> PostgresNotices | None:
     no channel: the waiting request re-reads the record, `tools.fleet.REREAD_S`)."""
     if config.fleet_url is None:
         return None
-    from airlock.store.pg_notices import PostgresNotices  # psycopg: for a fleet only
+    from airlock.store.fleet.pg_notices import PostgresNotices  # psycopg: for a fleet only
 
     return PostgresNotices(config.fleet_url, f"cli-{getpass.getuser()}")
 

@@ -120,7 +120,7 @@ def blob_store(config: Config, db: Database, *, owner: str = "") -> BlobStore:
 
     if config.fleet_url is None:
         return BlobStore(config.blobs_dir, owner=owner)
-    from airlock.store.pg_blobs import PostgresContents  # psycopg: for a fleet only
+    from airlock.store.postgres.blobs import PostgresContents  # psycopg: for a fleet only
 
     return BlobStore(config.blobs_dir, owner=owner, contents=PostgresContents(db.engine))
 
@@ -150,6 +150,6 @@ def open_vault(config: Config, db: Database | None, env: Mapping[str, str]) -> V
     key = load_key(config.data_dir, env)
     if config.fleet_url is None or db is None:
         return Vault(vault_path(config.data_dir), key)
-    from airlock.store.pg_documents import PostgresDocuments
+    from airlock.store.postgres.documents import PostgresDocuments
 
     return Vault(PostgresDocuments(db.engine, "vault"), key)

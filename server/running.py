@@ -170,7 +170,7 @@ async def _claim(
     (which `fence`s this server's sandboxes when it is lost)."""
     if config.fleet_url is None:
         return await FileClaim.take(db, blobs, config.instances_dir, instance_id, now=clock())
-    from airlock.store.pg_claims import ENDED_BY_DEATH, AdvisoryClaim
+    from airlock.store.fleet.pg_claims import ENDED_BY_DEATH, AdvisoryClaim
 
     async def end_runs(instance_ids: Sequence[str], at: float) -> int:
         return await db.mark_unfinished_runs(
@@ -197,7 +197,7 @@ async def _fence(engine: ServerEngine) -> int:
 def _notices(config: Config, instance_id: str) -> Notices:
     if config.fleet_url is None:
         return Notices(instance_id)  # one server: its notices reach only itself
-    from airlock.store.pg_notices import PostgresNotices  # psycopg: for a fleet only
+    from airlock.store.fleet.pg_notices import PostgresNotices  # psycopg: for a fleet only
 
     return PostgresNotices(config.fleet_url, instance_id)
 

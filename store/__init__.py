@@ -1,9 +1,12 @@
 """Airlock's records: a database (SQLite under the data dir by default, or PostgreSQL
 for a fleet: one schema, SQLAlchemy Core and Alembic migrations; `docs/store.md`) for
 sessions, runs, artifacts, versioned session workspaces and the audit, a content-addressed
-blob store for their bytes (files, or PostgreSQL for a fleet), which server instance owns
-the runs still going, the fleet's notices (`notices`: in-process, or LISTEN/NOTIFY in
-`pg_notices`), and the one way a directory of the data dir is made (0700).
+blob store for their bytes (files, or PostgreSQL for a fleet), and the one way a directory
+of the data dir is made (0700). By backend: the local files are the modules here
+(`blobs`, `blob_contents`, `documents`), the PostgreSQL ones `postgres/`; the records, on
+either database, are `database/` (one module per family of records) over `queries/`. The
+fleet's coordination (which server owns the runs still going and whether it lives, the
+notices between servers, the fencing of a lost claim's runs) is `fleet/`.
 
 May import only the base modules (`airlock.errors`, `airlock.languages`, ...): no room,
 not even policies (pyproject's `rooms` import contract, checked by `lint-imports`).
@@ -28,15 +31,15 @@ from airlock.lazy import homes, resolve
 
 if TYPE_CHECKING:
     from .blobs import BlobStore, Draft, DraftWriter, Staging
-    from .db import SCHEMA_REVISION, SCHEMA_VERSION, Database
-    from .instances import (
+    from .database import SCHEMA_REVISION, SCHEMA_VERSION, Database
+    from .fleet.claims import (
         FileClaim,
         InstanceClaim,
         InstanceLock,
         claim_instance,
         end_runs_of_dead_instances,
     )
-    from .notices import (
+    from .fleet.notices import (
         AnyNotice,
         ApprovalDecided,
         GrantRevoked,
@@ -82,15 +85,15 @@ if TYPE_CHECKING:
 _HOMES = homes(
     {
         "blobs": ("BlobStore", "Draft", "DraftWriter", "Staging"),
-        "db": ("SCHEMA_REVISION", "SCHEMA_VERSION", "Database"),
-        "instances": (
+        "database": ("SCHEMA_REVISION", "SCHEMA_VERSION", "Database"),
+        "fleet.claims": (
             "FileClaim",
             "InstanceClaim",
             "InstanceLock",
             "claim_instance",
             "end_runs_of_dead_instances",
         ),
-        "notices": (
+        "fleet.notices": (
             "AnyNotice",
             "ApprovalDecided",
             "GrantRevoked",

@@ -5,7 +5,7 @@ storage, and the storage of a single server (files under the data directory).
 keeps bytes under a name it is given, already checked to be 64 lowercase hex digits and
 already known to be the sha256 of the bytes. Every method blocks: the store calls them in
 worker threads. A fleet keeps its contents where every replica reads them
-(`pg_blobs.PostgresContents`); an object store would be a third implementation of the same
+(`postgres.blobs.PostgresContents`); an object store would be a third implementation of the same
 four methods (docs/fleet.md says how).
 """
 

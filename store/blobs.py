@@ -3,7 +3,7 @@
 Holds contents only; what a blob is (artifact, workspace file, output) and who may read it
 lives in the database. Where the bytes are kept is a `BlobContents` (blob_contents.py):
 files by default, `root/ab/cdef...` (the first two hex digits of its sha256 name a
-directory, the other 62 the file), or the fleet's PostgreSQL (pg_blobs.py). OSError leaves
+directory, the other 62 the file), or the fleet's PostgreSQL (postgres/blobs.py). OSError leaves
 this module as `StoreError`.
 
 Content too large to hold in memory (what a run leaves behind) comes in through a

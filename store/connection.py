@@ -12,6 +12,7 @@ small connection pool. No SQL of the records lives here.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,40 +79,76 @@ def location(where: Path | str) -> Location:
         return sqlite_location(where)
     try:
         url = make_url(where.strip())
-    except ArgumentError as exc:
-        raise StoreError(f"the store {hidden(where)!r} is not a database URL: {_FIX}") from exc
+    except (ArgumentError, ValueError) as exc:  # ValueError: a port that is no number
+        raise StoreError(f"the store {shown_url(where)!r} is not a database URL: {_FIX}") from exc
     if url.drivername in ("sqlite", "sqlite+pysqlite"):
         if not url.database or url.database == ":memory:":
-            raise StoreError(f"the store {hidden(where)!r} names no file: {_FIX}")
+            raise StoreError(f"the store {shown_url(where)!r} names no file: {_FIX}")
         path = Path(url.database).expanduser()
         return Location(
             url=sqlite_location(path).url, shown=str(path), path=path, own_directory=False
         )
     if url.drivername not in _POSTGRES_SCHEMES:
         raise StoreError(
-            f"the store {hidden(where)!r} is neither PostgreSQL nor SQLite (Airlock drives "
+            f"the store {shown_url(where)!r} is neither PostgreSQL nor SQLite (Airlock drives "
             f"PostgreSQL with psycopg 3): {_FIX}"
         )
     url = url.set(drivername="postgresql+psycopg")
     return Location(url=url, shown=shown_url(url))
 
 
-def shown_url(url: URL) -> str:
-    """`url` as messages may show it: without its password, in the userinfo or the query."""
-    query = {k: v for k, v in url.query.items() if k.lower() != "password"}
+_SECRET_KEYS = frozenset({"password", "sslpassword"})
+"""libpq's parameters that hold a secret (the user's password, the password of the client
+certificate's key): never shown, whatever their spelling's case."""
+# libpq's key=value form: `key = value`, a value either single-quoted (with backslash
+# escapes) or running to the next unescaped space.
+_CONNINFO_PAIR = re.compile(r"\s*([A-Za-z_]+)\s*=\s*('(?:[^'\\]|\\.)*'|(?:[^\s'\\]|\\.)*)")
+_SHOWN_KEYS = ("host", "hostaddr", "port", "dbname", "user")
+
+
+def shown_url(url: URL | str) -> str:
+    """A database's URL as a message may show it, never with a password: the one place that
+    decides it, for a parsed URL, a string a user gave (a URL, or libpq's `key=value`
+    form), and one that parses as neither. A password in the userinfo becomes `***`; one in
+    the query (`?password=`, `?sslpassword=`, percent-encoded or not) is left out."""
+    if isinstance(url, str):
+        text = url.strip()
+        if "://" not in text:
+            return _shown_conninfo(text)
+        if text.split("?", 1)[0].count("@") > 1:
+            # An unencoded `@` in the password: SQLAlchemy (like libpq) would end the
+            # userinfo at the first one and show the rest as a host.
+            return _shown_unparsed(text)
+        try:
+            url = make_url(text)
+        except (ArgumentError, ValueError):
+            return _shown_unparsed(text)
+    query = {k: v for k, v in url.query.items() if k.lower() not in _SECRET_KEYS}
     # Made anew: `URL.set` reads password=None as "keep it".
     safe = URL.create(url.drivername, url.username, None, url.host, url.port, url.database, query)
     shown = safe.render_as_string(hide_password=False).replace("postgresql+psycopg", "postgresql")
     return shown if url.password is None else shown.replace("@", ":***@", 1)
 
 
-def hidden(text: str) -> str:
-    """An unparsed store string as messages may show it: the userinfo's password cut."""
-    scheme, sep, rest = text.partition("://")
+def _shown_conninfo(text: str) -> str:
+    """libpq's `key=value` string: only the keys that name the database, rebuilt from what
+    parsed, so a value that did not parse is never echoed; a path (no `=`) as it is."""
+    if "=" not in text:
+        return text
+    pairs = {m[1].lower(): m[2] for m in _CONNINFO_PAIR.finditer(text) if m[1]}
+    shown = [f"{key}={pairs[key]}" for key in _SHOWN_KEYS if key in pairs]
+    if _SECRET_KEYS & pairs.keys():
+        shown.append("password=***")
+    return " ".join(shown) or "a PostgreSQL connection string"
+
+
+def _shown_unparsed(text: str) -> str:
+    """A `scheme://…` string SQLAlchemy could not parse: its scheme and what follows the last
+    `@` (a password may hold an unencoded `@`), without any query."""
+    scheme, _, rest = text.partition("://")
     userinfo, at, host = rest.rpartition("@")
-    if not sep or not at or ":" not in userinfo:
-        return text.split("?", 1)[0]
-    return f"{scheme}://{userinfo.split(':', 1)[0]}:***@{host.split('?', 1)[0]}"
+    shown = host.split("?", 1)[0]
+    return f"{scheme}://***@{shown}" if at and userinfo else f"{scheme}://{shown}"
 
 
 def translate(exc: BaseException, place: Location) -> StoreError:

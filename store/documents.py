@@ -3,7 +3,7 @@ what keeps one (a file on a single server, a row of the fleet's database) and wh
 
 `FileDocument` is the single server's: a file replaced atomically (written 0600 beside it,
 fsynced, renamed, the directory fsynced) under an exclusive `flock` of a lock file next to
-it, so threads and processes alike take turns. `pg_documents.PostgresDocuments` is the
+it, so threads and processes alike take turns. `postgres.documents.PostgresDocuments` is the
 fleet's. OSError leaves here as it is: the owner of the document says what it was.
 """
 

@@ -60,7 +60,7 @@ class RunRecord(BaseModel):
     """OCI runtime of the run's sandbox (runsc, runc); empty for runs recorded before
     Airlock recorded it."""
     instance_id: str = ""
-    """The server instance running it (`store/instances.py`): a later server ends the run
+    """The server instance running it (`store/fleet/claims.py`): a later server ends the run
     if this one dies first. Empty for runs recorded before Airlock recorded owners."""
     claim_epoch: int = 0
     """The epoch of its owner's claim when it started (`pg_claims`), set by the store: its

@@ -1,4 +1,4 @@
-"""The store's tables as SQLAlchemy Core objects: what the queries of `db.py` and
+"""The store's tables as SQLAlchemy Core objects: what the queries of `database/` and
 `workspace_sql.py` are built from, the same on SQLite and PostgreSQL.
 
 The tables themselves are made and changed only by the migrations (`migrations/`); this
@@ -342,8 +342,8 @@ hatch_patches = Table(
 )
 Index("patches_by_copy", hatch_patches.c.copy_id, hatch_patches.c.sha256)
 
-# A fleet's shared bytes (pg_blobs.py, pg_documents.py); made on SQLite too, where nothing
-# writes them (one server keeps blobs and the vault as files): one schema for both.
+# A fleet's shared bytes (postgres/blobs.py, postgres/documents.py); made on SQLite too,
+# where nothing writes them (one server keeps blobs and the vault as files): one schema for both.
 blob_contents = Table(
     "blob_contents",
     metadata,

@@ -59,8 +59,8 @@ def channel_status(url: str) -> StoreStatus:
     a role without the right, would break the fleet's revocations and ends). Blocking."""
     import psycopg  # for a fleet only
 
-    from .connection import CONNECT_TIMEOUT_S
-    from .pg_notices import CHANNEL, where
+    from .connection import CONNECT_TIMEOUT_S, shown_url
+    from .fleet.pg_notices import CHANNEL
 
     channel = f"{CHANNEL}_doctor"
     try:
@@ -71,13 +71,13 @@ def channel_status(url: str) -> StoreStatus:
     except psycopg.Error as exc:
         return StoreStatus(
             False,
-            f"notices: {where(url)}: {type(exc).__name__}",
+            f"notices: {shown_url(url)}: {type(exc).__name__}",
             "check the --store URL and that the database accepts connections",
         )
     if not heard:
         return StoreStatus(
             False,
-            f"notices: {where(url)} delivered no LISTEN/NOTIFY within 5 s",
+            f"notices: {shown_url(url)} delivered no LISTEN/NOTIFY within 5 s",
             "connect the fleet to PostgreSQL directly or through a session-mode pooler",
         )
-    return StoreStatus(True, f"notices: LISTEN/NOTIFY works on {where(url)}")
+    return StoreStatus(True, f"notices: LISTEN/NOTIFY works on {shown_url(url)}")

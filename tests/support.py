@@ -51,7 +51,7 @@ from airlock.server.auth import generate_api_key
 from airlock.server.cli import main
 from airlock.server.engine import Engine
 from airlock.store import BlobStore, Database, RunRecord, SessionRecord, WorkspaceFile
-from airlock.store.pg_notices import PostgresNotices
+from airlock.store.fleet.pg_notices import PostgresNotices
 from airlock.tools import Services
 
 T = TypeVar("T")
@@ -588,7 +588,7 @@ def run_record(
 HOLDER = """
 import sys
 from pathlib import Path
-from airlock.store.instances import claim
+from airlock.store.fleet.claims import claim
 claim(Path(sys.argv[1]), sys.argv[2])
 print("claimed", flush=True)
 sys.stdin.read()

@@ -82,13 +82,13 @@ class Services:
     vault: Vault
     egress: Egress
     instance_id: str
-    """This server instance: the owner recorded on its runs (`store/instances.py`)."""
+    """This server instance: the owner recorded on its runs (`store/fleet/claims.py`)."""
     clock: Callable[[], float] = field(default=time.time)
     tenant_policies: Mapping[str, Policy] = field(default_factory=dict)
     events: Events = field(default_factory=Events)
     notices: Notices = field(default_factory=_in_process)
     """How this server tells the fleet what it changed and hears what others did
-    (`store.notices`; in-process on one server, subscribed by `tools.fleet`)."""
+    (`store/fleet/notices.py`; in-process on one server, subscribed by `tools.fleet`)."""
     browsers: KeptBrowsers = field(default_factory=_no_browsers)
     """The browsers `browse(keep=true)` left open, by id (`tools.kept_browsers`)."""
 

@@ -1,7 +1,7 @@
 """What a fleet notice does on this server, and the check that does not wait for one.
 
 Every server of a fleet takes the local half of a change another server recorded, when its
-notice (`store.notices`) arrives. For `grant_revoked` that is here: the grants are revoked
+notice (`store/fleet/notices.py`) arrives. For `grant_revoked` that is here: the grants are revoked
 in this server's broker, so its proxies' watchers cut what they carry within
 `egress.proxy.WATCH_INTERVAL` and refuse the next request. A notice is only a hint (anyone
 who may connect can send one): only the grants live here of the notice's tenant whose

@@ -10,8 +10,8 @@ decisions, writes the run's end once and emits `RunFinished` once:
   `killed`, with why.
 
 The end is written shielded, so a cancelled call still records it. Nothing else writes a
-run's end, except another server for the runs of one that died (`store/instances.py`,
-`store/pg_claims.py`); the end is written only while the record is still open under this
+run's end, except another server for the runs of one that died (`store/fleet/claims.py`,
+`store/fleet/pg_claims.py`); the end is written only while the record is still open under this
 server's claim, so when a peer got there first the call raises `RunEndedByFleet` instead of
 answering a result the records do not hold.
 """

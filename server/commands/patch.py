@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
 
 async def _patch(config: Config, args: argparse.Namespace) -> int:
     from airlock.errors import NotFound
-    from airlock.store.connection import hidden
+    from airlock.store.connection import shown_url
 
     from ..config import open_records
 
@@ -67,7 +67,7 @@ async def _patch(config: Config, args: argparse.Namespace) -> int:
     except NotFound as exc:
         # A patch is in the records of the server that made it: say whose were read.
         where = (
-            f"the store {hidden(config.store_url)}"
+            f"the store {shown_url(config.store_url)}"
             if config.store_url
             else f"the data dir {config.data_dir}"
         )

@@ -99,6 +99,13 @@ VIOLATIONS = [
         "policy-model",
         "airlock.policies.model.traffic -> airlock.policies.model.egress",
     ),
+    (
+        "store/queries/upward.py",
+        "from airlock.store.database import Database",
+        "store-backends",
+        "airlock.store.queries.upward -> airlock.store.database",
+    ),
+    ("store/database/driver.py", "import psycopg", "store-sqlite", "airlock.store.database.driver"),
 ]
 
 

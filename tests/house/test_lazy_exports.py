@@ -41,9 +41,9 @@ def test_a_name_is_imported_on_first_use_and_kept() -> None:
     # A fresh interpreter: this one imported the store's modules long ago.
     script = (
         "import sys, airlock.store as s\n"
-        "assert 'airlock.store.db' not in sys.modules\n"
+        "assert 'airlock.store.database' not in sys.modules\n"
         "db = s.Database\n"
-        "assert 'airlock.store.db' in sys.modules and vars(s)['Database'] is db\n"
+        "assert 'airlock.store.database' in sys.modules and vars(s)['Database'] is db\n"
         "from airlock.server import build_server\n"
         "import airlock\n"
         "assert airlock.__version__ == vars(airlock)['__version__']\n"

@@ -2,7 +2,7 @@
 replicas' claims (`airlock_instances`).
 
 A fleet's replicas read the blobs and the vault any replica wrote, so on PostgreSQL they
-live here (`store/pg_blobs.py`, `store/pg_documents.py`); a single server keeps them as
+live here (`store/postgres/blobs.py`, `store/postgres/documents.py`); a single server keeps them as
 files under its data dir, and on SQLite these tables stay empty.
 
 Revision ID: 0003

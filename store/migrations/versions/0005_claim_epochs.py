@@ -2,7 +2,7 @@
 (`airlock_instances.epoch`, drawn from the sequence `airlock_claim_epochs`, which never
 gives one twice), and a run records the epoch its owner held when it started
 (`runs.claim_epoch`), so a run's end and its workspace commit are written only while that
-claim is still the current one (`store/pg_claims.py`, `queries/runs.py`). 0 means no epoch:
+claim is still the current one (`store/fleet/pg_claims.py`, `queries/runs.py`). 0 means no epoch:
 the runs of one server on SQLite, and those recorded before this revision.
 
 Revision ID: 0005
@@ -30,5 +30,5 @@ def upgrade() -> None:
     )
     op.add_column("runs", sa.Column("claim_epoch", Count, nullable=False, server_default="0"))
     if op.get_bind().dialect.name == "postgresql":
-        # SQLite's claims are flocks (`instances.py`): nothing there draws an epoch.
+        # SQLite's claims are flocks (`fleet/claims.py`): nothing there draws an epoch.
         op.execute("CREATE SEQUENCE airlock_claim_epochs")

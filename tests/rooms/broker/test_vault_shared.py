@@ -15,7 +15,7 @@ import sqlalchemy
 from airlock.broker import Vault
 from airlock.errors import VaultError
 from airlock.store import Database
-from airlock.store.pg_documents import PostgresDocuments
+from airlock.store.postgres.documents import PostgresDocuments
 
 KEY = os.urandom(32)
 

@@ -50,7 +50,7 @@ from airlock.policies import Policy
 from airlock.server import Config, build_server
 from airlock.server.config import open_vault
 from airlock.store import Database, GrantRevoked, SessionEnded
-from airlock.store.pg_notices import PostgresNotices
+from airlock.store.fleet.pg_notices import PostgresNotices
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
 

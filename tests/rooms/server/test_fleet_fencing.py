@@ -23,8 +23,8 @@ from support import none_left, running, text_of, wait_for_containers
 
 from airlock.store import Database
 from airlock.store.connection import KEEPALIVES
-from airlock.store.db import ENDED_BY_FENCING
-from airlock.store.pg_claims import FENCE_DEADLINE_S, HEARTBEAT_S, HEARTBEAT_TIMEOUT_S
+from airlock.store.database import ENDED_BY_FENCING
+from airlock.store.fleet.pg_claims import FENCE_DEADLINE_S, HEARTBEAT_S, HEARTBEAT_TIMEOUT_S
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
 

@@ -28,7 +28,7 @@ from support import (
 from airlock.server.engine import Engine
 from airlock.server.running import _housekeeping
 from airlock.server.sessions import Leases
-from airlock.store.instances import ENDED_BY_DEATH, FileClaim, claim
+from airlock.store.fleet.claims import ENDED_BY_DEATH, FileClaim, claim
 from airlock.tools import Services
 
 pytestmark = pytest.mark.anyio

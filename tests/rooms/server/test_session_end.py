@@ -20,7 +20,7 @@ from support import T0, clocked_services, make_grant
 from airlock.errors import NotFound
 from airlock.policies import Policy
 from airlock.server.sessions import Leases
-from airlock.store.instances import FileClaim, claim
+from airlock.store.fleet.claims import FileClaim, claim
 from airlock.tools import STOPS, Services, Stop
 from airlock.tools import session_end as session_end_module
 

@@ -47,7 +47,7 @@ from support import (
 )
 
 from airlock.store import Database
-from airlock.store.instances import ENDED_BY_DEATH
+from airlock.store.fleet.claims import ENDED_BY_DEATH
 
 pytestmark = [pytest.mark.anyio, pytest.mark.docker]
 

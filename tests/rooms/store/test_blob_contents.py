@@ -13,7 +13,7 @@ import sqlalchemy
 
 from airlock.errors import StoreError
 from airlock.store import BlobStore, Database
-from airlock.store.pg_blobs import CHUNK_BYTES, PostgresContents
+from airlock.store.postgres.blobs import CHUNK_BYTES, PostgresContents
 from airlock.store.schema import blob_chunks
 
 pytestmark = pytest.mark.anyio

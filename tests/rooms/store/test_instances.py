@@ -18,7 +18,7 @@ from stores import old_database
 from support import holder, run_record, session_record
 
 from airlock.store import SCHEMA_VERSION, BlobStore, Database, claim_instance
-from airlock.store.instances import ENDED_BY_DEATH, claim
+from airlock.store.fleet.claims import ENDED_BY_DEATH, claim
 
 pytestmark = pytest.mark.anyio
 

@@ -17,8 +17,9 @@ import pytest
 from support import listening
 
 from airlock.errors import StoreError
-from airlock.store import AnyNotice, ApprovalRecord, pg_notices
-from airlock.store.notices import (
+from airlock.store import AnyNotice, ApprovalRecord
+from airlock.store.fleet import pg_notices
+from airlock.store.fleet.notices import (
     MAX_IDS,
     ApprovalDecided,
     Backlog,
@@ -28,7 +29,7 @@ from airlock.store.notices import (
     SessionEnded,
     revocations,
 )
-from airlock.store.pg_notices import CHANNEL, PostgresNotices
+from airlock.store.fleet.pg_notices import CHANNEL, PostgresNotices
 from airlock.tools.fleet import wait_for_decision
 
 pytestmark = pytest.mark.anyio

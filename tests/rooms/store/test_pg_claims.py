@@ -25,12 +25,12 @@ from support import run_record, session_record, wait_until
 
 from airlock.errors import StoreError
 from airlock.store import Database
-from airlock.store.pg_claims import (
+from airlock.store.fleet.locks import lock_key
+from airlock.store.fleet.pg_claims import (
     DEAD_GRACE_S,
     ENDED_BY_DEATH,
     AdvisoryClaim,
     EndRuns,
-    lock_key,
 )
 
 pytestmark = pytest.mark.anyio
@@ -38,7 +38,7 @@ pytestmark = pytest.mark.anyio
 # Claims the instance argv[2] on the database argv[1], says so, then waits.
 HOLDER = """
 import asyncio, sys
-from airlock.store.pg_claims import AdvisoryClaim
+from airlock.store.fleet.pg_claims import AdvisoryClaim
 
 async def main():
     async def end_runs(ids, at):

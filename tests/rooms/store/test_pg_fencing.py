@@ -23,8 +23,8 @@ from support import run_record, session_record, wait_until, ws_file
 
 from airlock.errors import RunEndedByFleet
 from airlock.store import ArtifactRecord, Database, WorkspaceDelta
-from airlock.store.db import ENDED_BY_FENCING
-from airlock.store.pg_claims import (
+from airlock.store.database import ENDED_BY_FENCING
+from airlock.store.fleet.pg_claims import (
     DEAD_GRACE_S,
     ENDED_BY_DEATH,
     FENCE_DEADLINE_S,
@@ -215,7 +215,7 @@ async def test_the_sweep_ends_runs_whose_owner_has_no_current_claim_and_quotas_c
 
 
 async def test_the_sweep_ends_nothing_on_sqlite(tmp_path: Path) -> None:
-    """One server's records list no claim: its flocks find the dead (`instances.py`)."""
+    """One server's records list no claim: its flocks find the dead (`fleet/claims.py`)."""
     db = await Database.open(tmp_path / "airlock.db")
     try:
         await db.create_session(session_record("s1"))

@@ -23,8 +23,9 @@ from support import wait_until
 
 from airlock.store import Database
 from airlock.store.connection import application_name
-from airlock.store.pg_claims import AdvisoryClaim, lock_key
-from airlock.store.pg_notices import connect
+from airlock.store.fleet.locks import lock_key
+from airlock.store.fleet.pg_claims import AdvisoryClaim
+from airlock.store.postgres.connections import connect
 
 pytestmark = pytest.mark.anyio
 

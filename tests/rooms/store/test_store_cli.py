@@ -15,7 +15,7 @@ from support import AIRLOCK, free_port, run_record, session_record, vault_key_fi
 
 from airlock.broker import Vault, load_key
 from airlock.store import SCHEMA_REVISION, Database
-from airlock.store.pg_documents import PostgresDocuments
+from airlock.store.postgres.documents import PostgresDocuments
 
 UNREACHABLE = "postgresql://airlock:hunter2@127.0.0.1:1/records"
 """With a password, so given through AIRLOCK_STORE_URL: `--store` refuses one."""
@@ -128,7 +128,7 @@ def test_doctor_checks_the_stores_connection_and_schema(tmp_path: Path, postgres
     current = airlock("doctor", "--data-dir", str(tmp_path), "--store", bare, env=env)
     assert f"schema {SCHEMA_REVISION} (this Airlock's)" in current.stdout
     # A fleet's store: its notices must travel (LISTEN hears NOTIFY on that database).
-    assert "[ok ] fleet: notices: LISTEN/NOTIFY works on 127.0.0.1:" in current.stdout
+    assert "[ok ] fleet: notices: LISTEN/NOTIFY works on postgresql://" in current.stdout
     down = airlock("doctor", "--data-dir", str(tmp_path), env={"AIRLOCK_STORE_URL": UNREACHABLE})
     assert (
         "[MISSING] store: cannot reach database postgresql://airlock:***@127.0.0.1:1" in down.stdout

@@ -18,9 +18,9 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from airlock.errors import StoreError
 
-from .connection import driver_sentence
-from .documents import DocumentUpdate
-from .schema import documents
+from ..connection import driver_sentence
+from ..documents import DocumentUpdate
+from ..schema import documents
 
 
 class PostgresDocuments:

@@ -2,11 +2,11 @@
 
 `PostgresNotices.serve` keeps one connection LISTENing on `CHANNEL` for the server's life.
 When that connection drops (the database restarted, the backend was terminated, the
-network failed) it reconnects with a growing, jittered backoff, and on every connect,
-after LISTEN is in place, runs the resync hooks: a notice sent while nobody listened is
-then found in the records, so a missed notice is a delay, never a lost effect. `publish`
-delivers to this process at once and NOTIFYs on a second connection of its own (a
-connection blocked reading notices cannot also send one).
+network failed) it reconnects (`retry.backoff`: at once, then a growing, jittered wait),
+and on every connect, after LISTEN is in place, runs the resync hooks: a notice sent while
+nobody listened is then found in the records, so a missed notice is a delay, never a lost
+effect. `publish` delivers to this process at once and NOTIFYs on a second connection of
+its own (a connection blocked reading notices cannot also send one).
 
 Anyone who may connect may NOTIFY on the channel, as fast as they like (100 000 in under
 a second). So the listener only decodes and queues: what it hears waits in a `Backlog`
@@ -15,25 +15,25 @@ the listener and off the calls' path; what a full backlog drops is left to one r
 the records (the resync hooks, at most once a `RESYNC_PAUSE_S`), and malformed payloads
 and drops are each said in a line now and then with their count (`Sampled`).
 
-Only here is psycopg imported (the SQLite default never loads it); its errors leave as
-`StoreError`, whose text names the database by host, port and name, never its password.
+Only the PostgreSQL modules import psycopg (the SQLite default never loads it); its errors
+leave as `StoreError`, whose text names the database without its password
+(`connection.shown_url`).
 """
 
 from __future__ import annotations
 
 import logging
-import random
 
 import anyio
 import anyio.abc
 import anyio.lowlevel
 import psycopg
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
-from psycopg.rows import TupleRow
 
 from airlock.errors import StoreError
 
-from .connection import CONNECT_TIMEOUT_S, KEEPALIVES, application_name
+from .. import retry
+from ..connection import shown_url
+from ..postgres.connections import Connection, connect
 from .notices import AnyNotice, Backlog, Notices, Sampled, decode, encode
 
 log = logging.getLogger(__name__)
@@ -52,31 +52,13 @@ covers every notice a flood drops meanwhile."""
 WARN_EVERY_S = 10.0
 
 
-def where(url: str) -> str:
-    """The database `url` names, as host:port/name: never the user's password."""
-    try:
-        parts = conninfo_to_dict(url)
-    except psycopg.Error:
-        return "the configured PostgreSQL database"
-    return f"{parts.get('host', 'localhost')}:{parts.get('port', 5432)}/{parts.get('dbname', '')}"
-
-
-async def connect(url: str, instance_id: str) -> psycopg.AsyncConnection[TupleRow]:
-    """An autocommit connection to `url` for the server `instance_id`, with keepalives on
-    and named for it (`connection.KEEPALIVES`); psycopg's errors as they are."""
-    conninfo = make_conninfo(url, application_name=application_name(instance_id), **KEEPALIVES)
-    return await psycopg.AsyncConnection.connect(
-        conninfo, autocommit=True, connect_timeout=CONNECT_TIMEOUT_S
-    )
-
-
 class PostgresNotices(Notices):
     """The notices of one server of a fleet on the PostgreSQL database at `url`."""
 
     def __init__(self, url: str, origin: str) -> None:
         super().__init__(origin)
         self._url = url
-        self._sender: psycopg.AsyncConnection[TupleRow] | None = None
+        self._sender: Connection | None = None
         self._send_lock = anyio.Lock()
         self.listener_pid: int | None = None
         """The backend of the LISTENing connection while it is up (tests terminate it)."""
@@ -98,7 +80,7 @@ class PostgresNotices(Notices):
             first = await connect(self._url, self.origin)
         except psycopg.Error as exc:
             raise StoreError(
-                f"cannot listen for notices on {where(self._url)}: {type(exc).__name__}; "
+                f"cannot listen for notices on {shown_url(self._url)}: {type(exc).__name__}; "
                 "check the --store URL and that the database accepts connections"
             ) from exc
         try:
@@ -108,17 +90,9 @@ class PostgresNotices(Notices):
                 for _ in range(WORKERS):
                     tg.start_soon(self._work)
                 tg.start_soon(self._catch_up)
-                conn: psycopg.AsyncConnection[TupleRow] | None = first
+                conn = first
                 started = False
-                delay = BACKOFF_MIN_S
                 while True:
-                    if conn is None:
-                        await anyio.sleep(delay * random.uniform(0.5, 1.0))
-                        delay = min(delay * 2, BACKOFF_MAX_S)
-                        conn = await self._reconnect()
-                        if conn is None:
-                            continue
-                    delay = BACKOFF_MIN_S
                     try:
                         await self._listen(conn, tg)
                         if not started:
@@ -128,7 +102,7 @@ class PostgresNotices(Notices):
                     except psycopg.Error as exc:
                         log.warning(
                             "lost the notice connection to %s (%s); reconnecting",
-                            where(self._url),
+                            shown_url(self._url),
                             type(exc).__name__,
                         )
                     finally:
@@ -136,7 +110,7 @@ class PostgresNotices(Notices):
                         with anyio.CancelScope(shield=True):
                             await conn.close()
                     self.listener_pid = None
-                    conn = None
+                    conn = await self._reconnect()
         finally:
             with anyio.CancelScope(shield=True):
                 await self.aclose()
@@ -148,16 +122,19 @@ class PostgresNotices(Notices):
                 sender, self._sender = self._sender, None
                 await sender.close()
 
-    async def _reconnect(self) -> psycopg.AsyncConnection[TupleRow] | None:
-        try:
-            return await connect(self._url, self.origin)
-        except psycopg.Error as exc:
-            log.info("notice connection to %s still down (%s)", where(self._url), type(exc))
-            return None
+    async def _reconnect(self) -> Connection:
+        """A new listening connection, tried again with a growing, jittered backoff."""
 
-    async def _listen(
-        self, conn: psycopg.AsyncConnection[TupleRow], tg: anyio.abc.TaskGroup
-    ) -> None:
+        def down(exc: BaseException) -> None:
+            log.info("notice connection to %s still down (%s)", shown_url(self._url), type(exc))
+
+        reconnect = retry.backoff(
+            on=psycopg.Error, first_s=BACKOFF_MIN_S, max_s=BACKOFF_MAX_S, failed=down
+        )
+        await retry.first_pause(BACKOFF_MIN_S)
+        return await reconnect(connect, self._url, self.origin)
+
+    async def _listen(self, conn: Connection, tg: anyio.abc.TaskGroup) -> None:
         await conn.execute(f"LISTEN {CHANNEL}")
         self.listener_pid = conn.info.backend_pid
         self.connects += 1
@@ -165,7 +142,7 @@ class PostgresNotices(Notices):
         # in a task, so notices keep being read meanwhile.
         tg.start_soon(self._resync)
 
-    async def _read(self, conn: psycopg.AsyncConnection[TupleRow]) -> None:
+    async def _read(self, conn: Connection) -> None:
         async for notify in conn.notifies():
             notice = decode(notify.payload)
             if notice is None:
@@ -198,23 +175,26 @@ class PostgresNotices(Notices):
     async def _send(self, notice: AnyNotice) -> None:
         payload = encode(notice)
         async with self._send_lock:
-            for attempt in (1, 2):
-                try:
-                    if self._sender is None or self._sender.closed:
-                        self._sender = await connect(self._url, self.origin)
-                    await self._sender.execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload))
-                    return
-                except psycopg.Error as exc:
-                    # Once more on a new connection: the kept one may have died idle.
-                    if self._sender is not None:
-                        await self._sender.close()
-                        self._sender = None
-                    if attempt == 2:
-                        # The records hold the change already: peers find it when they
-                        # next re-read, and refuse a revoked grant from the records.
-                        log.error(
-                            "could not send a %s notice to %s: %s",
-                            notice.kind,
-                            where(self._url),
-                            type(exc).__name__,
-                        )
+            try:
+                # Once more on a new connection: the kept one may have died idle.
+                await retry.backoff(on=psycopg.Error, tries=2)(self._notify, payload)
+            except psycopg.Error as exc:
+                # The records hold the change already: peers find it when they next
+                # re-read, and refuse a revoked grant from the records.
+                log.error(
+                    "could not send a %s notice to %s: %s",
+                    notice.kind,
+                    shown_url(self._url),
+                    type(exc).__name__,
+                )
+
+    async def _notify(self, payload: str) -> None:
+        try:
+            if self._sender is None or self._sender.closed:
+                self._sender = await connect(self._url, self.origin)
+            await self._sender.execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload))
+        except psycopg.Error:
+            if self._sender is not None:
+                await self._sender.close()
+                self._sender = None
+            raise

@@ -1,5 +1,5 @@
 """Which replica of a fleet owns its unfinished runs, and whether it still lives: the
-PostgreSQL counterpart of `instances.py`'s `flock`.
+PostgreSQL counterpart of `fleet/claims.py`'s `flock`.
 
 Each replica holds, for its whole life, a session-level advisory lock on a key derived
 from its instance id (`lock_key`), on a connection of its own, and lists itself in the
@@ -28,31 +28,31 @@ Fencing: on losing its claim a replica kills its own sandboxes (`fence`, within
 `FENCE_DEADLINE_S` of its last good heartbeat), and a peer ends a listed instance's runs
 only after its lock stayed free `DEAD_GRACE_S`, longer. Each taking of the claim draws a
 new `epoch` (a fencing token): the records write a run's end and its workspace commit only
-while the run is `running` under its owner's current epoch (`queries/runs.py`), so a
+while the run is `running` under its owner's current epoch (`fencing.py`), so a
 cut-off replica's late result is refused (`RunEndedByFleet`).
 
-The table is created here if missing; with the records in PostgreSQL it belongs in the
-store's migrations (store-sql). psycopg's errors leave as `StoreError`, naming the
-database without its password (`pg_notices.where`).
+The table is made by the store's migrations (0003, 0005). psycopg's errors leave as
+`StoreError`, naming the database without its password (`connection.shown_url`); a lost
+claim is taken again through the store's one retry helper (`retry.backoff`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import random
 import time
 from collections.abc import Awaitable, Callable, Sequence
 
 import anyio
 import anyio.abc
 import psycopg
-from psycopg.rows import TupleRow
 
 from airlock.errors import AirlockError, StoreError, StoreUnavailable
 
-from .connection import application_name
-from .pg_notices import BACKOFF_MIN_S, connect, where
+from .. import retry
+from ..connection import application_name, shown_url
+from ..postgres.connections import Connection, connect
+from .locks import held_lock, lock_key
+from .pg_notices import BACKOFF_MIN_S
 
 log = logging.getLogger(__name__)
 
@@ -72,15 +72,10 @@ REGAIN_BACKOFF_MAX_S = 1.0
 the database, and a healed replica serves again within a second of its first connect."""
 ENDED_BY_DEATH = "the server running it stopped before the run ended (found by a live replica)"
 
-# An advisory lock on one bigint key shows in pg_locks as classid (its high 32 bits) and
-# objid (its low 32 bits), with objsubid 1 (as in queries/replicas.py).
-_TERMINATE_OWN = """
+_TERMINATE_OWN = f"""
     SELECT pg_terminate_backend(l.pid, 2000)
     FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
-      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-      AND l.classid = ((%(key)s::bigint >> 32) & 4294967295)::oid
-      AND l.objid = (%(key)s::bigint & 4294967295)::oid
+    WHERE {held_lock("%(key)s::bigint")}
       AND a.application_name = %(name)s AND l.pid <> pg_backend_pid()
 """
 
@@ -91,17 +86,13 @@ Fence = Callable[[], Awaitable[object]]
 the runs."""
 
 
+class _HeldElsewhere(Exception):
+    """A peer holds this instance's lock (it is ending this instance's runs): try again.
+    Never leaves this module: `_regain` tries until the lock is had."""
+
+
 async def _no_fence() -> None:
     """A claim without sandboxes to stop or connections to renew (tests of the claim alone)."""
-
-
-Connection = psycopg.AsyncConnection[TupleRow]
-
-
-def lock_key(instance_id: str) -> int:
-    """The advisory lock key of an instance: 64 bits of a hash, in PostgreSQL's signed range."""
-    digest = hashlib.sha256(b"airlock-instance:" + instance_id.encode()).digest()
-    return int.from_bytes(digest[:8], "big", signed=True)
 
 
 class AdvisoryClaim:
@@ -158,7 +149,7 @@ class AdvisoryClaim:
             conn = await connect(url, instance_id)
         except psycopg.Error as exc:
             raise StoreError(
-                f"cannot claim a server instance on {where(url)}: {type(exc).__name__}; check "
+                f"cannot claim a server instance on {shown_url(url)}: {type(exc).__name__}; check "
                 "the --store URL and that the database accepts connections"
             ) from exc
         claim = cls(
@@ -168,7 +159,8 @@ class AdvisoryClaim:
         try:
             if not await claim._hold(conn, now):
                 raise StoreError(
-                    f"instance {instance_id} is already claimed on {where(url)} by a live server"
+                    f"instance {instance_id} is already claimed on {shown_url(url)} by a live "
+                    "server"
                 )
             await claim.end_runs_of_dead(now=now)
         except BaseException:
@@ -188,7 +180,7 @@ class AdvisoryClaim:
     def check(self) -> None:
         if self.lost:
             raise StoreUnavailable(
-                f"this server lost its connection to the database {where(self._url)}, so it "
+                f"this server lost its connection to the database {shown_url(self._url)}, so it "
                 "takes no calls it could not record; it reconnects by itself: retry in a few "
                 "seconds, or through another server of the fleet"
             )
@@ -223,7 +215,7 @@ class AdvisoryClaim:
                         await conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
             except psycopg.Error as exc:
                 raise StoreError(
-                    f"cannot look for dead server instances on {where(self._url)}: "
+                    f"cannot look for dead server instances on {shown_url(self._url)}: "
                     f"{type(exc).__name__}"
                 ) from exc
         if ended:
@@ -313,7 +305,9 @@ class AdvisoryClaim:
         cursor = await conn.execute(_TERMINATE_OWN, {"key": self._key, "name": self._name})
         ended = [bool(row[0]) for row in await cursor.fetchall()]
         if any(ended):
-            log.warning("ended this server's own stale claim connection on %s", where(self._url))
+            log.warning(
+                "ended this server's own stale claim connection on %s", shown_url(self._url)
+            )
         return any(ended)
 
     async def _beat(self) -> bool:
@@ -327,7 +321,7 @@ class AdvisoryClaim:
                 self.lost = True
                 log.error(
                     "lost the claim connection to %s (%s): taking no calls until it is back",
-                    where(self._url),
+                    shown_url(self._url),
                     type(exc).__name__,
                 )
                 return False
@@ -335,36 +329,35 @@ class AdvisoryClaim:
 
     async def _regain(self) -> None:
         await self._drop()
-        delay = BACKOFF_MIN_S
-        while True:
-            await anyio.sleep(delay * random.uniform(0.5, 1.0))
-            delay = min(delay * 2, REGAIN_BACKOFF_MAX_S)
-            try:
-                conn = await connect(self._url, self._id)
-            except psycopg.Error:
-                continue
-            try:
+        await retry.first_pause(BACKOFF_MIN_S)
+        conn: Connection = await retry.backoff(
+            on=(psycopg.Error, _HeldElsewhere), first_s=BACKOFF_MIN_S, max_s=REGAIN_BACKOFF_MAX_S
+        )(self._take_again)
+        try:
+            await self._renew()
+        except AirlockError as exc:
+            log.warning("could not renew this server's database connections: %s", exc)
+        async with self._lock:
+            self._conn = conn
+            self.lost = False
+        log.warning("claim regained on %s: taking calls again", shown_url(self._url))
+
+    async def _take_again(self) -> Connection:
+        """A new connection holding this instance's lock again, ending first a stale backend
+        of this server's own that still holds it."""
+        conn = await connect(self._url, self._id)
+        try:
+            held = await self._hold(conn, self._clock())
+            if not held and await self._end_own_stale_backend(conn):
                 held = await self._hold(conn, self._clock())
-                if not held and await self._end_own_stale_backend(conn):
-                    held = await self._hold(conn, self._clock())
-            except BaseException as exc:
-                with anyio.CancelScope(shield=True):
-                    await conn.close()
-                if isinstance(exc, psycopg.Error):
-                    continue
-                raise
-            if not held:
-                await conn.close()  # a peer is ending this instance's runs: try again
-                continue
-            try:
-                await self._renew()
-            except AirlockError as exc:
-                log.warning("could not renew this server's database connections: %s", exc)
-            async with self._lock:
-                self._conn = conn
-                self.lost = False
-            log.warning("claim regained on %s: taking calls again", where(self._url))
-            return
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await conn.close()
+            raise
+        if not held:
+            await conn.close()
+            raise _HeldElsewhere
+        return conn
 
     async def _drop(self) -> None:
         async with self._lock:

@@ -4,7 +4,7 @@ connection holding it last ran a query, which is the claim's heartbeat (`pg_clai
 
 Read from PostgreSQL's own views (`pg_locks`, `pg_stat_activity`), so nothing is written
 for it and nothing can be stale: a lock is held exactly while its replica's connection lives.
-PostgreSQL only: SQLite's claims are flocks of one machine's servers (`instances.py`).
+PostgreSQL only: SQLite's claims are flocks of one machine's servers (`claims.py`).
 """
 
 from __future__ import annotations
@@ -12,19 +12,14 @@ from __future__ import annotations
 from sqlalchemy import Connection, text
 
 from ..records import ReplicaRecord
+from .locks import held_lock
 
-# An advisory lock on one bigint key shows in pg_locks as classid (its high 32 bits) and
-# objid (its low 32 bits), with objsubid 1.
 _REPLICAS = text(
-    """
+    f"""
     SELECT i.id, i.claimed_at, l.pid AS holder_pid,
            EXTRACT(EPOCH FROM a.query_start) AS last_heartbeat
     FROM airlock_instances i
-    LEFT JOIN pg_locks l
-      ON l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
-     AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-     AND l.classid = ((i.lock_key >> 32) & 4294967295)::oid
-     AND l.objid = (i.lock_key & 4294967295)::oid
+    LEFT JOIN pg_locks l ON {held_lock("i.lock_key")}
     LEFT JOIN pg_stat_activity a ON a.pid = l.pid
     ORDER BY i.claimed_at, i.id
     """

@@ -20,7 +20,8 @@ server starts (an image build) cannot keep a dead server's claim alive after it.
 
 A claim's file is locked before it gets its name (made under `.claiming/`, locked, renamed
 into place), so a server looking for dead instances never finds a live one's file unlocked.
-Only this module touches these files; the runs themselves are `db.py`'s.
+Only this module touches these files; the runs themselves are the records'
+(`records.FleetRecords`).
 
 `InstanceClaim` is what the server holds, whichever way it claims: `FileClaim` (this
 flock, one machine's servers on one data dir) or `pg_claims.AdvisoryClaim` (a PostgreSQL
@@ -41,9 +42,9 @@ import anyio.to_thread
 
 from airlock.errors import StoreError
 
-from .blobs import BlobStore
-from .db import Database
-from .private import private_dir
+from ..blobs import BlobStore
+from ..private import private_dir
+from .records import FleetRecords
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +143,7 @@ def dead_instances(directory: Path) -> list[InstanceLock]:
 
 
 async def claim_instance(
-    db: Database, blobs: BlobStore, directory: Path, instance_id: str, *, now: float
+    db: FleetRecords, blobs: BlobStore, directory: Path, instance_id: str, *, now: float
 ) -> InstanceLock:
     """Claim `instance_id` for this server, then end the runs of every instance that died,
     and the runs recorded before Airlock recorded owners (only an older, stopped Airlock
@@ -160,7 +161,7 @@ async def claim_instance(
 
 
 async def end_runs_of_dead_instances(
-    db: Database, blobs: BlobStore, directory: Path, *, now: float
+    db: FleetRecords, blobs: BlobStore, directory: Path, *, now: float
 ) -> int:
     """End the runs of every instance in `directory` that died since it was last looked at
     and remove its staging directories (a live server's housekeeping calls this, so a dead
@@ -169,7 +170,7 @@ async def end_runs_of_dead_instances(
 
 
 async def _end_runs_of_dead(
-    db: Database, blobs: BlobStore, directory: Path, *, now: float, unowned: bool
+    db: FleetRecords, blobs: BlobStore, directory: Path, *, now: float, unowned: bool
 ) -> int:
     try:
         dead = await anyio.to_thread.run_sync(dead_instances, directory)
@@ -202,14 +203,14 @@ async def _end_runs_of_dead(
 class FileClaim:
     """The `flock` claim in a data dir's instances directory, as an `InstanceClaim`."""
 
-    def __init__(self, lock: InstanceLock, db: Database, blobs: BlobStore) -> None:
+    def __init__(self, lock: InstanceLock, db: FleetRecords, blobs: BlobStore) -> None:
         self._lock = lock
         self._db = db
         self._blobs = blobs
 
     @classmethod
     async def take(
-        cls, db: Database, blobs: BlobStore, directory: Path, instance_id: str, *, now: float
+        cls, db: FleetRecords, blobs: BlobStore, directory: Path, instance_id: str, *, now: float
     ) -> FileClaim:
         """`claim_instance`, kept with what ending dead instances' runs needs."""
         return cls(await claim_instance(db, blobs, directory, instance_id, now=now), db, blobs)

@@ -26,8 +26,8 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from airlock.errors import StoreError
 
-from .connection import driver_sentence
-from .schema import blob_chunks, blob_contents
+from ..connection import driver_sentence
+from ..schema import blob_chunks, blob_contents
 
 _T = TypeVar("_T")
 
