@@ -20,7 +20,6 @@ from sqlalchemy.pool import ConnectionPoolEntry
 
 from airlock.errors import StoreError
 
-from . import retry
 from .connection import (
     CHECK_URL,
     Location,
@@ -31,6 +30,7 @@ from .connection import (
     translate,
 )
 from .migrations import refuse_newer, upgrade
+from .retry import at_once
 
 _T = TypeVar("_T")
 
@@ -191,7 +191,7 @@ class Transactions:
             try:
                 if not serializable:
                     return self._once(fn, write, serializable)
-                tries = retry.at_once(on=_conflict, tries=_SERIALIZABLE_TRIES)
+                tries = at_once(on=_conflict, tries=_SERIALIZABLE_TRIES)
                 done: _T = tries(self._once, fn, write, serializable)
                 return done
             except (SQLAlchemyError, sqlite3.Error) as exc:

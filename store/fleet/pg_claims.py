@@ -48,9 +48,9 @@ import psycopg
 
 from airlock.errors import AirlockError, StoreError, StoreUnavailable
 
-from .. import retry
 from ..connection import application_name, shown_url
 from ..postgres.connections import Connection, connect
+from ..retry import backoff, first_pause
 from .locks import held_lock, lock_key
 from .pg_notices import BACKOFF_MIN_S
 
@@ -329,8 +329,8 @@ class AdvisoryClaim:
 
     async def _regain(self) -> None:
         await self._drop()
-        await retry.first_pause(BACKOFF_MIN_S)
-        conn: Connection = await retry.backoff(
+        await first_pause(BACKOFF_MIN_S)
+        conn: Connection = await backoff(
             on=(psycopg.Error, _HeldElsewhere), first_s=BACKOFF_MIN_S, max_s=REGAIN_BACKOFF_MAX_S
         )(self._take_again)
         try:

@@ -31,9 +31,9 @@ import psycopg
 
 from airlock.errors import StoreError
 
-from .. import retry
 from ..connection import shown_url
 from ..postgres.connections import Connection, connect
+from ..retry import backoff, first_pause
 from .notices import AnyNotice, Backlog, Notices, Sampled, decode, encode
 
 log = logging.getLogger(__name__)
@@ -128,10 +128,10 @@ class PostgresNotices(Notices):
         def down(exc: BaseException) -> None:
             log.info("notice connection to %s still down (%s)", shown_url(self._url), type(exc))
 
-        reconnect = retry.backoff(
+        reconnect = backoff(
             on=psycopg.Error, first_s=BACKOFF_MIN_S, max_s=BACKOFF_MAX_S, failed=down
         )
-        await retry.first_pause(BACKOFF_MIN_S)
+        await first_pause(BACKOFF_MIN_S)
         return await reconnect(connect, self._url, self.origin)
 
     async def _listen(self, conn: Connection, tg: anyio.abc.TaskGroup) -> None:
@@ -177,7 +177,7 @@ class PostgresNotices(Notices):
         async with self._send_lock:
             try:
                 # Once more on a new connection: the kept one may have died idle.
-                await retry.backoff(on=psycopg.Error, tries=2)(self._notify, payload)
+                await backoff(on=psycopg.Error, tries=2)(self._notify, payload)
             except psycopg.Error as exc:
                 # The records hold the change already: peers find it when they next
                 # re-read, and refuse a revoked grant from the records.

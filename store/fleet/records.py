@@ -9,7 +9,8 @@ from collections.abc import Sequence
 
 from ..records import ReplicaRecord, RunStatus
 from ..transactions import Transactions
-from . import fencing, replicas
+from .fencing import end_orphaned_runs, mark_unfinished_runs
+from .replicas import list_replicas
 
 
 class FleetRecords(Transactions):
@@ -22,7 +23,7 @@ class FleetRecords(Transactions):
         if self._place.is_sqlite:
             return 0
         return await self._write(
-            lambda conn: fencing.end_orphaned_runs(conn, error=error, finished_at=finished_at)
+            lambda conn: end_orphaned_runs(conn, error=error, finished_at=finished_at)
         )
 
     async def mark_unfinished_runs(
@@ -31,7 +32,7 @@ class FleetRecords(Transactions):
         """End every run still `running` that one of `instance_ids` owns (servers that
         died: see `claims.py`), and close their kept browsers; return how many runs."""
         return await self._write(
-            lambda conn: fencing.mark_unfinished_runs(
+            lambda conn: mark_unfinished_runs(
                 conn, instance_ids=instance_ids, status=status, error=error, finished_at=finished_at
             )
         )
@@ -41,4 +42,4 @@ class FleetRecords(Transactions):
         lock is held and its last heartbeat; empty on SQLite, which has no fleet."""
         if self._place.is_sqlite:
             return []
-        return await self._read(replicas.list_replicas)
+        return await self._read(list_replicas)
