@@ -283,7 +283,7 @@ def _browse(page: Page, actor: Actor) -> dict[str, Any]:
         seen = page.lifecycle_seen
         cdp.pump(lambda: (loader, "load") in seen or page.crashed)
         # What the page fetches on load is let finish (until no request is in flight for
-        # 500 ms), up to SETTLE_S.
+        # QUIET_S), up to SETTLE_S.
         page.settle(time.monotonic() + SETTLE_S)
         if _not_loaded(page, found):
             return found
@@ -335,7 +335,10 @@ def _read(page: Page, refs: Refs, found: dict[str, Any]) -> dict[str, Any]:
         found.update(read)
     found.update(snapshot(page, refs, int(page.request["max_snapshot_lines"])))
     if page.request["screenshot"]:
-        shot = cdp.call("Page.captureScreenshot", {"format": "png"}, page.session)
+        # optimizeForSpeed: a faster PNG encoding (larger, same pixels), a third of the time.
+        shot = cdp.call(
+            "Page.captureScreenshot", {"format": "png", "optimizeForSpeed": True}, page.session
+        )
         with as_sandbox_user(), open(os.path.join(WORKSPACE, "screenshot.png"), "wb") as f:
             f.write(base64.b64decode(shot["data"]))
     # A download still running is not waited for beyond the settle time.

@@ -23,9 +23,11 @@ if TYPE_CHECKING:
     from .devtools import Cdp
 
 MAX_CONSOLE = 200
-# The page's network is quiet once no request of it is in flight for this long (what
-# Chromium's networkIdle means, which Chromium itself reports up to seconds late).
-QUIET_S = 0.5
+# The page's network is quiet once no request of it is in flight for this long. Short: it
+# catches what the load itself starts (a script's fetch on load), not what a page starts
+# later on a timer, which a `wait_for` action waits for; Chromium's networkIdle (500 ms of
+# quiet, reported up to seconds late) or a 500 ms window cost every read 0.4 s or more.
+QUIET_S = 0.1
 MAX_CONSOLE_CHARS = 1000
 MAX_BLOCKED_CHARS = 200
 ALLOWED_SCHEMES = ("http:", "https:")

@@ -338,7 +338,9 @@ def test_policy_init_writes_the_commented_default_for_editing(
 
 def test_serve_typed_in_a_terminal_says_it_waits_and_how_to_register(tmp_path: Path) -> None:
     policy = tmp_path / "policy.toml"
-    policy.write_text('[sandbox]\nimage = "airlock-test/absent:0"\n')
+    # No warm browser box: this test is the terminal's message, and on a loaded CI engine
+    # the Ctrl-C below waited over 60 s for a pooled browser box's start and removal.
+    policy.write_text('[sandbox]\nimage = "airlock-test/absent:0"\n[browser]\npool = 0\n')
     controller, terminal = pty.openpty()
     process = subprocess.Popen(
         [AIRLOCK, "serve", "--policy", str(policy), "--data-dir", str(tmp_path / "data")],
