@@ -104,6 +104,9 @@ class Engine:
         self._policy = policy
         self._instance = instance
         self._lock = anyio.Lock()
+        # One backend for the server's life: a browse arriving while the warm-up connects
+        # must wait for that backend, not make a second one whose pool nobody refills.
+        self._connect_lock = anyio.Lock()
         self._backend: DockerBackend | None = None
         self._images: dict[ImageSettings, str] = {}
         self._runtime = ""
@@ -181,28 +184,34 @@ class Engine:
             return Ready(backend, self._images[key], self._runtime)
 
     async def _connect(self) -> DockerBackend:
-        if self._backend is None:
-            client = await anyio.to_thread.run_sync(connect)
-            try:
-                registered = await anyio.to_thread.run_sync(registered_runtimes, client)
-                choice = choose_runtime(self._policy.sandbox.runtime, registered)
-            except BaseException:
-                client.close()
-                raise
-            if choice.warning:
-                log.warning("%s", choice.warning)
-            self._runtime = choice.runtime
-            backend = DockerBackend(
-                client,
-                self._instance,
-                pool_size=self._policy.pool.size,
-                browser_pool_size=self._policy.browser.pool,
-            )
-            reaped = await backend.reap(time.time())
-            if reaped:
-                log.info("removed %d container(s) left behind by a stopped server", reaped)
-            self._backend = backend
-        return self._backend
+        async with self._connect_lock:
+            if self._backend is None:
+                self._backend = await self._new_backend()
+            return self._backend
+
+    async def _new_backend(self) -> DockerBackend:
+        """A connected backend on a runtime the engine has, with what a stopped server left
+        behind removed."""
+        client = await anyio.to_thread.run_sync(connect)
+        try:
+            registered = await anyio.to_thread.run_sync(registered_runtimes, client)
+            choice = choose_runtime(self._policy.sandbox.runtime, registered)
+        except BaseException:
+            client.close()
+            raise
+        if choice.warning:
+            log.warning("%s", choice.warning)
+        self._runtime = choice.runtime
+        backend = DockerBackend(
+            client,
+            self._instance,
+            pool_size=self._policy.pool.size,
+            browser_pool_size=self._policy.browser.pool,
+        )
+        reaped = await backend.reap(time.time())
+        if reaped:
+            log.info("removed %d container(s) left behind by a stopped server", reaped)
+        return backend
 
     async def _start_build(
         self, backend: DockerBackend, key: ImageSettings, inputs: ImageInputs, *, wait: bool

@@ -67,3 +67,31 @@ async def test_a_browse_takes_the_waiting_box_reaches_the_https_site_and_the_poo
         )
     # The server's end takes the pool with it.
     await wait_until(lambda: not waiting_boxes(docker_client), within=30)
+
+
+async def test_a_browse_at_the_servers_start_leaves_one_pool_and_the_next_browse_takes_from_it(
+    make_server: Callable[..., MCPServer],
+    upstream: Upstream,
+    upstream_ca_file: Path,
+    docker_client: docker.DockerClient,
+) -> None:
+    """A browse arriving while the server's warm-up still connects to the engine used to
+    make a second backend: its pool was the one calls took from, and nobody refilled it."""
+    policy = browse_policy(upstream.port, upstream_ca_file)
+    policy["browser"]["pool"] = 1
+    server = make_server(policy)
+    url = serve(upstream, "/early", "<title>early</title><p>at the start</p>")
+    async with Client(server) as c:
+        cap = await grant(c)
+        # At once: nothing waits yet, so this box is made for the call.
+        first = await call(c, "browse", {"url": url, "capabilities": [cap]})
+        data = first.structured_content
+        assert data is not None and not first.is_error, text_of(first)
+        assert data["status"] == "ok", (data["error"], data["egress"])
+        [waiting] = await wait_until(lambda: waiting_boxes(docker_client), within=READY_WITHIN_S)
+        second = await call(c, "browse", {"url": url, "capabilities": [cap]})
+        assert not second.is_error, text_of(second)
+        # The waiting box served it: removed after the reply, not left waiting.
+        await wait_until(
+            lambda: not docker_client.api.containers(all=True, filters={"id": waiting}), within=30
+        )
